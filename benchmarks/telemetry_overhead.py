@@ -1,0 +1,91 @@
+"""What the telemetry sampler costs the machine it measures.
+
+    .venv/bin/python benchmarks/telemetry_overhead.py
+    .venv/bin/python benchmarks/telemetry_overhead.py --samples 500 --live-seconds 20
+
+Two measurements, both in process CPU time (all threads), so they count psutil's /proc
+reads and NVML's driver calls but not time spent waiting:
+- back to back: `--samples` calls of `sample()` in a loop → µs of CPU per sample;
+- live: the real background thread at `--live-interval` for `--live-seconds` while this
+  thread sleeps → CPU per sample including the thread's wake-ups.
+Both are scaled to the production interval (`--interval`, 2 s) as "% of one core".
+The budget is 1 % of one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from crashdrill.workers.telemetry import TelemetrySample, TelemetrySampler
+
+BUDGET_PCT_OF_ONE_CORE = 1.0
+
+
+def back_to_back(sampler: TelemetrySampler, samples: int) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) per sample over `samples` calls."""
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    for _ in range(samples):
+        sampler.sample()
+    return (
+        (time.process_time() - cpu0) / samples,
+        (time.perf_counter() - wall0) / samples,
+    )
+
+
+def live(sampler: TelemetrySampler, seconds: float, interval_s: float) -> tuple[float, int]:
+    """(CPU seconds per sample, samples taken) with the sampler's own thread running."""
+    count = 0
+
+    def on_sample(sample: TelemetrySample) -> None:
+        nonlocal count  # only the sampler's thread writes it
+        count += 1
+
+    cpu0 = time.process_time()
+    sampler.start(on_sample, interval_s=interval_s)
+    time.sleep(seconds)
+    sampler.stop()
+    return (time.process_time() - cpu0) / max(count, 1), count
+
+
+def pct_of_one_core(cpu_s_per_sample: float, interval_s: float) -> float:
+    return cpu_s_per_sample / interval_s * 100.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--interval", type=float, default=2.0, help="production interval, s")
+    parser.add_argument("--live-seconds", type=float, default=10.0)
+    parser.add_argument("--live-interval", type=float, default=0.5)
+    args = parser.parse_args()
+
+    sampler = TelemetrySampler()
+    first = sampler.sample()  # opens baselines (and RAPL discovery); not timed
+    print(f"gpu_state={first.gpu_state} gpu={first.gpu_name} energy={first.energy_source}")
+    if first.gpu_reason:
+        print(f"  ({first.gpu_reason})")
+
+    cpu_s, wall_s = back_to_back(sampler, args.samples)
+    pct = pct_of_one_core(cpu_s, args.interval)
+    print(
+        f"back to back, {args.samples} samples: {cpu_s * 1e6:.0f} µs CPU/sample, "
+        f"{wall_s * 1e6:.0f} µs wall/sample → {pct:.4f} % of one core at a "
+        f"{args.interval:g} s interval"
+    )
+
+    live_cpu_s, taken = live(sampler, args.live_seconds, args.live_interval)
+    live_pct = pct_of_one_core(live_cpu_s, args.interval)
+    print(
+        f"live thread, {taken} samples every {args.live_interval:g} s: "
+        f"{live_cpu_s * 1e6:.0f} µs CPU/sample → {live_pct:.4f} % of one core at a "
+        f"{args.interval:g} s interval"
+    )
+    worst = max(pct, live_pct)
+    verdict = "within" if worst < BUDGET_PCT_OF_ONE_CORE else "OVER"
+    print(f"{verdict} the {BUDGET_PCT_OF_ONE_CORE:g} % budget (worst {worst:.4f} %)")
+    sampler.close()
+
+
+if __name__ == "__main__":
+    main()

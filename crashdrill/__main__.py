@@ -1,0 +1,3 @@
+from crashdrill.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,181 @@
+"""The `crashdrill` command.
+
+    crashdrill serve                                  the lab at http://127.0.0.1:8000
+    crashdrill run quick --run-dir runs/q             one headless run; again after a kill: resumes
+    crashdrill verify --preset quick --kills 2        the kill-and-resume drill
+    crashdrill verify -- python train.py              the drill on any training script
+    crashdrill presets list|show NAME|validate FILE
+
+Exit codes: 0 ok, 1 a check failed, 2 bad usage or input, 3 a run was told a checkpoint
+must exist and none did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from typing import Any
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse's own exit code is already 2
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _progress_printer(label: str) -> Any:
+    tty = sys.stderr.isatty()
+    state = {"last": 0.0, "t0": time.perf_counter(), "pct": -1}
+
+    def show(step: int, total: int, loss: float) -> None:
+        now = time.perf_counter()
+        pct = int(100 * step / total)
+        if tty:
+            if now - state["last"] < 0.2 and step != total:
+                return
+            state["last"] = now
+            bar = "#" * (pct // 4) + "-" * (25 - pct // 4)
+            end = "\n" if step == total else ""
+            sys.stderr.write(
+                f"\r{label} [{bar}] {step}/{total} loss {loss:.4f} {now - state['t0']:.1f}s{end}"
+            )
+        elif pct // 10 != state["pct"] // 10 or step == total:
+            state["pct"] = pct
+            sys.stderr.write(f"{label} step {step}/{total} loss {loss:.4f} ({pct}%)\n")
+        sys.stderr.flush()
+
+    return show
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from crashdrill.trainer.config import ConfigError, parse_override
+    from crashdrill.trainer.data import DataError
+    from crashdrill.trainer.loop import CheckpointMismatch, RunDirError, RunOptions, train
+    from crashdrill.trainer.presets import PresetError, get_preset
+
+    try:
+        preset = get_preset(args.preset)
+        cfg = preset.config_for(args.label, cuda=_cuda_available())
+        if args.set:
+            cfg = cfg.with_overrides(dict(parse_override(s) for s in args.set))
+    except (PresetError, ConfigError) as e:
+        print(f"crashdrill run: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    opts = RunOptions(
+        label=args.label,
+        preset=preset.id,
+        require_checkpoint=args.require_checkpoint,
+        jsonl=args.jsonl,
+        progress=None if args.quiet else _progress_printer(f"{preset.id}/{args.label}"),
+    )
+    try:
+        return train(cfg, args.run_dir, opts)
+    except (RunDirError, DataError, CheckpointMismatch, ConfigError) as e:
+        print(f"crashdrill run: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _cmd_presets(args: argparse.Namespace) -> int:
+    import json
+
+    from crashdrill.trainer.presets import PresetError, get_preset, list_presets, load_preset_file
+
+    try:
+        if args.action == "list":
+            for p in list_presets():
+                print(f"{p.id:<16} {p.number:<6} {p.title}  ({p.knob_text()})")
+        elif args.action == "show":
+            if not args.name:
+                print("crashdrill presets show: name a preset", file=sys.stderr)
+                return EXIT_USAGE
+            print(json.dumps(get_preset(args.name).to_public(), indent=2))
+        else:
+            if not args.name:
+                print("crashdrill presets validate: give a preset file", file=sys.stderr)
+                return EXIT_USAGE
+            p = load_preset_file(args.name)
+            print(f"{args.name}: ok — {p.id} · {p.title} · {p.knob_text()}")
+    except PresetError as e:
+        print(f"crashdrill presets: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_OK
+
+
+def _optional(module: str, name: str, help_text: str, sub: Any, selected: bool) -> None:
+    """Subcommands whose code lives elsewhere (drill, server) register themselves, and are
+    imported only when chosen: `crashdrill run` must not pay for importing a web stack.
+    A missing optional dependency becomes a clear message instead of a traceback."""
+    if not selected:
+        sub.add_parser(name, help=help_text, add_help=False)
+        return
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as e:
+        missing = e.name or module
+        p = sub.add_parser(name, help=help_text)
+
+        def unavailable(_args: argparse.Namespace) -> int:
+            print(
+                f"crashdrill {name} needs {missing}: pip install 'crashdrill[server]'",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+
+        p.set_defaults(func=unavailable)
+        return
+    p = mod.add_parser(sub)
+    p.set_defaults(func=mod.run)
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    parser = _Parser(prog="crashdrill", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="one headless training run (resumes when run again)")
+    run.add_argument("preset", help="a preset id (see `crashdrill presets list`) or a TOML file")
+    run.add_argument("--run-dir", required=True, help="where checkpoints and records live")
+    run.add_argument("--label", default="A", choices=["A", "B"], help="which run of the pair")
+    run.add_argument(
+        "--require-checkpoint",
+        action="store_true",
+        help="exit 3 without training when no usable checkpoint exists",
+    )
+    run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a setting")
+    run.add_argument("--jsonl", action="store_true", help="print one JSON line per step to stdout")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.set_defaults(func=_cmd_run)
+
+    presets = sub.add_parser("presets", help="list, show or validate lesson presets")
+    presets.add_argument("action", choices=["list", "show", "validate"])
+    presets.add_argument("name", nargs="?", help="preset id (show) or TOML file (validate)")
+    presets.set_defaults(func=_cmd_presets)
+
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((a for a in argv if not a.startswith("-")), None)
+    _optional(
+        "crashdrill.drill.cli",
+        "verify",
+        "kill a run at random points, resume, compare bits",
+        sub,
+        command == "verify",
+    )
+    _optional("crashdrill.server.cli", "serve", "the lab in a browser", sub, command == "serve")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser(argv).parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,358 @@
+"""The checkpoint format: a directory per step, written atomically, manifest last.
+
+    ckpt/step-00001300/
+        model.pt         weights
+        optimizer.pt     AdamW state (moments, step counts) and param groups
+        train_state.pt   step, tokens, schedule position, data cursor, every RNG stream,
+                         config, fingerprints, format version
+        MANIFEST.json    sha256 and size of every file above; written last
+
+A directory without a valid manifest does not exist for the loader. Everything is loaded
+with torch.load(weights_only=True): RNG states are stored as tensors and ints, so loading
+a checkpoint never unpickles code.
+
+Teaching modes (never the default) switch parts of this off, through the same writer:
+  ckpt_state = "weights"   only the weights (and the step) — what many scripts save
+  ckpt_write = "inplace"   one slot, `ckpt/latest/`, overwritten file by file: a crash
+                           during the write leaves a torn checkpoint
+  ckpt_mode  = "async"     snapshot to memory, persist in a background thread (this one
+                           is a real optimisation, kept bit-identical)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FORMAT_VERSION = 1
+MANIFEST = "MANIFEST.json"
+INPLACE_SLOT = "latest"
+PARTS_FULL = ("weights", "optimizer", "schedule", "rng", "data")
+PARTS_WEIGHTS = ("weights",)
+PART_WORDS = {
+    "weights": "weights",
+    "optimizer": "AdamW state",
+    "schedule": "schedule position",
+    "rng": "RNG states",
+    "data": "data position",
+}
+
+
+class CorruptCheckpoint(Exception):
+    """A checkpoint whose manifest is missing, unreadable, or does not match its files."""
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    step: int
+    path: Path
+    manifest: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    step: int
+    path: Path
+    bytes: int
+    seconds: float  # how long training was blocked
+    persist_seconds: float  # how long the bytes took to reach the disk
+    parts: tuple[str, ...]
+
+
+def ckpt_root(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "ckpt"
+
+
+def step_dir_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _pause_for(step: int) -> float:
+    """CRASHDRILL_CKPT_PAUSE="STEP:SECONDS[,…]": a test/drill hook that holds the writer
+    inside the write of one checkpoint so a SIGKILL can land there."""
+    spec = os.environ.get("CRASHDRILL_CKPT_PAUSE", "")
+    for item in filter(None, spec.split(",")):
+        s, _, secs = item.partition(":")
+        if s.strip().isdigit() and int(s) == step:
+            return float(secs or 1.0)
+    return 0.0
+
+
+def _snapshot(obj: Any) -> Any:
+    """A deep copy of a state tree with every tensor cloned to CPU: what async mode
+    persists while training moves on."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _snapshot(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(_snapshot(v) for v in obj)
+    return obj
+
+
+class CheckpointWriter:
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        keep: int = 2,
+        write: str = "atomic",
+        mode: str = "sync",
+        on_error: Callable[[str], None] | None = None,
+        on_saved: Callable[[SaveResult], None] | None = None,
+    ) -> None:
+        self.root = ckpt_root(run_dir)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.keep = keep
+        self.write = write
+        self.mode = mode
+        self.on_error = on_error or (lambda msg: print(msg, file=sys.stderr))
+        self.on_saved = on_saved  # called once a checkpoint is complete on disk
+        self._thread: threading.Thread | None = None
+        self._last: SaveResult | None = None
+        self._remove_stale_temp_dirs()
+
+    def _remove_stale_temp_dirs(self) -> None:
+        # A .tmp directory is a write that a crash interrupted; it never counts.
+        for p in self.root.glob("*.tmp"):
+            shutil.rmtree(p, ignore_errors=True)
+
+    def save(self, step: int, files: dict[str, dict[str, Any]], meta: dict[str, Any]) -> SaveResult:
+        """Persist `files` (file stem → state tree) as the checkpoint for `step`.
+
+        sync: returns when the checkpoint is complete on disk.
+        async: returns after a memory snapshot; a background thread persists it. At most one
+        write is in flight: a second save waits for the first (bounded memory)."""
+        t0 = time.perf_counter()
+        self.wait()
+        if self.mode == "async":
+            snap = _snapshot(files)
+            blocked = time.perf_counter() - t0
+            self._thread = threading.Thread(
+                target=self._persist_logged, args=(step, snap, meta, blocked), daemon=True
+            )
+            self._thread.start()
+            path = self.root / (INPLACE_SLOT if self.write == "inplace" else step_dir_name(step))
+            return SaveResult(step, path, _estimate_bytes(snap), blocked, 0.0, tuple(meta["parts"]))
+        return self._persist(step, files, meta, 0.0, t0)
+
+    def wait(self) -> SaveResult | None:
+        """Block until an in-flight async write is complete; returns its result."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        return self._last
+
+    def _persist_logged(
+        self, step: int, files: dict[str, Any], meta: dict[str, Any], blocked: float
+    ) -> None:
+        try:
+            self._persist(step, files, meta, blocked, time.perf_counter())
+        except Exception as e:  # a failed background write must be seen, not swallowed
+            self.on_error(f"checkpoint at step {step} failed to write: {e}")
+
+    def _persist(
+        self, step: int, files: dict[str, Any], meta: dict[str, Any], blocked: float, t0: float
+    ) -> SaveResult:
+        if self.write == "inplace":
+            final = self.root / INPLACE_SLOT
+            work = final  # torn writes are the point of this mode
+            final.mkdir(exist_ok=True)
+        else:
+            final = self.root / step_dir_name(step)
+            work = self.root / (step_dir_name(step) + ".tmp")
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir()
+        entries = {}
+        for stem, state in files.items():
+            path = work / f"{stem}.pt"
+            with open(path, "wb") as f:
+                torch.save(state, f)
+                if self.write == "atomic":
+                    f.flush()
+                    os.fsync(f.fileno())
+            entries[path.name] = {"sha256": _sha256(path), "bytes": path.stat().st_size}
+        pause = _pause_for(step)
+        if pause:
+            print(f"crashdrill: paused inside checkpoint write at step {step}", file=sys.stderr)
+            sys.stderr.flush()
+            time.sleep(pause)
+        if self.write == "atomic":
+            if final.exists():  # re-saving a step after a resume: replace it whole
+                shutil.rmtree(final)
+            os.replace(work, final)
+            _fsync_dir(self.root)
+        manifest = {
+            "format": FORMAT_VERSION,
+            "step": step,
+            "files": entries,
+            "created": time.time(),
+            **meta,
+        }
+        tmp = final / (MANIFEST + ".tmp")
+        tmp.write_text(json.dumps(manifest, indent=1))
+        if self.write == "atomic":
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+        os.replace(tmp, final / MANIFEST)
+        if self.write == "atomic":
+            _fsync_dir(final)
+            self._prune()
+        total = sum(e["bytes"] for e in entries.values())
+        persist = time.perf_counter() - t0
+        result = SaveResult(
+            step,
+            final,
+            total,
+            blocked if self.mode == "async" else persist,
+            persist,
+            tuple(meta["parts"]),
+        )
+        self._last = result
+        if self.on_saved:
+            self.on_saved(result)
+        return result
+
+    def _prune(self) -> None:
+        # Cheap test (manifest present) rather than re-hashing every kept checkpoint.
+        done = [
+            p
+            for _s, p in candidates(self.root.parent)
+            if p.name != INPLACE_SLOT and (p / MANIFEST).is_file()
+        ]
+        for old in done[self.keep :]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _estimate_bytes(tree: Any) -> int:
+    if isinstance(tree, torch.Tensor):
+        return tree.numel() * tree.element_size()
+    if isinstance(tree, dict):
+        return sum(_estimate_bytes(v) for v in tree.values())
+    if isinstance(tree, list | tuple):
+        return sum(_estimate_bytes(v) for v in tree)
+    return 8
+
+
+# ---------------------------------------------------------------- reading
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The manifest of checkpoint dir `path`, verified against the files. Raises
+    CorruptCheckpoint naming what is wrong."""
+    mpath = path / MANIFEST
+    try:
+        manifest = json.loads(mpath.read_text())
+    except FileNotFoundError:
+        raise CorruptCheckpoint(f"{path.name}: no {MANIFEST} (the write never finished)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CorruptCheckpoint(f"{path.name}: {MANIFEST} is unreadable ({e})") from None
+    if manifest.get("format") != FORMAT_VERSION:
+        raise CorruptCheckpoint(
+            f"{path.name}: format {manifest.get('format')!r}, "
+            f"this crashdrill reads {FORMAT_VERSION}"
+        )
+    for name, entry in manifest.get("files", {}).items():
+        fpath = path / name
+        if not fpath.is_file():
+            raise CorruptCheckpoint(f"{path.name}: {name} is missing")
+        size = fpath.stat().st_size
+        if size != entry["bytes"]:
+            raise CorruptCheckpoint(
+                f"{path.name}: {name} is {size} bytes, "
+                f"the manifest says {entry['bytes']} (torn write)"
+            )
+        if _sha256(fpath) != entry["sha256"]:
+            raise CorruptCheckpoint(f"{path.name}: {name} fails its sha256 check (corrupted)")
+    return manifest
+
+
+def candidates(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """Checkpoint dirs that claim to be complete, newest first (not yet verified)."""
+    root = ckpt_root(run_dir)
+    found: list[tuple[int, Path]] = []
+    if not root.is_dir():
+        return found
+    for p in root.iterdir():
+        if not p.is_dir() or p.name.endswith(".tmp"):
+            continue
+        if p.name.startswith("step-") and p.name[5:].isdigit():
+            found.append((int(p.name[5:]), p))
+        elif p.name == INPLACE_SLOT:
+            try:
+                step = int(json.loads((p / MANIFEST).read_text()).get("step", -1))
+            except (OSError, ValueError):
+                step = -1
+            found.append((step, p))
+    return sorted(found, key=lambda sp: sp[0], reverse=True)
+
+
+def list_checkpoints(run_dir: str | Path) -> list[CheckpointInfo]:
+    """Every checkpoint with a valid manifest, newest first."""
+    out = []
+    for _step, path in candidates(run_dir):
+        try:
+            manifest = read_manifest(path)
+        except CorruptCheckpoint:
+            continue
+        out.append(CheckpointInfo(int(manifest["step"]), path, manifest))
+    return out
+
+
+def find_latest(
+    run_dir: str | Path, on_corrupt: Callable[[str], None] | None = None
+) -> CheckpointInfo | None:
+    """The newest checkpoint that verifies. Each corrupt newer one is reported through
+    `on_corrupt` (the loud fallback), then skipped."""
+    for _step, path in candidates(run_dir):
+        try:
+            manifest = read_manifest(path)
+        except CorruptCheckpoint as e:
+            if on_corrupt:
+                on_corrupt(str(e))
+            continue
+        return CheckpointInfo(int(manifest["step"]), path, manifest)
+    return None
+
+
+def load_files(info: CheckpointInfo) -> dict[str, Any]:
+    """Every file of a verified checkpoint, loaded without unpickling code."""
+    return {
+        Path(name).stem: torch.load(info.path / name, map_location="cpu", weights_only=True)
+        for name in info.manifest["files"]
+    }
+
+
+def load_model_state(run_dir: str | Path) -> dict[str, torch.Tensor]:
+    """The weights of the newest valid checkpoint (for torch.equal comparisons)."""
+    info = find_latest(run_dir)
+    if info is None:
+        raise FileNotFoundError(f"no complete checkpoint under {ckpt_root(run_dir)}")
+    return dict(torch.load(info.path / "model.pt", map_location="cpu", weights_only=True))

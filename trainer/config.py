@@ -1,0 +1,221 @@
+"""Run configuration: one frozen, validated dataclass that sizes the model and the run.
+
+Every field that changes the training trajectory goes into the config fingerprint, so a
+checkpoint from a different config is refused on load. Fields that only change *how
+often we look or save* (cadences, checkpoint teaching modes) do not: two runs that differ
+only in `ckpt_every` train the same model bit for bit — that is the seed lesson.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+PRECISIONS = ("fp32", "bf16")
+DEVICES = ("auto", "cpu", "cuda")
+TOKENIZERS = ("byte", "gpt2")
+CKPT_STATES = ("full", "weights")  # "weights" is a teaching mode: what people get wrong
+CKPT_WRITES = ("atomic", "inplace")  # "inplace" is a teaching mode: torn writes
+CKPT_MODES = ("sync", "async")
+CKPT_POLICIES = ("every", "end")  # "end" is a teaching mode: save after the loop only
+
+
+class ConfigError(ValueError):
+    """A config value that makes no sense. Names the field, the value and what is allowed."""
+
+    def __init__(self, field_name: str, value: Any, allowed: str) -> None:
+        self.field = field_name
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"{field_name} = {value!r} is not allowed: {allowed}")
+
+
+# Fields that do not change the trajectory (see module docstring).
+_NOT_FINGERPRINTED = frozenset(
+    {
+        "ckpt_every",
+        "keep",
+        "ckpt_state",
+        "ckpt_write",
+        "ckpt_mode",
+        "ckpt_policy",
+        "eval_every",
+        "eval_batches",
+        "probe_every",
+        "sample_every",
+        "sample_tokens",
+        "log_every",
+        "device",
+    }
+)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    # model (nanoGPT shape)
+    n_layer: int = 2
+    d_model: int = 64
+    n_head: int = 4
+    ctx: int = 64
+    vocab: int = 0  # 0 = the tokenizer's vocabulary size
+    dropout: float = 0.0
+    # optimisation
+    batch: int = 16
+    steps: int = 300
+    lr: float = 3e-3
+    min_lr: float = 3e-4
+    warmup: int = 20
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    seed: int = 1337
+    threads: int = 1
+    precision: str = "fp32"
+    device: str = "auto"
+    # data
+    data: str = "builtin"
+    tokenizer: str = "byte"
+    val_fraction: float = 0.1
+    # checkpoints
+    ckpt_every: int = 50
+    keep: int = 2
+    ckpt_state: str = "full"
+    ckpt_write: str = "atomic"
+    ckpt_mode: str = "sync"
+    ckpt_policy: str = "every"
+    # what we look at while it trains
+    eval_every: int = 50
+    eval_batches: int = 4
+    probe_every: int = 50
+    sample_every: int = 100
+    sample_tokens: int = 96
+    log_every: int = 1
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _positive = {
+            "n_layer": self.n_layer,
+            "d_model": self.d_model,
+            "n_head": self.n_head,
+            "ctx": self.ctx,
+            "batch": self.batch,
+            "steps": self.steps,
+            "threads": self.threads,
+            "ckpt_every": self.ckpt_every,
+            "eval_every": self.eval_every,
+            "eval_batches": self.eval_batches,
+            "probe_every": self.probe_every,
+            "sample_every": self.sample_every,
+            "log_every": self.log_every,
+        }
+        for name, value in _positive.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(name, value, "a whole number ≥ 1")
+        if self.d_model % self.n_head != 0:
+            raise ConfigError(
+                "n_head", self.n_head, f"a divisor of d_model ({self.d_model}), e.g. 1, 2, 4"
+            )
+        if not isinstance(self.vocab, int) or self.vocab < 0:
+            raise ConfigError("vocab", self.vocab, "0 (the tokenizer's size) or a whole number")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError("dropout", self.dropout, "a number in [0, 1)")
+        if not (isinstance(self.lr, int | float) and self.lr > 0):
+            raise ConfigError("lr", self.lr, "a number > 0")
+        if not 0 <= self.min_lr <= self.lr:
+            raise ConfigError("min_lr", self.min_lr, f"a number in [0, lr={self.lr}]")
+        if not isinstance(self.warmup, int) or not 0 <= self.warmup <= self.steps:
+            raise ConfigError("warmup", self.warmup, f"a whole number in [0, steps={self.steps}]")
+        if self.weight_decay < 0:
+            raise ConfigError("weight_decay", self.weight_decay, "a number ≥ 0")
+        for name, beta in (("beta1", self.beta1), ("beta2", self.beta2)):
+            if not 0.0 <= beta < 1.0:
+                raise ConfigError(name, beta, "a number in [0, 1)")
+        if self.grad_clip <= 0:
+            raise ConfigError("grad_clip", self.grad_clip, "a number > 0")
+        if not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise ConfigError("seed", self.seed, "a whole number in [0, 2**63)")
+        if self.sample_tokens < 0:
+            raise ConfigError("sample_tokens", self.sample_tokens, "a whole number ≥ 0")
+        if not 0.0 < self.val_fraction < 0.5:
+            raise ConfigError("val_fraction", self.val_fraction, "a number in (0, 0.5)")
+        if self.keep < 2:
+            # The newest checkpoint may be the one a crash tore; one more must remain.
+            raise ConfigError("keep", self.keep, "a whole number ≥ 2 (the newest may be torn)")
+        _choice("precision", self.precision, PRECISIONS)
+        _choice("device", self.device, DEVICES)
+        _choice("tokenizer", self.tokenizer, TOKENIZERS)
+        _choice("ckpt_state", self.ckpt_state, CKPT_STATES)
+        _choice("ckpt_write", self.ckpt_write, CKPT_WRITES)
+        _choice("ckpt_mode", self.ckpt_mode, CKPT_MODES)
+        _choice("ckpt_policy", self.ckpt_policy, CKPT_POLICIES)
+        if not isinstance(self.data, str) or not (
+            self.data == "builtin"
+            or (self.data.startswith("file:") and len(self.data) > 5)
+            or self.data.startswith("fineweb-edu")
+        ):
+            raise ConfigError(
+                "data",
+                self.data,
+                "'builtin', 'file:PATH' (a UTF-8 text file), 'fineweb-edu' or "
+                "'fineweb-edu:PATH' (a local .parquet or .jsonl file of FineWeb-Edu rows)",
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.pop("extra")
+        return d
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(
+                unknown[0], values[unknown[0]], f"a known setting ({', '.join(sorted(known))})"
+            )
+        return cls(**values)
+
+    def with_overrides(self, overrides: dict[str, Any]) -> TrainConfig:
+        return TrainConfig.from_dict({**self.to_dict(), **overrides})
+
+    def fingerprint(self) -> str:
+        """Hash of the fields that change what is trained (see _NOT_FINGERPRINTED)."""
+        d = {k: v for k, v in self.to_dict().items() if k not in _NOT_FINGERPRINTED}
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(name, value, "one of " + ", ".join(repr(a) for a in allowed))
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`key=value` from the command line; the value's type follows the field's type."""
+    if "=" not in text:
+        raise ConfigError("--set", text, "KEY=VALUE, e.g. steps=500")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig) if f.name != "extra"}
+    if key not in fields:
+        raise ConfigError(key, raw, f"a known setting ({', '.join(sorted(fields))})")
+    default = fields[key].default
+    try:
+        if isinstance(default, bool):
+            value: Any = raw.lower() in ("1", "true", "yes", "on")
+        elif isinstance(default, int):
+            value = int(raw)
+        elif isinstance(default, float):
+            value = float(raw)
+        else:
+            value = raw
+    except ValueError:
+        raise ConfigError(key, raw, f"a {type(default).__name__}") from None
+    return key, value

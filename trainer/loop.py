@@ -1,0 +1,384 @@
+"""The deterministic training loop: resume first, then train, checkpointing as it goes.
+
+    crashdrill run quick --run-dir runs/q      # trains; run it again after a kill: resumes
+
+The resume block sits before the loop, so the same command works in session one and in
+session four, and it says loudly which of the two it did.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from crashdrill.trainer import checkpoint as ck
+from crashdrill.trainer import determinism, evaluate, metrics
+from crashdrill.trainer.config import TrainConfig
+from crashdrill.trainer.data import BatchSampler, Dataset, load_dataset
+from crashdrill.trainer.model import GPT, lr_at
+from crashdrill.trainer.records import RecordWriter, float32_bits
+
+EXIT_NO_CHECKPOINT = 3
+
+
+class RunDirError(ValueError):
+    pass
+
+
+class CheckpointMismatch(ValueError):
+    """A checkpoint written by a different config or dataset: resuming it would silently
+    train something else."""
+
+
+class NoCheckpoint(RuntimeError):
+    pass
+
+
+@dataclass
+class RunOptions:
+    label: str = "A"
+    preset: str = ""
+    require_checkpoint: bool = False
+    jsonl: bool = False
+    progress: Callable[[int, int, float], None] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    tokens: int = 0
+    best_val: float | None = None
+
+
+def _fmt_bytes(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} KB"
+
+
+def _pick_device(cfg: TrainConfig) -> torch.device:
+    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def _start_run_dir(run_dir: Path, label: str, preset: str, cfg: TrainConfig) -> int:
+    """Create/enter the run dir; returns this process's segment (0 for the first start)."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"--run-dir {str(run_dir)!r} is a file; give a directory")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    info_path = run_dir / "run.json"
+    try:
+        starts = int(json.loads(info_path.read_text()).get("starts", 0))
+    except (OSError, ValueError):
+        starts = 0
+    try:
+        with open("/proc/self/stat") as f:
+            proc_start = int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        proc_start = None
+    info = {
+        "pid": os.getpid(),
+        "proc_start": proc_start,
+        "started_at": time.time(),
+        "starts": starts + 1,
+        "label": label,
+        "preset": preset,
+        "config": cfg.to_dict(),
+    }
+    tmp = info_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(info, indent=1))
+    os.replace(tmp, info_path)
+    return starts
+
+
+def _train_files(
+    cfg: TrainConfig,
+    model: GPT,
+    opt: torch.optim.Optimizer,
+    sampler: BatchSampler,
+    st: TrainState,
+    fingerprints: dict[str, str],
+) -> tuple[dict[str, Any], list[str]]:
+    base = {
+        "step": st.step,
+        "tokens": st.tokens,
+        "config": cfg.to_dict(),
+        "fingerprints": fingerprints,
+        "format": ck.FORMAT_VERSION,
+    }
+    if cfg.ckpt_state == "weights":
+        return {"model": model.state_dict(), "train_state": base}, list(ck.PARTS_WEIGHTS)
+    train_state = {
+        **base,
+        "best_val": st.best_val,
+        "schedule": {"step": st.step, "lr": lr_at(st.step, cfg), "warmup": cfg.warmup},
+        "data": sampler.state_dict(),
+        "rng": determinism.get_rng_state(),
+    }
+    files = {"model": model.state_dict(), "optimizer": opt.state_dict(), "train_state": train_state}
+    return files, list(ck.PARTS_FULL)
+
+
+def _restore(
+    info: ck.CheckpointInfo,
+    cfg: TrainConfig,
+    fingerprints: dict[str, str],
+    model: GPT,
+    opt: torch.optim.Optimizer,
+    sampler: BatchSampler,
+    st: TrainState,
+) -> list[str]:
+    files = ck.load_files(info)
+    ts = files["train_state"]
+    for name, want in fingerprints.items():
+        got = ts.get("fingerprints", {}).get(name)
+        if got != want:
+            raise CheckpointMismatch(
+                f"checkpoint {info.path} was written by a different {name} "
+                f"(fingerprint {name}: checkpoint {got}, this run {want}); refusing to resume "
+                "it. Use a fresh --run-dir, or the settings that wrote it"
+            )
+    model.load_state_dict(files["model"])
+    st.step, st.tokens = int(ts["step"]), int(ts["tokens"])
+    if "optimizer" in files:
+        opt.load_state_dict(files["optimizer"])
+        sampler.load_state_dict(ts["data"])
+        if sampler.samples_consumed != st.step * cfg.batch:
+            raise ck.CorruptCheckpoint(
+                f"{info.path.name}: data cursor says {sampler.samples_consumed} samples "
+                f"consumed, step × batch = {st.step * cfg.batch}"
+            )
+        determinism.set_rng_state(ts["rng"])
+        st.best_val = ts.get("best_val")
+    return list(info.manifest.get("parts", ck.PARTS_FULL))
+
+
+def train(cfg: TrainConfig, run_dir: str | Path, opts: RunOptions | None = None) -> int:
+    """Train (or resume) one run in `run_dir`. Returns the process exit code."""
+    opts = opts or RunOptions()
+    run_dir = Path(run_dir)
+    segment = _start_run_dir(run_dir, opts.label, opts.preset, cfg)
+    rec = RecordWriter(run_dir, segment)
+    try:
+        return _train(cfg, run_dir, opts, segment, rec)
+    except Exception as e:
+        rec.write("stage", stage="failed", progress=1.0)
+        rec.event(f"The run failed: {type(e).__name__}: {e}", level="error")
+        raise
+    finally:
+        rec.close()
+
+
+def _train(
+    cfg: TrainConfig, run_dir: Path, opts: RunOptions, segment: int, rec: RecordWriter
+) -> int:
+    device = _pick_device(cfg)
+    determinism.configure(cfg.threads, device)
+    data: Dataset = load_dataset(cfg, lambda s, p: rec.write("stage", stage=s, progress=p))
+    vocab = cfg.vocab or data.vocab_size
+    fingerprints = {"config": cfg.fingerprint(), "dataset": data.sha256[:16]}
+
+    rec.write("stage", stage="build", progress=0.0)
+    determinism.seed_all(cfg.seed)  # a fresh start's init; a resume overwrites all of it
+    model = GPT(cfg, vocab).to(device)
+    opt = model.configure_optimizer(cfg)
+    sampler = BatchSampler(data.train, cfg)
+    st = TrainState()
+    rec.write("stage", stage="build", progress=1.0)
+
+    def on_corrupt(msg: str) -> None:
+        text = f"Checkpoint rejected: {msg}. Falling back to the previous checkpoint."
+        print(f"crashdrill: WARNING {text}", file=sys.stderr)
+        rec.event(text, level="warn", code="ckpt_corrupt")
+
+    info = ck.find_latest(run_dir, on_corrupt=on_corrupt)
+    if info is None:
+        if opts.require_checkpoint:
+            msg = (
+                f"no checkpoint found in {ck.ckpt_root(run_dir)} and --require-checkpoint "
+                "is set; not training from scratch"
+            )
+            print(f"crashdrill: {msg}", file=sys.stderr)
+            rec.event(f"Refused to start: {msg}.", level="error", code="no_checkpoint")
+            rec.write("stage", stage="failed", progress=1.0)
+            return EXIT_NO_CHECKPOINT
+        print("crashdrill: no checkpoint found, starting fresh", file=sys.stderr)
+        if segment > 0:
+            rec.write("resume", from_step=0, segment=segment, path=None)
+            rec.event(
+                "Restarted and found no checkpoint: training again from step 0 (everything "
+                "since the start is lost).",
+                level="warn",
+                code="fresh_start",
+            )
+    else:
+        parts = _restore(info, cfg, fingerprints, model, opt, sampler, st)
+        print(f"crashdrill: resumed at step {st.step} from {info.path}", file=sys.stderr)
+        rec.write("resume", from_step=st.step, segment=segment, path=str(info.path), parts=parts)
+        missing = [ck.PART_WORDS[p] for p in ck.PARTS_FULL if p not in parts]
+        rec.event(
+            f"Resumed at step {st.step} from a checkpoint."
+            + (f" It did not hold: {', '.join(missing)} — those start over." if missing else ""),
+            level="warn" if missing else "info",
+            code="resumed",
+        )
+
+    n_params = model.num_params()
+    rec.write(
+        "run",
+        params=n_params,
+        config=cfg.to_dict(),
+        dataset=data.name,
+        device=str(device),
+        device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        precision=cfg.precision,
+        threads=cfg.threads,
+        vocab=vocab,
+        label=opts.label,
+        preset=opts.preset,
+        fingerprints=fingerprints,
+    )
+    if info is None:
+        rec.event(
+            f"Training {n_params / 1e6:.2f}M params on {data.name} for {cfg.steps} steps "
+            f"({cfg.precision}, batch {cfg.batch}, ctx {cfg.ctx}, {cfg.threads} thread(s))."
+        )
+        rec.event(f"Expected loss before training ≈ ln(vocab) = {math.log(vocab):.2f}.")
+
+    rec.write("stage", stage="warmup", progress=0.0)
+    if device.type == "cuda":
+        peak, peak_src = metrics.gpu_peak(torch.cuda.get_device_name(device), cfg.precision)
+    else:
+        peak, peak_src = metrics.cpu_peak(cfg.threads)
+    rec.write("stage", stage="warmup", progress=1.0)
+
+    def on_saved(r: ck.SaveResult) -> None:
+        words = ", ".join(ck.PART_WORDS[p] for p in r.parts)
+        how = (
+            f"snapshot in {r.seconds:.2f}s, written in the background in {r.persist_seconds:.2f}s"
+            if cfg.ckpt_mode == "async"
+            else f"in {r.seconds:.2f}s"
+        )
+        rec.write(
+            "ckpt",
+            step=r.step,
+            bytes=r.bytes,
+            seconds=round(r.seconds, 4),
+            persist_seconds=round(r.persist_seconds, 4),
+            path=str(r.path),
+            parts=list(r.parts),
+            mode=cfg.ckpt_mode,
+            write=cfg.ckpt_write,
+        )
+        rec.event(f"Checkpoint at step {r.step}: {_fmt_bytes(r.bytes)} ({words}) {how}.")
+
+    writer = ck.CheckpointWriter(
+        run_dir,
+        keep=cfg.keep,
+        write=cfg.ckpt_write,
+        mode=cfg.ckpt_mode,
+        on_error=lambda m: rec.event(m, level="error"),
+        on_saved=on_saved,
+    )
+
+    def save() -> None:
+        files, parts = _train_files(cfg, model, opt, sampler, st, fingerprints)
+        meta = {"parts": parts, "fingerprints": fingerprints, "tokens": st.tokens}
+        writer.save(st.step, files, meta)
+
+    if info is None and cfg.ckpt_policy == "every":
+        save()  # step 0: a crash before the first cadence point still has somewhere to go
+
+    rec.write("stage", stage="train", progress=st.step / cfg.steps)
+    autocast = evaluate._autocast(device, cfg)
+    flops_per_token = model.flops_per_token()
+    tokens_per_step = cfg.batch * cfg.ctx
+    window_t, window_steps, recent_losses = time.perf_counter(), 0, []
+    model.train()
+    while st.step < cfg.steps:
+        lr = lr_at(st.step, cfg)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        x, y = sampler.next_batch()
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with autocast:
+            _, loss = model(x, y)
+        assert loss is not None
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
+        opt.step()
+        st.step += 1
+        st.tokens += tokens_per_step
+        loss_f = float(loss.detach())  # a CPU-GPU sync point; we log every step on purpose
+        recent_losses = [*recent_losses[-(cfg.eval_every - 1) :], loss_f]
+        window_steps += 1
+
+        if st.step % cfg.log_every == 0 or st.step == cfg.steps:
+            now = time.perf_counter()
+            dt = (now - window_t) / window_steps
+            tps = tokens_per_step / dt if dt > 0 else 0.0
+            mem, mem_kind = metrics.memory_bytes(device)
+            rec.write(
+                "step",
+                step=st.step,
+                loss=loss_f,
+                loss_bits=float32_bits(loss_f),
+                lr=lr,
+                grad_norm=grad_norm,
+                tokens=st.tokens,
+                tokens_per_s=round(tps, 1),
+                mfu=round(flops_per_token * tps / peak, 5) if peak else None,
+                mfu_peak_flops=peak,
+                mfu_peak_source=peak_src,
+                mem_bytes=mem,
+                mem_kind=mem_kind,
+                dt=round(dt, 5),
+            )
+            if opts.jsonl:
+                line = {
+                    "step": st.step,
+                    "loss": loss_f,
+                    "loss_bits": float32_bits(loss_f),
+                    "segment": segment,
+                }
+                sys.stdout.write(json.dumps(line) + "\n")
+                sys.stdout.flush()
+            window_t, window_steps = now, 0
+        if opts.progress:
+            opts.progress(st.step, cfg.steps, loss_f)
+
+        if st.step % cfg.eval_every == 0 or st.step == cfg.steps:
+            v = evaluate.val_loss(model, data.val, cfg, device)
+            train_mean = sum(recent_losses) / len(recent_losses)
+            st.best_val = v if st.best_val is None else min(st.best_val, v)
+            rec.write("val", step=st.step, val_loss=v, train_loss=train_mean)
+            rec.event(
+                f"Step {st.step}: val {v:.3f}, train {train_mean:.3f} (gap {v - train_mean:+.3f})."
+            )
+        if st.step % cfg.probe_every == 0 or st.step == cfg.steps:
+            rec.write("probe", step=st.step, probes=evaluate.probes(model, data.tokenizer, device))
+        if cfg.sample_tokens and (st.step % cfg.sample_every == 0 or st.step == cfg.steps):
+            text = evaluate.sample(model, data.tokenizer, cfg, device)
+            rec.write("sample", step=st.step, prompt=evaluate.SAMPLE_PROMPT, text=text)
+        due = st.step == cfg.steps or (cfg.ckpt_policy == "every" and st.step % cfg.ckpt_every == 0)
+        if due:
+            save()  # its time lands in the next step's dt: the stall shows in throughput
+        if st.step % 25 == 0:
+            rec.write("stage", stage="train", progress=round(st.step / cfg.steps, 4))
+
+    writer.wait()
+    rec.write("stage", stage="train", progress=1.0)
+    rec.write("stage", stage="finished", progress=1.0)
+    best = f" Best val loss {st.best_val:.3f}." if st.best_val is not None else ""
+    rec.event(f"Finished {cfg.steps} steps.{best}", code="finished")
+    return 0

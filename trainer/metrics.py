@@ -1,0 +1,77 @@
+"""Throughput, MFU and memory. MFU divides achieved FLOP/s by a stated peak: a table for
+known GPUs, and on CPU a matmul peak measured once on this machine and cached."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import time
+
+import torch
+
+from crashdrill.trainer.data import cache_dir
+
+# Dense peak TFLOP/s per precision (vendor datasheets, without sparsity).
+GPU_PEAKS_TFLOPS: dict[str, dict[str, float]] = {
+    "H200": {"bf16": 989.0, "fp32": 67.0},
+    "H100": {"bf16": 989.0, "fp32": 67.0},
+    "A100": {"bf16": 312.0, "fp32": 19.5},
+    "A10G": {"bf16": 70.0, "fp32": 31.2},
+    "L40S": {"bf16": 362.0, "fp32": 91.6},
+    "L4": {"bf16": 121.0, "fp32": 30.3},
+    "T4": {"bf16": 65.0, "fp32": 8.1},  # T4 has no bf16; its fp16 tensor-core peak
+    "V100": {"bf16": 125.0, "fp32": 15.7},
+    "RTX 4090": {"bf16": 165.0, "fp32": 82.6},
+    "RTX 3090": {"bf16": 71.0, "fp32": 35.6},
+}
+
+
+def gpu_peak(device_name: str, precision: str) -> tuple[float | None, str]:
+    for key, peaks in GPU_PEAKS_TFLOPS.items():
+        if key.lower() in device_name.lower():
+            return peaks[
+                precision
+            ] * 1e12, f"{key} datasheet {precision} {peaks[precision]} TFLOP/s"
+    return None, f"{device_name}: not in the peak table, MFU not computed"
+
+
+def cpu_peak(threads: int) -> tuple[float, str]:
+    """FLOP/s of a large fp32 matmul on this CPU with `threads` threads, measured once and
+    cached per (cpu, threads, torch version)."""
+    cpu = platform.processor() or platform.machine()
+    key = f"{cpu}-{os.cpu_count()}-t{threads}-{torch.__version__}"
+    path = cache_dir() / "cpu_peak.json"
+    try:
+        cached = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cached = {}
+    if key not in cached:
+        n = 512
+        a, b = torch.randn(n, n, generator=torch.Generator().manual_seed(0)), torch.ones(n, n)
+        torch.mm(a, b)
+        reps, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < 0.25:
+            torch.mm(a, b)
+            reps += 1
+        cached[key] = 2 * n**3 * reps / (time.perf_counter() - t0)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(cached))
+        os.replace(tmp, path)
+    peak = float(cached[key])
+    return (
+        peak,
+        f"measured fp32 matmul peak on this CPU, {threads} thread(s): {peak / 1e9:.1f} GFLOP/s",
+    )
+
+
+def memory_bytes(device: torch.device) -> tuple[int, str]:
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device)), "cuda_peak_allocated"
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE"), "rss"
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "rss"

@@ -1,0 +1,81 @@
+"""Run records: an append-only JSONL file in the run dir, the source of truth for
+everything that shows a run (server, charts, resume checks, the drill).
+
+Each record is one `os.write` of one line on an O_APPEND descriptor, so a SIGKILL leaves
+at most a final line without its newline; readers take complete lines only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import time
+from pathlib import Path
+from typing import Any
+
+RECORDS_FILE = "records.jsonl"
+VERSION = 1
+
+
+def float32_bits(x: float) -> int:
+    """The IEEE-754 bits of x rounded to float32, as an unsigned int: compare these,
+    not printed decimals."""
+    return int(struct.unpack("<I", struct.pack("<f", x))[0])
+
+
+def bits_to_float32(bits: int) -> float:
+    return float(struct.unpack("<f", struct.pack("<I", bits))[0])
+
+
+class RecordWriter:
+    def __init__(self, run_dir: str | Path, segment: int) -> None:
+        self.path = Path(run_dir) / RECORDS_FILE
+        self.segment = segment
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._repair_tail()
+
+    def _repair_tail(self) -> None:
+        # A previous process killed mid-line left a fragment: end it so our first record
+        # starts on its own line (readers skip the unparseable fragment).
+        size = os.fstat(self._fd).st_size
+        if size:
+            with open(self.path, "rb") as f:
+                f.seek(size - 1)
+                if f.read(1) != b"\n":
+                    os.write(self._fd, b"\n")
+
+    def write(self, kind: str, **fields: Any) -> dict[str, Any]:
+        rec = {"v": VERSION, "kind": kind, "t": round(time.time(), 3), "segment": self.segment}
+        rec.update(fields)
+        os.write(self._fd, (json.dumps(rec, separators=(",", ":")) + "\n").encode())
+        return rec
+
+    def event(self, text: str, level: str = "info", **fields: Any) -> dict[str, Any]:
+        return self.write("event", text=text, level=level, **fields)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def read_records(path: str | Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """Complete records from byte `offset`; returns them and the offset after the last
+    complete line. Unparseable lines (a fragment a kill left behind) are skipped."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n")
+    if end < 0:
+        return [], offset
+    out = []
+    for line in data[: end + 1].splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out, offset + end + 1
