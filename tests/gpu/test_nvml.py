@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from crashdrill.workers.nvml import GPU_READING_FIELDS, open_gpu
 from crashdrill.workers.telemetry import TelemetrySample, TelemetrySampler
 

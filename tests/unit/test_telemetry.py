@@ -21,6 +21,7 @@ from typing import Any
 
 import psutil
 import pytest
+
 from crashdrill.workers.telemetry import RaplMeter, TelemetrySample, TelemetrySampler
 
 GIB = 1024**3

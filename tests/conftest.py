@@ -1,0 +1,43 @@
+"""Shared test setup: one token cache per test session (never the user's ~/.cache), and a
+helper that runs the real `crashdrill` CLI in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_CACHE = tempfile.mkdtemp(prefix="crashdrill-test-cache-")
+os.environ.setdefault("CRASHDRILL_CACHE_DIR", _CACHE)
+
+REPO = Path(__file__).resolve().parent.parent
+SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
+
+
+def crashdrill_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "crashdrill", *args]
+
+
+def run_cli(
+    *args: str, timeout: float = 120, env: dict[str, str] | None = None, check: bool = False
+) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    proc = subprocess.run(
+        crashdrill_cmd(*args), capture_output=True, text=True, timeout=timeout, env=full_env
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+        )
+    return proc
+
+
+@pytest.fixture
+def shakespeare() -> Path:
+    if not SHAKESPEARE.is_file():
+        pytest.skip("../shared/data/tinyshakespeare.txt is not beside this checkout")
+    return SHAKESPEARE
