@@ -88,3 +88,26 @@ def test_sampling_and_validation_never_touch_the_global_rng():
     BatchSampler(data, cfg).next_batch()
     fixed_batches(data, cfg, 2, seed=1)
     assert torch.equal(before, torch.get_rng_state())
+
+
+def test_fineweb_edu_without_network_fails_fast_with_a_clear_message(monkeypatch):
+    pytest.importorskip("datasets")
+    import time
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    t0 = time.monotonic()
+    with pytest.raises(DataError, match="cannot reach"):
+        load_dataset(TrainConfig(data="fineweb-edu"))
+    assert time.monotonic() - t0 < 10
+
+
+def test_gpt2_tokenizer_loads_or_explains_why_not():
+    pytest.importorskip("tiktoken")
+    from crashdrill.trainer.data import GPT2Tokenizer
+
+    try:
+        tok = GPT2Tokenizer()
+    except DataError as e:
+        assert "GPT-2 BPE" in str(e) and "tokenizer = 'byte'" in str(e)
+    else:
+        assert tok.decode(tok.encode("The capital of France")) == "The capital of France"
