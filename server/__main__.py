@@ -1,0 +1,3 @@
+from crashdrill.server.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,124 @@
+"""The lab's web app, built by a factory (never at import time).
+
+    from crashdrill.server.app import create_app
+    from crashdrill.server.settings import Settings
+    app = create_app(Settings(data_dir=Path("/tmp/lab")))   # then: uvicorn.run(app)
+
+`crashdrill serve` does exactly that on 127.0.0.1:8000. Routes: docs/server.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+
+import crashdrill
+from crashdrill.server import routes_live, routes_pairs, routes_runs
+from crashdrill.server.errors import LabError
+from crashdrill.server.runs import Lab
+from crashdrill.server.sessions import BodyLimitMiddleware, SessionMiddleware
+from crashdrill.server.settings import Settings
+from crashdrill.server.telemetry_feed import Sampler, default_sampler
+
+DESCRIPTION = (
+    "Two small GPT runs train side by side, identical except for one knob. A crash test "
+    "SIGKILLs one; it resumes from its last complete checkpoint, and the resume check "
+    "compares the recomputed losses with the originals bit for bit."
+)
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    sampler_factory: Callable[[Settings], Sampler | None] = default_sampler,
+) -> FastAPI:
+    settings = settings or Settings.from_env()
+    lab = Lab(settings, sampler_factory=sampler_factory)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await lab.start()
+        try:
+            yield
+        finally:
+            await lab.stop()
+
+    app = FastAPI(
+        title="crashdrill lab",
+        version=crashdrill.__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.lab = lab
+    app.state.settings = settings
+    app.include_router(routes_pairs.router)
+    app.include_router(routes_runs.router)
+    app.include_router(routes_live.router)
+    app.add_exception_handler(LabError, _lab_error)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_middleware(SessionMiddleware, secret_key=settings.resolve_secret_key())
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)  # outermost
+    _mount_web(app)
+    return app
+
+
+async def _lab_error(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, LabError)
+    return JSONResponse({"detail": exc.message}, status_code=exc.status)
+
+
+async def _invalid_request(_request: Request, exc: Exception) -> Response:
+    """400 for a body that is not JSON, 422 naming the field otherwise."""
+    assert isinstance(exc, RequestValidationError)
+    errors = [
+        {"type": e.get("type"), "loc": [str(p) for p in e.get("loc", ())], "msg": e.get("msg")}
+        for e in exc.errors()
+    ]
+    if any(e["type"] == "json_invalid" for e in errors):
+        return JSONResponse(
+            {"detail": "the request body is not valid JSON", "errors": errors}, status_code=400
+        )
+    parts = []
+    for e in errors[:5]:
+        where = ".".join(p for p in e["loc"] if p not in ("body", "query", "path"))
+        parts.append(f"{where}: {e['msg']}" if where else str(e["msg"]))
+    return JSONResponse({"detail": "; ".join(parts), "errors": errors}, status_code=422)
+
+
+def _mount_web(app: FastAPI) -> None:
+    """The page at / (web/templates/index.html) and /static, when the web part exists."""
+    try:
+        import crashdrill.web as web
+    except ImportError:
+        web_dir = None
+    else:
+        web_dir = Path(web.__file__).parent
+    index = web_dir / "templates" / "index.html" if web_dir else None
+    static = web_dir / "static" if web_dir else None
+    if static is not None and static.is_dir():
+        from fastapi.staticfiles import StaticFiles
+
+        app.mount("/static", StaticFiles(directory=static), name="static")
+    if index is not None and index.is_file():
+        from fastapi.templating import Jinja2Templates
+
+        templates = Jinja2Templates(directory=index.parent)
+
+        @app.get("/", include_in_schema=False)
+        async def page(request: Request) -> Any:
+            return templates.TemplateResponse(request, "index.html", {})
+
+    else:
+
+        @app.get("/", include_in_schema=False)
+        async def no_page() -> HTMLResponse:
+            return HTMLResponse(
+                "<!doctype html><title>crashdrill lab</title><h1>crashdrill lab</h1>"
+                "<p>The web page is not installed; the API is at <a href=/docs>/docs</a>.</p>"
+            )

@@ -1,0 +1,116 @@
+"""The lab at http://127.0.0.1:8000, with embedded defaults (`crashdrill serve`).
+
+    crashdrill serve                                   SQLite + runs under the data dir
+    crashdrill serve --port 8080 --data-dir /srv/lab --max-concurrent 4
+    python -m crashdrill.server …                      the same, without the main CLI
+
+Settings also come from CRASHDRILL_* environment variables (docs/server.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import gc
+import logging
+import socket
+import sys
+from typing import Any
+
+EXIT_OK, EXIT_USAGE = 0, 2
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register `serve` on the main CLI's subparsers; `run` is its handler."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "serve", help="the lab in a browser", description=__doc__.split("\n\n")[0]
+    )
+    _add_arguments(p)
+    return p
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port to listen on (default 8000)")
+    p.add_argument("--data-dir", help="database, run dirs and keys (default: user data dir)")
+    p.add_argument(
+        "--max-concurrent", type=int, help="runs that train at once (default: from cores/GPUs)"
+    )
+    p.add_argument(
+        "--stop-runs-on-exit",
+        action="store_true",
+        default=None,
+        help="stop the runs when the server exits (default: they keep training and the"
+        " next start adopts them)",
+    )
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from crashdrill.server.app import create_app
+    from crashdrill.server.settings import Settings, SettingsError
+
+    try:
+        settings = Settings.from_env(
+            host=args.host,
+            port=args.port,
+            data_dir=args.data_dir,
+            max_concurrent=args.max_concurrent,
+            stop_runs_on_exit=args.stop_runs_on_exit,
+        )
+    except SettingsError as e:
+        print(f"crashdrill serve: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    problem = _port_problem(settings.host, settings.port)
+    if problem:
+        print(f"crashdrill serve: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    try:
+        app = create_app(settings)
+    except SettingsError as e:
+        print(f"crashdrill serve: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    # Everything imported so far lives as long as the process: keep it out of the
+    # collector's full passes, which otherwise stall every stream for ~100 ms.
+    gc.collect()
+    gc.freeze()
+    print(
+        f"crashdrill: the lab is at http://{settings.host}:{settings.port}"
+        f" (data in {settings.data_dir}; up to {settings.max_concurrent} runs at once)",
+        file=sys.stderr,
+        flush=True,
+    )
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=3,  # open SSE streams never finish by themselves
+    )
+    uvicorn.Server(config).run()
+    return EXIT_OK
+
+
+def _port_problem(host: str, port: int) -> str | None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return f"port {port} on {host} is in use; choose another with --port"
+            return f"cannot listen on {host}:{port}: {e.strerror}"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="crashdrill serve", description=__doc__.split("\n\n")[0])
+    _add_arguments(parser)
+    try:
+        return run(parser.parse_args(argv))
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,36 @@
+"""What the lab refuses, with the HTTP status each refusal maps to."""
+
+from __future__ import annotations
+
+
+class LabError(Exception):
+    """A request the lab refuses; `status` is the HTTP status it maps to."""
+
+    status = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class NotFound(LabError):
+    status = 404
+
+
+class Forbidden(LabError):
+    status = 403
+
+
+class Conflict(LabError):
+    status = 409
+
+
+class BadInput(LabError):
+    status = 422
+
+
+class TooMany(LabError):
+    status = 429
+
+
+__all__ = ["BadInput", "Conflict", "Forbidden", "LabError", "NotFound", "TooMany"]

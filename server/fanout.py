@@ -1,0 +1,168 @@
+"""Realtime fan-out to browsers, with per-client latest-value coalescing.
+
+`Fanout` is the small interface the rest of the server publishes through; `LocalFanout`
+delivers to SSE streams of this process (the embedded default). Supabase Realtime
+Broadcast would be a second implementation of `publish`, with the page subscribing
+directly, and no `subscribe` here.
+
+Every subscriber holds at most one pending message per key, never a queue:
+- "replace" keys (a run's state, the machine sample, resume checks) keep only the newest;
+- "append" keys (a run's records) gather records until the client takes them, up to a
+  cap; past the cap the oldest are dropped and the message says `"gap": true`, so the
+  page refetches the hole from /api/runs/{run}/records?after=….
+A client that keeps up receives every record; a slow one gets the latest values.
+Everything here runs on the event loop's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+Mode = Literal["replace", "append"]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One thing to push. `data` is JSON text (replace) or `items` JSON texts (append)."""
+
+    event: str  # the SSE event name
+    key: str  # coalescing key, e.g. "records:RUN", "run:RUN", "machine"
+    mode: Mode = "replace"
+    data: str = ""
+    items: Sequence[str] = ()
+    run: str | None = None
+    last_id: int | None = None  # SSE id (the newest record id carried)
+
+    @functools.cached_property
+    def frame(self) -> bytes:
+        """This message alone as an SSE frame, built once for all the clients that are
+        keeping up (most of them)."""
+        return _render(self, self.items, gap=False, last_id=self.last_id)
+
+
+class Fanout(Protocol):
+    def publish(self, channel: str, message: Message) -> None: ...
+
+    def subscribe(self, channels: Iterable[str]) -> Subscriber: ...
+
+    def unsubscribe(self, sub: Subscriber) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class _Pending:
+    message: Message
+    items: list[str] = field(default_factory=list)
+    gap: bool = False
+    last_id: int | None = None
+    merged: bool = False  # holds more than `message` alone
+
+
+class Subscriber:
+    """One client's pending messages: at most one per key, records capped."""
+
+    def __init__(self, channels: Sequence[str], max_items: int) -> None:
+        self.channels = tuple(channels)
+        self.max_items = max_items
+        self._pending: dict[str, _Pending] = {}
+        self._ready = asyncio.Event()
+        self.closed = False
+        self.dropped = 0  # records dropped by coalescing (for tests and benchmarks)
+
+    def offer(self, message: Message) -> None:
+        pending = self._pending.get(message.key)
+        if message.mode == "replace" or pending is None:
+            pending = _Pending(message)
+            self._pending[message.key] = pending
+        elif message.mode == "append":
+            pending.merged = True
+        if message.mode == "append":
+            pending.items.extend(message.items)
+            overflow = len(pending.items) - self.max_items
+            if overflow > 0:
+                del pending.items[:overflow]
+                pending.gap = True
+                self.dropped += overflow
+        if message.last_id is not None:
+            pending.last_id = message.last_id
+        self._ready.set()
+
+    async def next(self, timeout: float) -> list[bytes]:
+        """The pending messages as SSE frames; [] after `timeout` with nothing new."""
+        if not self._pending and not self.closed:
+            self._ready.clear()
+            try:
+                await asyncio.wait_for(self._ready.wait(), timeout)
+            except TimeoutError:
+                return []
+        pending, self._pending = self._pending, {}
+        self._ready.clear()
+        return [_frame(p) for p in pending.values()]
+
+    def close(self) -> None:
+        self.closed = True
+        self._ready.set()
+
+
+def _frame(p: _Pending) -> bytes:
+    if not p.merged and not p.gap:
+        return p.message.frame
+    return _render(p.message, p.items, gap=p.gap, last_id=p.last_id)
+
+
+def _render(m: Message, items: Sequence[str], *, gap: bool, last_id: int | None) -> bytes:
+    if m.mode == "append":
+        run = f'"run":{json.dumps(m.run)},' if m.run else ""
+        data = f'{{{run}"gap":{"true" if gap else "false"},"records":[{",".join(items)}]}}'
+    else:
+        data = m.data
+    head = f"event: {m.event}\n"
+    if last_id is not None:
+        head += f"id: {last_id}\n"
+    return (head + "data: " + data.replace("\n", "\ndata: ") + "\n\n").encode()
+
+
+def frame(event: str, data: str, event_id: int | None = None) -> bytes:
+    """One SSE frame outside the coalescing path (the hello snapshot, backfill)."""
+    return _render(Message(event=event, key=event, data=data), (), gap=False, last_id=event_id)
+
+
+class LocalFanout:
+    """Channels of subscribers in this process (SSE)."""
+
+    def __init__(self, max_items: int = 2000) -> None:
+        self.max_items = max_items
+        self._channels: dict[str, set[Subscriber]] = {}
+
+    def publish(self, channel: str, message: Message) -> None:
+        for sub in self._channels.get(channel, ()):
+            sub.offer(message)
+
+    def subscribe(self, channels: Iterable[str]) -> Subscriber:
+        sub = Subscriber(list(channels), self.max_items)
+        for ch in sub.channels:
+            self._channels.setdefault(ch, set()).add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        sub.close()
+        for ch in sub.channels:
+            subs = self._channels.get(ch)
+            if subs is not None:
+                subs.discard(sub)
+                if not subs:
+                    del self._channels[ch]
+
+    def subscribers(self) -> int:
+        return len({s for subs in self._channels.values() for s in subs})
+
+    def close(self) -> None:
+        for subs in list(self._channels.values()):
+            for sub in list(subs):
+                self.unsubscribe(sub)

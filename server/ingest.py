@@ -1,0 +1,164 @@
+"""Ingest of a run's records.jsonl into the database, from the offset saved last time.
+
+The file is the source of truth. Each call reads the complete lines after the saved
+byte offset, inserts them and moves the offset in one transaction, so a server killed at
+any moment re-reads at most what it had not committed, and duplicate rows are refused by
+their key: (segment, step, kind) for step-bearing kinds, the line's byte offset for the
+others (events, stages, resumes…). A final line without its newline (a trainer killed
+mid-write) is left for later; a line that is not a JSON object is skipped and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from crashdrill.server.db import Row
+from crashdrill.server.store import NewRecord, Store
+from crashdrill.workers.run_dir import RECORDS
+
+log = logging.getLogger(__name__)
+
+KINDS = (
+    "stage",
+    "step",
+    "val",
+    "probe",
+    "sample",
+    "ckpt",
+    "mirror",
+    "resume",
+    "event",
+    "run",
+    "telemetry",
+)
+STEP_KEYED_KINDS = frozenset({"step", "val", "probe", "sample", "ckpt", "mirror"})
+LATEST_KINDS = frozenset({"step", "val", "probe", "sample", "ckpt", "mirror", "resume", "run"})
+CHUNK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Parsed:
+    record: NewRecord
+    value: dict[str, Any]
+
+
+@dataclass
+class IngestBatch:
+    """What one ingest call added for one run."""
+
+    run_id: str
+    inserted: list[tuple[int, NewRecord]]
+    run_fields: dict[str, Any]
+    more: bool  # the file has more bytes than this call read
+    bad_lines: int = 0
+    kinds: set[str] = field(default_factory=set)
+    resume_segments: bool = False  # step rows of a segment ≥ 1 arrived
+
+
+def parse_lines(chunk: bytes, base_offset: int) -> tuple[list[Parsed], int, int]:
+    """Records in the complete lines of `chunk`, read at byte `base_offset` of the file.
+
+    Returns (records, bytes consumed up to and including the last newline, bad lines).
+    """
+    end = chunk.rfind(b"\n")
+    if end < 0:
+        return [], 0, 0
+    parsed: list[Parsed] = []
+    bad = 0
+    pos = 0
+    for line in chunk[: end + 1].split(b"\n")[:-1]:
+        offset = base_offset + pos
+        pos += len(line) + 1
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if not isinstance(value, dict) or not isinstance(value.get("kind"), str):
+            bad += 1
+            continue
+        kind = value["kind"]
+        segment = value.get("segment")
+        if not isinstance(segment, int) or isinstance(segment, bool) or segment < 0:
+            segment = 0
+        step = value.get("step")
+        if not isinstance(step, int) or isinstance(step, bool):
+            step = None
+        t = value.get("t")
+        if isinstance(t, bool) or not isinstance(t, int | float):
+            t = None
+        if kind in STEP_KEYED_KINDS and step is not None:
+            key = f"{segment}:{step}:{kind}"
+        else:
+            key = f"@{offset}"
+        text = json.dumps(value, separators=(",", ":"))
+        parsed.append(Parsed(NewRecord(key, segment, kind, step, t, text), value))
+    return parsed, end + 1, bad
+
+
+def run_fields_after(run: Row, values: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run row's summary columns once `values` (in file order) are applied."""
+    latest = json.loads(run.get("latest_json") or "{}")
+    fields: dict[str, Any] = {}
+    segment = run.get("segment") or 0
+    for value in values:
+        kind = value["kind"]
+        if isinstance(value.get("segment"), int):
+            segment = max(segment, value["segment"])
+        if kind == "stage" and isinstance(value.get("stage"), str):
+            fields["stage"] = value["stage"]
+            progress = value.get("progress")
+            fields["stage_progress"] = progress if isinstance(progress, int | float) else None
+        elif kind == "step" and isinstance(value.get("step"), int):
+            fields["step"] = value["step"]
+        if kind in LATEST_KINDS:
+            latest[kind] = value
+    fields["segment"] = segment
+    fields["latest_json"] = json.dumps(latest, separators=(",", ":"))
+    return fields
+
+
+def ingest_run(store: Store, run: Row, chunk_bytes: int = CHUNK_BYTES) -> IngestBatch | None:
+    """Read and store what the run's records.jsonl gained since the saved offset."""
+    path = Path(run["run_dir"]) / RECORDS
+    offset = int(run["ingest_offset"])
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size <= offset:
+                if size < offset:
+                    log.warning("%s shrank below the ingest offset %d; ignored", path, offset)
+                return None
+            f.seek(offset)
+            chunk = f.read(chunk_bytes)
+    except FileNotFoundError:
+        return None
+    parsed, consumed, bad = parse_lines(chunk, offset)
+    if consumed == 0:
+        if len(chunk) >= chunk_bytes:  # one line longer than a whole chunk: skip it
+            log.warning("%s: a line over %d bytes at offset %d skipped", path, chunk_bytes, offset)
+            store.update_run(run["id"], ingest_offset=offset + len(chunk))
+        return None
+    if bad:
+        log.warning("%s: %d line(s) that are not records skipped", path, bad)
+    values = [p.value for p in parsed]
+    fields = run_fields_after(run, values) if values else {}
+    inserted = store.insert_records(
+        run["id"], [p.record for p in parsed], offset + consumed, fields
+    )
+    return IngestBatch(
+        run_id=run["id"],
+        inserted=inserted,
+        run_fields=fields,
+        more=offset + consumed < size,
+        bad_lines=bad,
+        kinds={rec.kind for _, rec in inserted},
+        resume_segments=any(rec.kind == "step" and rec.segment > 0 for _, rec in inserted),
+    )

@@ -1,0 +1,95 @@
+"""Live data: the machine's latest telemetry and one SSE stream per browser tab.
+
+The stream of a pair carries, as SSE events:
+- `hello` once: {"pair": <the pair's state>, "machine": <latest sample or null>};
+- `records`: {"run", "gap", "records": [...]} — new records of one run, each with its
+  `id`; `gap: true` when the client was too slow and older ones were dropped (refetch
+  with /api/runs/{run}/records?after=…). The SSE `id` is the newest record id, so a
+  reconnecting EventSource (Last-Event-ID) gets what it missed;
+- `run`: one run's state (as in /api/pairs/{pair}), latest value only;
+- `resume_checks`: {"run", "checks": [...]}, latest value only;
+- `telemetry`: the machine sample, latest value only;
+- a `: ping` comment when nothing happened for a while.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
+
+from crashdrill.server.fanout import frame
+from crashdrill.server.routes_pairs import lab_of
+from crashdrill.server.runs import Lab
+from crashdrill.server.schemas import Machine, problems
+from crashdrill.server.sessions import session_of
+from crashdrill.server.telemetry_feed import MACHINE_CHANNEL
+from crashdrill.server.views import record_json
+
+router = APIRouter(prefix="/api", tags=["live"])
+
+
+@router.get("/machine", response_model=Machine, summary="The newest machine telemetry sample")
+async def machine(request: Request) -> dict[str, Any]:
+    return {"sample": lab_of(request).telemetry.latest}
+
+
+@router.get(
+    "/stream",
+    summary="Server-sent events: both runs' records and state, and machine telemetry",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "an endless event stream"},
+        **problems(404, 422),
+    },
+)
+async def stream(
+    request: Request, pair: str = Query(description="the pair to follow")
+) -> StreamingResponse:
+    lab = lab_of(request)
+    view = lab.pair(pair, session_of(request))
+    run_ids = [r["id"] for r in view["runs"]]
+    after = _last_event_id(request)
+    sub = lab.fanout.subscribe([*(f"run:{r}" for r in run_ids), MACHINE_CHANNEL])
+    hello = json.dumps({"pair": view, "machine": lab.telemetry.latest}, separators=(",", ":"))
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            yield frame("hello", hello)
+            if after is not None:
+                yield _backfill(lab, run_ids, after)
+            heartbeat = lab.settings.stream_heartbeat_s
+            while not sub.closed:
+                frames = await sub.next(heartbeat)
+                yield b"".join(frames) if frames else b": ping\n\n"
+        finally:
+            lab.fanout.unsubscribe(sub)
+
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(body(), media_type="text/event-stream", headers=headers)
+
+
+def _last_event_id(request: Request) -> int | None:
+    raw = request.headers.get("last-event-id", "")
+    return int(raw) if raw.isdigit() and len(raw) < 19 else None
+
+
+def _backfill(lab: Lab, run_ids: list[str], after: int) -> bytes:
+    """What a reconnecting client missed, per run; only a gap marker when that is more
+    than a slow client may hold (the page then refetches with /records?after=…)."""
+    cap = lab.settings.stream_max_pending_records
+    rows = lab.store.records_of_runs(run_ids, after, cap + 1)
+    gap = len(rows) > cap
+    out = []
+    for run_id in run_ids:
+        mine = [] if gap else [r for r in rows if r["run_id"] == run_id]
+        if not mine and not gap:
+            continue
+        items = ",".join(record_json(r["id"], run_id, r["data"]) for r in mine)
+        flag = "true" if gap else "false"
+        data = f'{{"run":{json.dumps(run_id)},"gap":{flag},"records":[{items}]}}'
+        out.append(frame("records", data, mine[-1]["id"] if mine else None))
+    return b"".join(out)

@@ -1,0 +1,100 @@
+"""One run: crash test, stop, records for charts, resume checks, the human log."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+
+from crashdrill.server.routes_pairs import lab_of
+from crashdrill.server.schemas import (
+    CrashResult,
+    Events,
+    RecordKind,
+    RecordsPage,
+    ResumeChecks,
+    StopResult,
+    problems,
+)
+from crashdrill.server.sessions import is_instructor, session_of
+from crashdrill.server.views import event_view, record_json
+
+router = APIRouter(prefix="/api/runs", tags=["runs"])
+
+MAX_PAGE = 20000
+
+
+def _who(request: Request) -> tuple[str, bool]:
+    token = request.app.state.settings.instructor_token
+    return session_of(request), is_instructor(request, token)
+
+
+@router.post(
+    "/{run}/crash",
+    status_code=202,
+    response_model=CrashResult,
+    summary="Crash test: SIGKILL the trainer now; it resumes from its last checkpoint",
+    responses=problems(403, 404, 409, 413),
+)
+async def crash(run: str, request: Request) -> dict[str, Any]:
+    session, instructor = _who(request)
+    return lab_of(request).crash(run, session, instructor)
+
+
+@router.post(
+    "/{run}/stop",
+    status_code=202,
+    response_model=StopResult,
+    summary="Stop a run for good (queued: leaves the queue)",
+    responses=problems(403, 404, 409, 413),
+)
+async def stop(run: str, request: Request) -> dict[str, Any]:
+    session, instructor = _who(request)
+    return lab_of(request).stop_run(run, session, instructor)
+
+
+@router.get(
+    "/{run}/records",
+    response_model=RecordsPage,
+    summary="Run records (history for charts), oldest first, after a record id",
+    responses=problems(404, 422),
+)
+async def records(
+    run: str,
+    request: Request,
+    kind: Annotated[list[RecordKind] | None, Query(description="only these kinds")] = None,
+    after: Annotated[int, Query(ge=0, le=2**62, description="records with id > after")] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 5000,
+) -> Response:
+    lab = lab_of(request)
+    lab.run_row(run)
+    rows = lab.store.records(run, list(kind) if kind else None, after, limit)
+    items = ",".join(record_json(r["id"], run, r["data"]) for r in rows)
+    next_after = rows[-1]["id"] if rows else after
+    body = f'{{"run":{json.dumps(run)},"records":[{items}],"next_after":{next_after}}}'
+    return Response(body, media_type="application/json")
+
+
+@router.get(
+    "/{run}/resume-checks",
+    response_model=ResumeChecks,
+    summary="Per resume: the recomputed steps compared with the originals, bit for bit",
+    responses=problems(404, 422),
+)
+async def resume_checks(run: str, request: Request) -> dict[str, Any]:
+    lab = lab_of(request)
+    lab.run_row(run)
+    return {"run": run, "checks": lab.resume_checks(run)}
+
+
+@router.get(
+    "/{run}/events",
+    response_model=Events,
+    summary="The human log of a run, in order",
+    responses=problems(404, 422),
+)
+async def events(run: str, request: Request) -> dict[str, Any]:
+    lab = lab_of(request)
+    lab.run_row(run)
+    return {"run": run, "events": [event_view(r) for r in lab.store.records_of_kind(run, "event")]}

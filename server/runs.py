@@ -1,0 +1,382 @@
+"""The lab: pairs of runs, their lifecycle, the queue, ingest and what is pushed live.
+
+Everything here runs on the event loop's thread. Supervisors watch trainers in their own
+threads and report through `call_soon_threadsafe`; so does the telemetry sampler.
+
+Lifecycle of a run (`state`): queued → starting → running ⇄ restarting → finished |
+failed | stopped. At most `max_concurrent` runs are starting/running/restarting; the rest
+wait in FIFO order, a pair's two runs together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import os
+import secrets
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from crashdrill.server.db import Database, Row
+from crashdrill.server.errors import BadInput, Conflict, Forbidden, NotFound, TooMany
+from crashdrill.server.fanout import Fanout, LocalFanout, Message
+from crashdrill.server.ingest import IngestBatch, ingest_run
+from crashdrill.server.resume_check import checks_from_rows
+from crashdrill.server.settings import Settings, lock_data_dir
+from crashdrill.server.store import ACTIVE_STATES, TERMINAL_STATES, Store
+from crashdrill.server.telemetry_feed import Sampler, TelemetryFeed, default_sampler
+from crashdrill.server.views import pair_view, queue_positions, record_json, run_view
+from crashdrill.trainer.presets import LABELS, PresetError, list_presets
+from crashdrill.workers.run_dir import RunDir
+from crashdrill.workers.supervisor import Change, Launch, NotRunning, Supervisor
+
+log = logging.getLogger(__name__)
+
+# While a run trains, its state and resume checks are pushed at most this often (the
+# records themselves go out at once); a change of state goes out at once.
+THROTTLE_S = 0.5
+
+
+def new_id() -> str:
+    """An unguessable id (96 random bits, URL-safe)."""
+    return secrets.token_urlsafe(12)
+
+
+class Lab:
+    def __init__(
+        self,
+        settings: Settings,
+        fanout: Fanout | None = None,
+        sampler_factory: Callable[[Settings], Sampler | None] = default_sampler,
+    ) -> None:
+        self.settings = settings
+        self._lock_fd = lock_data_dir(settings.data_dir)
+        self.db = Database(settings.db_path)
+        self.store = Store(self.db)
+        self.fanout: Fanout = fanout or LocalFanout(settings.stream_max_pending_records)
+        self.telemetry = TelemetryFeed(settings, self.store, self.fanout, sampler_factory)
+        self.supervisors: dict[str, Supervisor] = {}
+        self._tails: set[str] = set()  # runs whose records.jsonl is being ingested
+        self._checks_due: dict[str, float] = {}
+        self._runs_due: dict[str, float] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False  # no new starts while stopping
+        self._closed = False  # the database is closed: late reports are dropped
+
+    # ---- start and stop -------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.db.migrate()
+        self._recover()
+        self._task = asyncio.create_task(self._ingest_loop(), name="crashdrill-ingest")
+        self.telemetry.start(self._loop)
+        self.schedule()
+
+    async def stop(self) -> None:
+        self._closing = True
+        self.telemetry.stop()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        sups = list(self.supervisors.values())
+        for sup in sups:
+            if self.settings.stop_runs_on_exit:
+                sup.stop("the server shutting down")
+            else:
+                sup.detach()
+        if self.settings.stop_runs_on_exit:
+            await asyncio.to_thread(lambda: [s.join(10) for s in sups])
+            for _ in range(3):
+                await asyncio.sleep(0)  # let the supervisors' last reports land
+            self.ingest_once()
+        elif sups:
+            log.info("%d run(s) keep training; the next server start adopts them", len(sups))
+        self.fanout.close()
+        self._closed = True
+        self.db.close()
+        os.close(self._lock_fd)
+
+    def _recover(self) -> None:
+        """After a restart: adopt live trainers, resume dead ones, continue ingest."""
+        for row in self.store.runs_in(ACTIVE_STATES):
+            rd = RunDir(Path(row["run_dir"]))
+            sup = self._supervisor(row)
+            self._tails.add(row["id"])
+            if sup.adopt([row["pid"], rd.run_json().get("pid")]):
+                log.info("adopted the live trainer of run %s", row["id"])
+                self.supervisors[row["id"]] = sup
+                continue
+            _, _, stage = rd.last_seen()
+            if stage in ("finished", "failed"):
+                self.store.update_run(row["id"], state=stage, ended_at=time.time(), pid=None)
+                continue
+            log.info("resuming run %s, whose trainer died while the server was down", row["id"])
+            self.supervisors[row["id"]] = sup
+            sup.resume("The trainer stopped while the lab server was down")
+        for row in self.store.runs_in(TERMINAL_STATES):
+            path = RunDir(Path(row["run_dir"])).records
+            if path.exists() and path.stat().st_size > row["ingest_offset"]:
+                self._tails.add(row["id"])
+
+    def _supervisor(self, row: Row) -> Supervisor:
+        launch = Launch(
+            run_dir=Path(row["run_dir"]),
+            preset=row["preset"],
+            label=row["label"],
+            command=self.settings.trainer_command,
+        )
+        return Supervisor(launch, functools.partial(self._on_change_threadsafe, row["id"]))
+
+    # ---- requests -------------------------------------------------------------------
+
+    def presets(self) -> list[dict[str, Any]]:
+        return [p.to_public() for p in list_presets()]
+
+    def create_pair(self, preset_name: str, owner: str, instructor: bool = False) -> dict[str, Any]:
+        try:
+            presets = {p.id: p for p in list_presets()}
+        except PresetError as e:
+            raise BadInput(f"the lesson presets cannot be read: {e}") from None
+        preset = presets.get(preset_name)
+        if preset is None:
+            known = ", ".join(sorted(presets))
+            raise NotFound(f"unknown preset {preset_name!r}; known presets: {known}")
+        if not instructor:
+            mine = self.store.active_pairs_of(owner)
+            if mine >= self.settings.max_pairs_per_session:
+                raise TooMany(
+                    f"this browser already has {mine} pairs queued or training (the limit is"
+                    f" {self.settings.max_pairs_per_session}): stop one or let it finish"
+                )
+        if len(self.store.runs_in(["queued"])) + len(LABELS) > self.settings.max_queued_runs:
+            raise TooMany("the lab's queue is full: try again when some runs have finished")
+        pair_id = new_id()
+        runs = [(new_id(), label) for label in LABELS]
+        self.store.create_pair(
+            pair_id,
+            owner,
+            preset.id,
+            preset.to_public(),
+            [(rid, label, str(self.settings.runs_dir / rid)) for rid, label in runs],
+        )
+        self.schedule()
+        return {"pair": pair_id, "runs": [{"id": rid, "label": label} for rid, label in runs]}
+
+    def pair(self, pair_id: str, session: str) -> dict[str, Any]:
+        pair = self.store.pair(pair_id)
+        if pair is None:
+            raise NotFound(f"no pair {pair_id!r}")
+        positions = queue_positions(self.store.runs_in(["queued"]))
+        runs = self.store.runs_of_pair(pair_id)
+        return pair_view(pair, runs, positions, is_owner=pair["owner"] == session)
+
+    def run_row(self, run_id: str) -> Row:
+        row = self.store.run(run_id)
+        if row is None:
+            raise NotFound(f"no run {run_id!r}")
+        return row
+
+    def check_may_control(self, run_id: str, session: str, instructor: bool) -> Row:
+        row = self.run_row(run_id)
+        if not instructor and self.store.owner_of_run(run_id) != session:
+            raise Forbidden(
+                "this run belongs to another browser: only its owner or an instructor"
+                " may crash or stop it"
+            )
+        return row
+
+    def crash(self, run_id: str, session: str, instructor: bool) -> dict[str, Any]:
+        row = self.check_may_control(run_id, session, instructor)
+        state, stage = row["state"], row["stage"]
+        if state != "running" or stage != "train":
+            why = {
+                "queued": "it is still queued",
+                "starting": "it is still starting",
+                "restarting": "it is resuming after a crash",
+                "running": f"it is in stage {stage!r}, not training yet",
+            }.get(state, f"it has {state}")
+            raise Conflict(f"cannot crash run {run_id}: {why}; crash tests hit training runs")
+        sup = self.supervisors.get(run_id)
+        if sup is None:
+            raise Conflict(f"cannot crash run {run_id}: no trainer process is watched")
+        try:
+            pid = sup.crash()
+        except NotRunning as e:
+            raise Conflict(f"cannot crash run {run_id}: {e}") from None
+        self.store.update_run(
+            run_id, state="restarting", stage="restarting", crashes=row["crashes"] + 1
+        )
+        self._publish_run(run_id)
+        return {"run": run_id, "killed_pid": pid, "at_step": row["step"], "state": "restarting"}
+
+    def stop_run(self, run_id: str, session: str, instructor: bool) -> dict[str, Any]:
+        row = self.check_may_control(run_id, session, instructor)
+        who = (
+            "an instructor"
+            if instructor and self.store.owner_of_run(run_id) != session
+            else "its owner"
+        )
+        if row["state"] == "queued":
+            self.store.update_run(
+                run_id, state="stopped", ended_at=time.time(), message=f"Stopped by {who}."
+            )
+            self.schedule()
+        elif row["state"] in ACTIVE_STATES and run_id in self.supervisors:
+            self.supervisors[run_id].stop(who)
+        else:
+            raise Conflict(f"cannot stop run {run_id}: it has {row['state']}")
+        self._publish_run(run_id)
+        return {"run": run_id, "state": self.run_row(run_id)["state"], "stopping": True}
+
+    # ---- the queue ------------------------------------------------------------------
+
+    def schedule(self) -> None:
+        """Start queued runs while slots are free: FIFO, a pair's runs together."""
+        if self._closing:
+            return
+        limit = self.settings.max_concurrent
+        free = limit - len(self.store.runs_in(ACTIVE_STATES))
+        queued = self.store.runs_in(["queued"])
+        started = False
+        while queued and free > 0:
+            group = [r for r in queued if r["pair_id"] == queued[0]["pair_id"]]
+            if free < min(len(group), limit):
+                break
+            for row in group[:free]:
+                self._start_run(row)
+                free -= 1
+                started = True
+                queued.remove(row)
+        if started or queued:
+            for row in queued:
+                self._publish_run(row["id"])
+
+    def _start_run(self, row: Row) -> None:
+        Path(row["run_dir"]).mkdir(parents=True, exist_ok=True)
+        self.store.update_run(row["id"], state="starting", stage="starting", started_at=time.time())
+        sup = self._supervisor(row)
+        self.supervisors[row["id"]] = sup
+        self._tails.add(row["id"])
+        sup.start()
+        self._publish_run(row["id"])
+
+    # ---- reports from supervisor threads --------------------------------------------
+
+    def _on_change_threadsafe(self, run_id: str, change: Change) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._apply_change, run_id, change)
+
+    def _apply_change(self, run_id: str, change: Change) -> None:
+        if self._closed:
+            return
+        row = self.store.run(run_id)
+        if row is None:
+            return
+        if change.state == "running":
+            self.store.update_run(
+                run_id, state="running", pid=change.pid, pid_started=change.pid_started
+            )
+        elif change.state == "restarting":
+            self.store.update_run(run_id, state="restarting", stage="restarting", pid=None)
+        else:
+            fields: dict[str, Any] = {"state": change.state, "ended_at": time.time(), "pid": None}
+            fields.update(exit_code=change.exit_code, message=change.text or None)
+            if change.state == "stopped":
+                fields["stage"] = "stopped"
+            self.store.update_run(run_id, **fields)
+            self.supervisors.pop(run_id, None)
+            self._checks_due[run_id] = 0.0
+            self.schedule()
+        self._publish_run(run_id)
+
+    # ---- ingest and publishing ------------------------------------------------------
+
+    async def _ingest_loop(self) -> None:
+        interval = self.settings.ingest_interval_s
+        while True:
+            try:
+                more = self.ingest_once()
+                self._publish_due()
+            except Exception:
+                log.exception("ingest failed; retrying")
+                more = False
+            await asyncio.sleep(0 if more else interval)
+
+    def ingest_once(self) -> bool:
+        """One pass over the runs being tailed; True when some file has more to read."""
+        more = False
+        for run_id in list(self._tails):
+            row = self.store.run(run_id)
+            if row is None:
+                self._tails.discard(run_id)
+                continue
+            batch = ingest_run(self.store, row)
+            if batch is not None:
+                self._publish_batch(batch)
+                more = more or batch.more
+            done = row["state"] in TERMINAL_STATES and run_id not in self.supervisors
+            if done and (batch is None or not batch.more):
+                self._tails.discard(run_id)
+        return more
+
+    def _publish_batch(self, batch: IngestBatch) -> None:
+        run_id = batch.run_id
+        if batch.inserted:
+            items = [record_json(rid, run_id, rec.data) for rid, rec in batch.inserted]
+            message = Message(
+                event="records",
+                key=f"records:{run_id}",
+                mode="append",
+                items=items,
+                run=run_id,
+                last_id=batch.inserted[-1][0],
+            )
+            self.fanout.publish(f"run:{run_id}", message)
+        if batch.resume_segments or "resume" in batch.kinds:
+            self._checks_due.setdefault(run_id, time.monotonic() + THROTTLE_S)
+        if batch.run_fields.keys() & {"stage", "step"}:
+            self._runs_due.setdefault(run_id, time.monotonic() + THROTTLE_S)
+
+    def _publish_run(self, run_id: str) -> None:
+        self._runs_due.pop(run_id, None)
+        row = self.store.run(run_id)
+        pair = self.store.pair(row["pair_id"]) if row else None
+        if row is None or pair is None:
+            return
+        positions = (
+            queue_positions(self.store.runs_in(["queued"])) if row["state"] == "queued" else {}
+        )
+        data = json.dumps(run_view(row, pair, positions), separators=(",", ":"))
+        self.fanout.publish(f"run:{run_id}", Message(event="run", key=f"run:{run_id}", data=data))
+
+    def _publish_due(self) -> None:
+        now = time.monotonic()
+        for run_id, due in list(self._runs_due.items()):
+            if due <= now:
+                del self._runs_due[run_id]
+                self._publish_run(run_id)
+        for run_id, due in list(self._checks_due.items()):
+            if due <= now:
+                del self._checks_due[run_id]
+                payload = {"run": run_id, "checks": self.resume_checks(run_id)}
+                data = json.dumps(payload, separators=(",", ":"))
+                message = Message(event="resume_checks", key=f"checks:{run_id}", data=data)
+                self.fanout.publish(f"run:{run_id}", message)
+
+    # ---- reads ----------------------------------------------------------------------
+
+    def resume_checks(self, run_id: str) -> list[dict[str, Any]]:
+        steps = self.store.step_losses(run_id)
+        resumes = self.store.records_of_kind(run_id, "resume")
+        return [c.to_dict() for c in checks_from_rows(steps, resumes)]

@@ -1,0 +1,151 @@
+"""Request and response bodies of the API (pydantic, the server's edge), for validation
+and for the OpenAPI schema at /openapi.json."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from crashdrill.server.ingest import KINDS
+
+RecordKind = Literal[
+    "stage",
+    "step",
+    "val",
+    "probe",
+    "sample",
+    "ckpt",
+    "mirror",
+    "resume",
+    "event",
+    "run",
+    "telemetry",
+]
+assert set(RecordKind.__args__) == set(KINDS)  # type: ignore[attr-defined]
+
+RunState = Literal["queued", "starting", "running", "restarting", "finished", "failed", "stopped"]
+
+
+class Problem(BaseModel):
+    """Every error: a sentence that says what was wrong."""
+
+    detail: str
+    errors: list[dict[str, Any]] | None = None
+
+
+class NewPair(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    preset: str = Field(min_length=1, max_length=200, description="a preset id from /api/presets")
+
+
+class RunRef(BaseModel):
+    id: str
+    label: Literal["A", "B"]
+
+
+class PairCreated(BaseModel):
+    pair: str
+    runs: list[RunRef]
+
+
+class Knob(BaseModel):
+    name: str | None
+    a: Any = None
+    b: Any = None
+    text: str | None = None
+
+
+class RunKnob(BaseModel):
+    name: str | None
+    value: Any = None
+
+
+class RunStatus(BaseModel):
+    id: str
+    label: str
+    state: RunState
+    stage: str | None = Field(
+        description="queued, starting, download, tokenize, build, warmup, train, restarting,"
+        " finished, failed or stopped"
+    )
+    stage_progress: float | None
+    queue_position: int | None = Field(description="1-based place in the queue while queued")
+    step: int | None
+    steps: int | None
+    segment: int
+    crashes: int
+    knob: RunKnob
+    can_crash: bool
+    message: str | None
+    exit_code: int | None
+    latest: dict[str, Any] = Field(description="the newest record of each kind: step, val, …")
+
+
+class PairStatus(BaseModel):
+    pair: str
+    preset: dict[str, Any]
+    knob: Knob
+    created_at: float
+    owner: bool = Field(description="true when this browser created the pair")
+    runs: list[RunStatus]
+
+
+class CrashResult(BaseModel):
+    run: str
+    killed_pid: int
+    at_step: int | None
+    state: RunState
+
+
+class StopResult(BaseModel):
+    run: str
+    state: RunState
+    stopping: bool
+
+
+class RecordsPage(BaseModel):
+    run: str
+    records: list[dict[str, Any]] = Field(description="records with their `id`, oldest first")
+    next_after: int = Field(description="pass as `after` to get the next page")
+
+
+class ResumeCheckOut(BaseModel):
+    segment: int
+    from_step: int | None
+    steps: list[int] | None = Field(description="[lo, hi] of the compared steps")
+    points: int
+    expected_points: int
+    complete: bool
+    max_abs_delta: float | None
+    mean_abs_delta: float | None
+    bit_identical: bool | None
+
+
+class ResumeChecks(BaseModel):
+    run: str
+    checks: list[ResumeCheckOut]
+
+
+class Event(BaseModel):
+    id: int
+    t: float | None
+    segment: int
+    level: str
+    code: str | None
+    text: str
+    step: int | None
+
+
+class Events(BaseModel):
+    run: str
+    events: list[Event]
+
+
+class Machine(BaseModel):
+    sample: dict[str, Any] | None = Field(description="the newest telemetry record, or null")
+
+
+def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """`responses=` for a route: these statuses answer a Problem."""
+    return {s: {"model": Problem} for s in statuses}

@@ -1,0 +1,190 @@
+"""Every query the server makes, in one place: pairs, runs, records, telemetry.
+
+Plain SQL with `?` parameters through `Database.run`, so that a Postgres port changes
+`db.py` and nothing here.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from crashdrill.server.db import Database, Row
+
+ACTIVE_STATES = ("starting", "running", "restarting")
+TERMINAL_STATES = ("finished", "failed", "stopped")
+RUN_STATES = ("queued", *ACTIVE_STATES, *TERMINAL_STATES)
+
+_RUN_COLUMNS = frozenset(
+    {
+        "state",
+        "started_at",
+        "ended_at",
+        "pid",
+        "pid_started",
+        "exit_code",
+        "stage",
+        "stage_progress",
+        "step",
+        "segment",
+        "crashes",
+        "ingest_offset",
+        "latest_json",
+        "message",
+    }
+)
+
+
+@dataclass(frozen=True)
+class NewRecord:
+    """One line of records.jsonl, parsed, ready to insert."""
+
+    dedup_key: str
+    segment: int
+    kind: str
+    step: int | None
+    t: float | None
+    data: str  # the record as JSON text
+
+
+class Store:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # ---- pairs and runs -------------------------------------------------------------
+
+    def create_pair(
+        self,
+        pair_id: str,
+        owner: str,
+        preset: str,
+        preset_public: dict[str, Any],
+        runs: Sequence[tuple[str, str, str]],
+    ) -> None:
+        """A pair and its runs (id, label, run_dir), all queued, in one transaction."""
+        now = time.time()
+        with self.db.transaction():
+            self.db.run(
+                "INSERT INTO pairs (id, owner, preset, preset_json, created_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (pair_id, owner, preset, json.dumps(preset_public), now),
+            )
+            for i, (run_id, label, run_dir) in enumerate(runs):
+                self.db.run(
+                    "INSERT INTO runs (id, pair_id, label, preset, run_dir, state, queued_at)"
+                    " VALUES (?, ?, ?, ?, ?, 'queued', ?)",
+                    (run_id, pair_id, label, preset, run_dir, now + i * 1e-6),
+                )
+
+    def pair(self, pair_id: str) -> Row | None:
+        return self.db.one("SELECT * FROM pairs WHERE id = ?", (pair_id,))
+
+    def runs_of_pair(self, pair_id: str) -> list[Row]:
+        return self.db.run("SELECT * FROM runs WHERE pair_id = ? ORDER BY label", (pair_id,))
+
+    def active_pairs_of(self, owner: str) -> int:
+        """Pairs of `owner` with a run that is queued or has not ended."""
+        row = self.db.one(
+            "SELECT COUNT(DISTINCT p.id) AS n FROM pairs p JOIN runs r ON r.pair_id = p.id"
+            " WHERE p.owner = ? AND r.state IN ('queued', 'starting', 'running', 'restarting')",
+            (owner,),
+        )
+        return int(row["n"]) if row else 0
+
+    def run(self, run_id: str) -> Row | None:
+        return self.db.one("SELECT * FROM runs WHERE id = ?", (run_id,))
+
+    def owner_of_run(self, run_id: str) -> str | None:
+        row = self.db.one(
+            "SELECT p.owner FROM runs r JOIN pairs p ON p.id = r.pair_id WHERE r.id = ?",
+            (run_id,),
+        )
+        return row["owner"] if row else None
+
+    def runs_in(self, states: Iterable[str]) -> list[Row]:
+        states = tuple(states)
+        marks = ", ".join("?" for _ in states)
+        return self.db.run(
+            f"SELECT * FROM runs WHERE state IN ({marks}) ORDER BY queued_at, label", states
+        )
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        unknown = set(fields) - _RUN_COLUMNS
+        if unknown:
+            raise ValueError(f"not a run column: {sorted(unknown)}")
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        self.db.run(f"UPDATE runs SET {sets} WHERE id = ?", (*fields.values(), run_id))
+
+    # ---- records --------------------------------------------------------------------
+
+    def insert_records(
+        self, run_id: str, records: Sequence[NewRecord], new_offset: int, run_fields: dict[str, Any]
+    ) -> list[tuple[int, NewRecord]]:
+        """Insert records and move the ingest offset in one transaction.
+
+        Records already present (same dedup key) are skipped: ingest is idempotent.
+        Returns (id, record) of the rows inserted now.
+        """
+        inserted = []
+        with self.db.transaction():
+            for rec in records:
+                rows = self.db.run(
+                    "INSERT INTO records (run_id, dedup_key, segment, kind, step, t, data)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (run_id, dedup_key) DO NOTHING RETURNING id",
+                    (run_id, rec.dedup_key, rec.segment, rec.kind, rec.step, rec.t, rec.data),
+                )
+                if rows:
+                    inserted.append((int(rows[0]["id"]), rec))
+            self.update_run(run_id, ingest_offset=new_offset, **run_fields)
+        return inserted
+
+    def records(
+        self, run_id: str, kinds: Sequence[str] | None, after: int, limit: int
+    ) -> list[Row]:
+        sql = "SELECT id, data FROM records WHERE run_id = ? AND id > ?"
+        params: list[Any] = [run_id, after]
+        if kinds:
+            sql += f" AND kind IN ({', '.join('?' for _ in kinds)})"
+            params.extend(kinds)
+        sql += " ORDER BY id LIMIT ?"
+        params.append(limit)
+        return self.db.run(sql, params)
+
+    def records_of_runs(self, run_ids: Sequence[str], after: int, limit: int) -> list[Row]:
+        marks = ", ".join("?" for _ in run_ids)
+        return self.db.run(
+            f"SELECT id, run_id, data FROM records WHERE run_id IN ({marks}) AND id > ?"
+            " ORDER BY id LIMIT ?",
+            (*run_ids, after, limit),
+        )
+
+    def step_losses(self, run_id: str) -> list[Row]:
+        """(segment, step, data) of every step record, for the resume check."""
+        return self.db.run(
+            "SELECT segment, step, data FROM records WHERE run_id = ? AND kind = 'step'"
+            " ORDER BY segment, step",
+            (run_id,),
+        )
+
+    def records_of_kind(self, run_id: str, kind: str) -> list[Row]:
+        return self.db.run(
+            "SELECT id, segment, step, t, data FROM records WHERE run_id = ? AND kind = ?"
+            " ORDER BY id",
+            (run_id, kind),
+        )
+
+    # ---- telemetry ------------------------------------------------------------------
+
+    def insert_telemetry(self, t: float, data: str, keep: int) -> int:
+        rows = self.db.run("INSERT INTO telemetry (t, data) VALUES (?, ?) RETURNING id", (t, data))
+        new_id = int(rows[0]["id"])
+        if new_id % 100 == 0:
+            self.db.run("DELETE FROM telemetry WHERE id <= ?", (new_id - keep,))
+        return new_id
+
+    def latest_telemetry(self) -> Row | None:
+        return self.db.one("SELECT id, t, data FROM telemetry ORDER BY id DESC LIMIT 1")

@@ -1,0 +1,101 @@
+"""One machine telemetry sampler per server, wired into the records path.
+
+The sampler (`crashdrill.workers.telemetry`) calls back from its own thread; each sample
+becomes a `telemetry` record, is stored (the newest `telemetry_keep` are kept), served at
+/api/machine and pushed on every stream as a latest value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from crashdrill.server.fanout import Fanout, Message
+from crashdrill.server.settings import Settings
+from crashdrill.server.store import Store
+
+log = logging.getLogger(__name__)
+
+MACHINE_CHANNEL = "machine"
+
+
+class Sample(Protocol):
+    def to_record(self) -> dict[str, Any]: ...
+
+
+class Sampler(Protocol):
+    def start(self, callback: Callable[[Any], None], interval_s: float = ...) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def default_sampler(settings: Settings) -> Sampler | None:
+    try:
+        from crashdrill.workers.telemetry import TelemetrySampler
+    except ImportError as e:  # psutil or the module missing: the lab works without it
+        log.warning("machine telemetry is off: %s", e)
+        return None
+    return TelemetrySampler(
+        price_per_kwh=settings.price_per_kwh, rent_per_hour=settings.rent_per_hour
+    )
+
+
+class TelemetryFeed:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        fanout: Fanout,
+        sampler_factory: Callable[[Settings], Sampler | None] = default_sampler,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.fanout = fanout
+        self.sampler_factory = sampler_factory
+        self._sampler: Sampler | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.latest: dict[str, Any] | None = None
+        self._stopped = False
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        row = self.store.latest_telemetry()
+        if row is not None:
+            self.latest = json.loads(row["data"])
+        if not self.settings.telemetry:
+            return
+        self._sampler = self.sampler_factory(self.settings)
+        if self._sampler is not None:
+            self._sampler.start(self._on_sample_threadsafe, self.settings.telemetry_interval_s)
+
+    def stop(self) -> None:
+        self._stopped = True
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            close = getattr(sampler, "close", None)
+            (close or sampler.stop)()
+
+    def _on_sample_threadsafe(self, sample: Sample) -> None:
+        record = sample.to_record()
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self.add, record)
+
+    def add(self, record: dict[str, Any]) -> None:
+        """Store one telemetry record and push it (on the loop's thread)."""
+        if self._stopped:
+            return  # a sample that was on its way when the feed stopped
+        record = {"v": 1, "kind": "telemetry", **record}
+        record.setdefault("t", time.time())
+        data = json.dumps(record, separators=(",", ":"))
+        self.store.insert_telemetry(float(record["t"]), data, self.settings.telemetry_keep)
+        self.latest = record
+        message = Message(event="telemetry", key="machine", data=data)
+        self.fanout.publish(MACHINE_CHANNEL, message)

@@ -1,0 +1,96 @@
+"""What the API shows of pairs, runs and records (dicts ready for JSON)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from crashdrill.server.db import Row
+
+SHOWN_LATEST = ("step", "val", "probe", "sample", "ckpt", "mirror", "resume")
+
+
+def record_json(record_id: int, run_id: str, data: str) -> str:
+    """A stored record (JSON object text, never empty: it has a kind) with its id and
+    run spliced in, without parsing it again."""
+    return f'{{"id":{record_id},"run":{json.dumps(run_id)},{data[1:]}'
+
+
+def queue_positions(queued: Sequence[Row]) -> dict[str, int]:
+    """1-based position of every queued run (rows in queue order)."""
+    return {row["id"]: i + 1 for i, row in enumerate(queued)}
+
+
+def total_steps(pair: Mapping[str, Any], latest: Mapping[str, Any]) -> int | None:
+    """Steps the run will train: from its `run` record's config, else from the preset."""
+    config = (latest.get("run") or {}).get("config")
+    if isinstance(config, dict) and isinstance(config.get("steps"), int):
+        return int(config["steps"])
+    steps = json.loads(pair["preset_json"]).get("run", {}).get("steps")
+    return steps if isinstance(steps, int) else None
+
+
+def run_view(row: Row, pair: Row, positions: Mapping[str, int]) -> dict[str, Any]:
+    latest = json.loads(row["latest_json"] or "{}")
+    preset = json.loads(pair["preset_json"])
+    knob = preset.get("knob") or {}
+    state = row["state"]
+    stage = row["stage"]
+    if state == "queued":
+        stage = "queued"
+    elif state == "stopped":
+        stage = "stopped"
+    return {
+        "id": row["id"],
+        "label": row["label"],
+        "state": state,
+        "stage": stage,
+        "stage_progress": row["stage_progress"],
+        "queue_position": positions.get(row["id"]),
+        "step": row["step"],
+        "steps": total_steps(pair, latest),
+        "segment": row["segment"],
+        "crashes": row["crashes"],
+        "knob": {
+            "name": knob.get("name"),
+            "value": knob.get("a") if row["label"] == "A" else knob.get("b"),
+        },
+        "can_crash": state == "running" and stage == "train",
+        "message": row["message"],
+        "exit_code": row["exit_code"],
+        "latest": {k: latest[k] for k in SHOWN_LATEST if k in latest},
+    }
+
+
+def pair_view(
+    pair: Row, runs: Sequence[Row], positions: Mapping[str, int], *, is_owner: bool
+) -> dict[str, Any]:
+    preset = json.loads(pair["preset_json"])
+    knob = preset.get("knob") or {}
+    return {
+        "pair": pair["id"],
+        "preset": preset,
+        "knob": {
+            "name": knob.get("name"),
+            "a": knob.get("a"),
+            "b": knob.get("b"),
+            "text": preset.get("knob_text"),
+        },
+        "created_at": pair["created_at"],
+        "owner": is_owner,
+        "runs": [run_view(r, pair, positions) for r in runs],
+    }
+
+
+def event_view(row: Row) -> dict[str, Any]:
+    data = json.loads(row["data"])
+    return {
+        "id": row["id"],
+        "t": row["t"],
+        "segment": row["segment"],
+        "level": data.get("level", "info"),
+        "code": data.get("code"),
+        "text": str(data.get("text", "")),
+        "step": data.get("step", data.get("at_step")),
+    }

@@ -1,0 +1,154 @@
+"""The real server in-process (uvicorn on a free port) with the real trainer: a `quick`
+pair, crash tests on both runs, bit-identical resume checks, the story in the events,
+and one SSE stream that carries it all."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from crashdrill.server.app import create_app
+from crashdrill.server.settings import Settings
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def base_url(tmp_path: Path) -> Iterator[str]:
+    settings = Settings(
+        data_dir=tmp_path / "lab",
+        port=free_port(),
+        max_concurrent=2,
+        stop_runs_on_exit=True,
+        telemetry_interval_s=0.5,
+    )
+    config = uvicorn.Config(
+        create_app(settings), host="127.0.0.1", port=settings.port, log_level="warning"
+    )
+    config.timeout_graceful_shutdown = 2
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{settings.port}"
+    server.should_exit = True
+    thread.join(30)
+
+
+class Stream:
+    """An SSE client in a thread, keeping every event."""
+
+    def __init__(self, url: str) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._read, args=(url,), daemon=True)
+        self.thread.start()
+
+    def _read(self, url: str) -> None:
+        with httpx.Client(timeout=None) as client, client.stream("GET", url) as r:
+            event = ""
+            for line in r.iter_lines():
+                if self.stop.is_set():
+                    return
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: "):
+                    self.events.append((event, json.loads(line[6:])))
+
+    def records(self, run: str) -> list[dict[str, Any]]:
+        return [
+            rec
+            for ev, data in list(self.events)
+            if ev == "records" and data["run"] == run
+            for rec in data["records"]
+        ]
+
+
+def wait(
+    client: httpx.Client, pair: str, ok: Callable[[list[dict[str, Any]]], bool], what: str
+) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 120
+    while True:
+        runs = client.get(f"/api/pairs/{pair}").json()["runs"]
+        if ok(runs):
+            return runs
+        states = [(r["state"], r["stage"], r["segment"], r["step"]) for r in runs]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: {states}"
+        time.sleep(0.02)
+
+
+def training(run: dict[str, Any], segment: int, step: int) -> bool:
+    return run["can_crash"] and run["segment"] == segment and (run["step"] or 0) >= step
+
+
+def test_a_quick_pair_survives_three_crash_tests_bit_identically(base_url: str) -> None:
+    with httpx.Client(base_url=base_url, timeout=30) as client:
+        created = client.post("/api/pairs", json={"preset": "quick"}).json()
+        pair = created["pair"]
+        run_a, run_b = (r["id"] for r in created["runs"])
+        stream = Stream(f"{base_url}/api/stream?pair={pair}")
+
+        wait(client, pair, lambda rs: training(rs[0], 0, 60), "A to pass its checkpoint at 50")
+        assert client.post(f"/api/runs/{run_a}/crash").status_code == 202
+        wait(client, pair, lambda rs: training(rs[1], 0, 160), "B to pass its checkpoint at 150")
+        assert client.post(f"/api/runs/{run_b}/crash").status_code == 202
+        wait(client, pair, lambda rs: training(rs[0], 1, 110), "A to resume and pass step 110")
+        assert client.post(f"/api/runs/{run_a}/crash").status_code == 202
+        runs = wait(
+            client, pair, lambda rs: all(r["state"] == "finished" for r in rs), "both to finish"
+        )
+        assert [(r["crashes"], r["segment"], r["step"]) for r in runs] == [(2, 2, 300), (1, 1, 300)]
+
+        checks = {
+            run: client.get(f"/api/runs/{run}/resume-checks").json()["checks"]
+            for run in (run_a, run_b)
+        }
+        assert [c["segment"] for c in checks[run_a]] == [1, 2]
+        assert [c["segment"] for c in checks[run_b]] == [1]
+        for check in checks[run_a] + checks[run_b]:
+            assert check["bit_identical"] is True, check
+            assert check["max_abs_delta"] == 0.0 and check["complete"], check
+            assert check["points"] == check["expected_points"] > 0, check
+        assert [c["from_step"] for c in checks[run_a]] == [50, 100]
+        assert checks[run_b][0]["from_step"] == 150
+
+        for run, resumes in ((run_a, [50, 100]), (run_b, [150])):
+            texts = [e["text"] for e in client.get(f"/api/runs/{run}/events").json()["events"]]
+            story = [t for t in texts if t.startswith(("Crash test:", "Resumed at", "Finished"))]
+            expected = []
+            for step in resumes:
+                expected.append("Crash test: killed the process with SIGKILL (no chance to save)")
+                expected.append(f"Resumed at step {step} from a checkpoint.")
+            expected.append("Finished 300 steps.")
+            assert len(story) == len(expected), texts
+            for got, want in zip(story, expected, strict=True):
+                assert got.startswith(want), (got, want)
+            for text, step in zip(story[0::2], resumes, strict=False):
+                assert f"Resuming from the checkpoint at step {step}" in text
+
+        time.sleep(0.5)  # the stream's last batch
+        stream.stop.set()
+        for run in (run_a, run_b):
+            stored = client.get(f"/api/runs/{run}/records", params={"limit": 20000}).json()
+            streamed = {r["id"] for r in stream.records(run)}
+            assert streamed == {r["id"] for r in stored["records"]}, "the stream missed records"
+        kinds = {ev for ev, _ in stream.events}
+        assert {"hello", "records", "run", "resume_checks", "telemetry"} <= kinds

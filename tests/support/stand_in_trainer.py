@@ -1,0 +1,127 @@
+"""A test double (not shipped): follows docs/run-contract.md without torch or a model.
+
+    python tests/support/stand_in_trainer.py PRESET --run-dir D [--label A]
+        [--require-checkpoint]
+
+It writes run.json, records.jsonl (stage, run, step, ckpt, resume, event) and checkpoint
+directories with a MANIFEST.json, resumes from the newest one, and exits 0 / 3 like the
+real trainer, in milliseconds per step. The loss is a pure function of the step, so every
+resume is bit-identical unless CRASHDRILL_STANDIN_DRIFT is set. For fast supervisor and server
+tests and the fan-out benchmark; integration tests use the real trainer.
+
+Environment: CRASHDRILL_STANDIN_STEPS (default 60), _STEP_S (0.01), _CKPT_EVERY (10),
+_STARTUP_S (0), _FAIL_AT (a step at which to die with exit 1), _DRIFT (a resumed segment
+adds segment × 1e-4 to the loss).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _env(name: str, default: float) -> float:
+    return float(os.environ.get(f"CRASHDRILL_STANDIN_{name}", default))
+
+
+class _Records:
+    def __init__(self, path: Path, segment: int) -> None:
+        self.segment = segment
+        self.fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        size = os.fstat(self.fd).st_size
+        if size and os.pread(self.fd, 1, size - 1) != b"\n":
+            os.write(self.fd, b"\n")
+
+    def write(self, kind: str, **fields: Any) -> None:
+        rec = {"v": 1, "kind": kind, "t": time.time(), "segment": self.segment, **fields}
+        os.write(self.fd, (json.dumps(rec, separators=(",", ":")) + "\n").encode())
+
+
+def _latest_checkpoint(ckpt: Path) -> int | None:
+    steps = [
+        int(d.name[5:])
+        for d in ckpt.glob("step-*")
+        if d.name[5:].isdigit() and (d / "MANIFEST.json").is_file()
+    ]
+    return max(steps) if steps else None
+
+
+def _loss(step: int, segment: int) -> float:
+    drift = segment * 1e-4 if os.environ.get("CRASHDRILL_STANDIN_DRIFT") else 0.0
+    return 5.0 / math.sqrt(step) + 0.5 + drift
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="stand_in_trainer")
+    p.add_argument("preset")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--label", default="A")
+    p.add_argument("--require-checkpoint", action="store_true")
+    args = p.parse_args(argv)
+    steps = int(_env("STEPS", 60))
+    step_s = _env("STEP_S", 0.01)
+    every = int(_env("CKPT_EVERY", 10))
+    fail_at = int(_env("FAIL_AT", -1))
+    run_dir = Path(args.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    info_path = run_dir / "run.json"
+    try:
+        starts = int(json.loads(info_path.read_text()).get("starts", 0))
+    except (OSError, ValueError):
+        starts = 0
+    info: dict[str, Any] = {"pid": os.getpid(), "started_at": time.time(), "starts": starts + 1}
+    info.update(label=args.label, preset=args.preset, config={"steps": steps})
+    info_path.write_text(json.dumps(info))
+    segment = starts
+    rec = _Records(run_dir / "records.jsonl", segment)
+    time.sleep(_env("STARTUP_S", 0))
+    rec.write("stage", stage="build", progress=1.0)
+    rec.write("run", params=0, config={"steps": steps}, device="cpu", threads=1)
+    ckpt = run_dir / "ckpt"
+    start = _latest_checkpoint(ckpt)
+    if start is None:
+        if args.require_checkpoint:
+            print("crashdrill: no checkpoint found, but one is required", file=sys.stderr)
+            rec.write("event", text="Refused to start: no checkpoint.", level="error")
+            rec.write("stage", stage="failed", progress=1.0)
+            return 3
+        print("crashdrill: no checkpoint found, starting fresh", file=sys.stderr)
+        start = 0
+        if segment > 0:
+            rec.write("resume", from_step=0, segment=segment, path=None)
+    else:
+        print(f"crashdrill: resumed at step {start} from {ckpt}", file=sys.stderr)
+        rec.write("resume", from_step=start, segment=segment, path=str(ckpt / f"step-{start:08d}"))
+        rec.write("event", text=f"Resumed at step {start} from a checkpoint.", level="info")
+    rec.write("stage", stage="train", progress=start / steps)
+    for step in range(start + 1, steps + 1):
+        if step == fail_at:
+            print(
+                "Traceback (most recent call last):\nRuntimeError: stand-in failure",
+                file=sys.stderr,
+            )
+            return 1
+        loss = _loss(step, segment)
+        bits = struct.unpack("<I", struct.pack("<f", loss))[0]
+        rec.write("step", step=step, loss=loss, loss_bits=bits, lr=1e-3, tokens=step * 64)
+        time.sleep(step_s)
+        if step % every == 0:
+            d = ckpt / f"step-{step:08d}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "MANIFEST.json").write_text(json.dumps({"step": step}))
+            rec.write("ckpt", step=step, bytes=1, seconds=0.0, path=str(d))
+            rec.write("event", text=f"Checkpoint at step {step}.", level="info")
+    rec.write("stage", stage="finished", progress=1.0)
+    rec.write("event", text=f"Finished {steps} steps.", level="info", code="finished")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

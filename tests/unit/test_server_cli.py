@@ -1,0 +1,81 @@
+"""`crashdrill serve` and its settings, without starting a server."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+from pathlib import Path
+
+import pytest
+
+from crashdrill.server import cli
+from crashdrill.server.settings import Settings, SettingsError, default_max_concurrent
+
+
+def test_settings_come_from_the_environment_then_the_command_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("CRASHDRILL_DATA_DIR", str(tmp_path / "env"))
+    monkeypatch.setenv("CRASHDRILL_INSTRUCTOR_TOKEN", "t0ken")
+    monkeypatch.setenv("CRASHDRILL_MAX_CONCURRENT", "3")
+    monkeypatch.setenv("CRASHDRILL_TRAINER_COMMAND", "python -m my.trainer")
+    s = Settings.from_env(port=9000, max_concurrent=None)
+    assert (s.data_dir, s.port, s.max_concurrent) == (tmp_path / "env", 9000, 3)
+    assert s.instructor_token == "t0ken" and s.trainer_command == ("python", "-m", "my.trainer")
+    assert Settings.from_env(data_dir=str(tmp_path / "cli")).data_dir == tmp_path / "cli"
+
+
+def test_the_default_data_dir_is_the_users_data_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("CRASHDRILL_DATA_DIR", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert Settings().data_dir == tmp_path / "crashdrill"
+
+
+def test_bad_settings_say_what_is_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(SettingsError, match="port = 0"):
+        Settings(port=0)
+    with pytest.raises(SettingsError, match="max_concurrent = 0"):
+        Settings(max_concurrent=0)
+    monkeypatch.setenv("CRASHDRILL_MAX_CONCURRENT", "many")
+    with pytest.raises(SettingsError, match="CRASHDRILL_MAX_CONCURRENT = 'many'"):
+        Settings.from_env()
+
+
+def test_at_least_two_runs_may_train_at_once_by_default() -> None:
+    assert default_max_concurrent() >= 2
+
+
+def test_the_secret_key_is_made_once_and_kept(tmp_path: Path) -> None:
+    key = Settings(data_dir=tmp_path).resolve_secret_key()
+    assert len(key) > 30 and Settings(data_dir=tmp_path).resolve_secret_key() == key
+    assert (tmp_path / "secret_key").stat().st_mode & 0o077 == 0
+    assert Settings(data_dir=tmp_path, secret_key="given").resolve_secret_key() == "given"
+
+
+def test_serve_refuses_a_port_in_use_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        parser = argparse.ArgumentParser()
+        cli.add_parser(parser.add_subparsers()).set_defaults(func=cli.run)
+        args = parser.parse_args(["serve", "--port", str(port), "--data-dir", str(tmp_path)])
+        assert args.func(args) == 2
+    assert f"port {port} on 127.0.0.1 is in use" in capsys.readouterr().err
+
+
+def test_serve_refuses_bad_settings_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--port", "70000"]) == 2
+    assert "port = 70000" in capsys.readouterr().err
+
+
+def test_a_second_server_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
+    from crashdrill.server.app import create_app
+
+    create_app(Settings(data_dir=tmp_path))
+    with pytest.raises(SettingsError, match=f"another crashdrill server .* uses {tmp_path}"):
+        create_app(Settings(data_dir=tmp_path))

@@ -1,0 +1,77 @@
+"""Fan-out: every record for a client that keeps up, latest values for a slow one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from crashdrill.server.fanout import LocalFanout, Message
+
+
+def records(run: str, ids: range) -> Message:
+    items = [json.dumps({"id": i, "kind": "step"}) for i in ids]
+    return Message("records", f"records:{run}", "append", items=items, run=run, last_id=ids[-1])
+
+
+def parse(frame: bytes) -> tuple[str, str | None, dict[str, object]]:
+    fields = dict(line.split(": ", 1) for line in frame.decode().strip().split("\n"))
+    return fields["event"], fields.get("id"), json.loads(fields["data"])
+
+
+def test_a_client_that_keeps_up_gets_every_record() -> None:
+    async def main() -> list[int]:
+        fan = LocalFanout(max_items=100)
+        sub = fan.subscribe(["run:a"])
+        got: list[int] = []
+        for start in range(0, 30, 3):
+            fan.publish("run:a", records("a", range(start, start + 3)))
+            for frame in await sub.next(1.0):
+                got += [r["id"] for r in parse(frame)[2]["records"]]  # type: ignore[index]
+        return got
+
+    assert asyncio.run(main()) == list(range(30))
+
+
+def test_a_slow_client_gets_latest_values_and_a_bounded_record_backlog() -> None:
+    async def main() -> None:
+        fan = LocalFanout(max_items=10)
+        sub = fan.subscribe(["run:a", "machine"])
+        for i in range(50):
+            fan.publish("run:a", records("a", range(i * 2, i * 2 + 2)))
+            fan.publish("run:a", Message("run", "run:a", data=json.dumps({"step": i})))
+            fan.publish("machine", Message("telemetry", "machine", data=json.dumps({"n": i})))
+        frames = await sub.next(1.0)
+        assert len(frames) == 3  # one per key, not 150
+        by_event = {parse(f)[0]: parse(f) for f in frames}
+        _, last_id, data = by_event["records"]
+        assert data["gap"] is True and last_id == "99"
+        assert [r["id"] for r in data["records"]] == list(range(90, 100))  # type: ignore[index]
+        assert by_event["run"][2] == {"step": 49}
+        assert by_event["telemetry"][2] == {"n": 49}
+        assert sub.dropped == 90
+
+    asyncio.run(main())
+
+
+def test_next_times_out_empty_and_unsubscribe_stops_delivery() -> None:
+    async def main() -> None:
+        fan = LocalFanout()
+        sub = fan.subscribe(["run:a"])
+        assert await sub.next(0.01) == []
+        fan.unsubscribe(sub)
+        fan.publish("run:a", records("a", range(1)))
+        assert sub.closed and await sub.next(0.01) == []
+        assert fan.subscribers() == 0
+
+    asyncio.run(main())
+
+
+def test_multiline_data_stays_one_sse_event() -> None:
+    async def main() -> None:
+        fan = LocalFanout()
+        sub = fan.subscribe(["x"])
+        fan.publish("x", Message("run", "k", data='{"a":\n1}'))
+        [frame] = await sub.next(1.0)
+        assert frame == b'event: run\ndata: {"a":\ndata: 1}\n\n'
+
+    asyncio.run(main())

@@ -1,0 +1,90 @@
+"""Ingest of records.jsonl (written here in the documented format) into the database."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crashdrill.server.db import Database
+from crashdrill.server.ingest import ingest_run, parse_lines
+from crashdrill.server.store import Store
+
+
+def line(kind: str, segment: int = 0, **fields: Any) -> str:
+    return json.dumps({"v": 1, "kind": kind, "t": 1.0, "segment": segment, **fields}) + "\n"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    db = Database(tmp_path / "lab.sqlite3")
+    db.migrate()
+    s = Store(db)
+    s.create_pair("p1", "owner", "quick", {"knob": {}}, [("r1", "A", str(tmp_path / "r1"))])
+    (tmp_path / "r1").mkdir()
+    return s
+
+
+def append(store: Store, text: str) -> None:
+    path = Path(store.run("r1")["run_dir"]) / "records.jsonl"  # type: ignore[index]
+    with open(path, "a") as f:
+        f.write(text)
+
+
+def ingest_all(store: Store) -> int:
+    n = 0
+    while (batch := ingest_run(store, store.run("r1"))) is not None:  # type: ignore[arg-type]
+        n += len(batch.inserted)
+    return n
+
+
+def test_records_are_stored_and_the_run_summarised(store: Store) -> None:
+    append(store, line("stage", stage="train", progress=0.0))
+    append(store, "".join(line("step", step=s, loss=1.0, loss_bits=1065353216) for s in (1, 2)))
+    append(store, line("event", text="hello"))
+    assert ingest_all(store) == 4
+    run = store.run("r1")
+    assert run is not None
+    assert (run["stage"], run["step"], run["segment"]) == ("train", 2, 0)
+    assert json.loads(run["latest_json"])["step"]["step"] == 2
+    assert [r["id"] for r in store.records("r1", ["step"], 0, 10)] == [2, 3]
+
+
+def test_ingest_is_idempotent_when_the_offset_is_lost(store: Store) -> None:
+    append(store, "".join(line("step", step=s, loss=1.0) for s in range(1, 6)))
+    append(store, line("event", text="a") + line("event", text="a"))
+    assert ingest_all(store) == 7
+    store.update_run("r1", ingest_offset=0)  # as if the server died before saving it
+    assert ingest_all(store) == 0
+    assert len(store.records("r1", None, 0, 100)) == 7
+
+
+def test_a_line_without_its_newline_waits(store: Store) -> None:
+    full = line("step", step=1, loss=1.0)
+    append(store, full + full.replace("1.0", "2.0")[:20])
+    assert ingest_all(store) == 1
+    offset = store.run("r1")["ingest_offset"]  # type: ignore[index]
+    assert offset == len(full)
+    append(store, line("step", step=2, loss=2.0)[20:])
+    assert ingest_all(store) == 1
+
+
+def test_a_torn_line_is_skipped_and_the_rest_kept(store: Store) -> None:
+    append(store, line("step", step=1, loss=1.0) + '{"v":1,"ki\n' + line("step", step=2))
+    assert ingest_all(store) == 2
+
+
+def test_the_same_step_in_a_new_segment_is_a_new_row(store: Store) -> None:
+    append(store, line("step", 0, step=5, loss=1.0) + line("step", 1, step=5, loss=1.0))
+    assert ingest_all(store) == 2
+    assert [r["segment"] for r in store.step_losses("r1")] == [0, 1]
+
+
+def test_parse_lines_reports_consumed_bytes_and_bad_lines() -> None:
+    chunk = b'{"kind":"x"}\n[1]\nnot json\n{"kind":"y"'
+    parsed, consumed, bad = parse_lines(chunk, 100)
+    assert [p.value["kind"] for p in parsed] == ["x"]
+    assert consumed == chunk.rindex(b"\n") + 1 and bad == 2
+    assert parsed[0].record.dedup_key == "@100"

@@ -1,0 +1,276 @@
+"""The API in-process (Starlette's TestClient), runs played by the stand-in trainer."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from crashdrill.server.app import create_app
+from crashdrill.server.settings import Settings
+
+STAND_IN = (
+    sys.executable,
+    str(Path(__file__).resolve().parents[1] / "support" / "stand_in_trainer.py"),
+)
+pytestmark = pytest.mark.timeout(90)
+
+
+class FakeSample:
+    def to_record(self) -> dict[str, Any]:
+        return {"t": time.time(), "cpu_pct": 12.5, "gpu_state": "no_gpu"}
+
+
+class FakeSampler:
+    def __init__(self, _settings: Settings) -> None:
+        self.stopped = False
+
+    def start(self, callback: Callable[[Any], None], interval_s: float = 2.0) -> None:
+        callback(FakeSample())
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+@pytest.fixture
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    monkeypatch.setenv("CRASHDRILL_STANDIN_STEPS", "60")
+    monkeypatch.setenv("CRASHDRILL_STANDIN_STEP_S", "0.02")
+    return Settings(
+        data_dir=tmp_path / "lab",
+        trainer_command=STAND_IN,
+        max_concurrent=2,
+        stop_runs_on_exit=True,
+        instructor_token="teach-me",
+    )
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, sampler_factory=FakeSampler)) as c:
+        yield c
+
+
+def start_pair(client: TestClient) -> dict[str, Any]:
+    r = client.post("/api/pairs", json={"preset": "quick"})
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def wait_pair(
+    client: TestClient, pair: str, ok: Callable[[list[dict[str, Any]]], bool], timeout: float = 30
+) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        runs = client.get(f"/api/pairs/{pair}").json()["runs"]
+        if ok(runs):
+            return runs
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out; runs: {[(r['state'], r['stage']) for r in runs]}")
+        time.sleep(0.05)
+
+
+def finished(runs: list[dict[str, Any]]) -> bool:
+    return all(r["state"] in ("finished", "failed", "stopped") for r in runs)
+
+
+def as_stranger(client: TestClient, fn: Callable[[], Any]) -> Any:
+    saved = dict(client.cookies)
+    client.cookies.clear()
+    try:
+        return fn()
+    finally:
+        client.cookies.clear()
+        client.cookies.update(saved)
+
+
+def test_presets_lists_the_lessons_with_their_knob(client: TestClient) -> None:
+    presets = {p["id"]: p for p in client.get("/api/presets").json()}
+    assert presets["quick"]["knob"] == {"name": "ckpt_every", "a": 50, "b": 150}
+    assert "source" not in presets["quick"]
+
+
+def test_a_pair_starts_both_runs_and_shows_the_knob(client: TestClient) -> None:
+    created = start_pair(client)
+    assert [r["label"] for r in created["runs"]] == ["A", "B"]
+    assert len(created["pair"]) >= 16 and all(len(r["id"]) >= 16 for r in created["runs"])
+    assert "crashdrill_session" in client.cookies
+    pair = client.get(f"/api/pairs/{created['pair']}").json()
+    assert pair["owner"] is True
+    assert pair["knob"] == {"name": "ckpt_every", "a": 50, "b": 150, "text": pair["knob"]["text"]}
+    assert [r["knob"]["value"] for r in pair["runs"]] == [50, 150]
+    runs = wait_pair(client, created["pair"], finished)
+    assert [(r["state"], r["stage"], r["step"], r["steps"]) for r in runs] == [
+        ("finished", "finished", 60, 60)
+    ] * 2
+    assert runs[0]["latest"]["step"]["step"] == 60
+    assert not as_stranger(client, lambda: client.get(f"/api/pairs/{created['pair']}").json())[
+        "owner"
+    ]
+
+
+def test_a_crash_test_resumes_and_the_check_is_bit_identical(client: TestClient) -> None:
+    created = start_pair(client)
+    run_a = created["runs"][0]["id"]
+    wait_pair(client, created["pair"], lambda rs: (rs[0]["step"] or 0) >= 25 and rs[0]["can_crash"])
+    r = client.post(f"/api/runs/{run_a}/crash")
+    assert r.status_code == 202, r.text
+    assert r.json()["state"] == "restarting" and r.json()["killed_pid"] > 0
+    runs = wait_pair(client, created["pair"], finished)
+    assert runs[0]["crashes"] == 1 and runs[0]["segment"] == 1
+    [check] = client.get(f"/api/runs/{run_a}/resume-checks").json()["checks"]
+    assert check["segment"] == 1 and check["bit_identical"] is True and check["complete"]
+    assert check["max_abs_delta"] == 0.0 and check["points"] >= 1
+    texts = [e["text"] for e in client.get(f"/api/runs/{run_a}/events").json()["events"]]
+    crash = next(i for i, t in enumerate(texts) if t.startswith("Crash test: killed"))
+    assert texts[crash + 1] == f"Resumed at step {check['from_step']} from a checkpoint."
+    assert client.post(f"/api/runs/{run_a}/crash").status_code == 409  # finished now
+
+
+def test_only_the_owner_or_an_instructor_may_crash(client: TestClient) -> None:
+    created = start_pair(client)
+    run_a, run_b = (r["id"] for r in created["runs"])
+    wait_pair(client, created["pair"], lambda rs: all(r["can_crash"] for r in rs))
+    r = as_stranger(client, lambda: client.post(f"/api/runs/{run_a}/crash"))
+    assert r.status_code == 403 and "owner or an instructor" in r.json()["detail"]
+    r = as_stranger(client, lambda: client.post(f"/api/runs/{run_a}/stop"))
+    assert r.status_code == 403
+    teacher = {"Authorization": "Bearer teach-me"}
+    r = as_stranger(client, lambda: client.post(f"/api/runs/{run_b}/crash", headers=teacher))
+    assert r.status_code == 202
+    wrong = {"Authorization": "Bearer guess"}
+    r = as_stranger(client, lambda: client.post(f"/api/runs/{run_a}/crash", headers=wrong))
+    assert r.status_code == 403
+    client.cookies.set("crashdrill_session", "forged.value")
+    assert client.post(f"/api/runs/{run_a}/crash").status_code == 403
+
+
+def test_runs_past_the_limit_queue_with_their_position(client: TestClient) -> None:
+    first, second = start_pair(client), start_pair(client)
+    queued = client.get(f"/api/pairs/{second['pair']}").json()["runs"]
+    assert [(r["stage"], r["queue_position"]) for r in queued] == [("queued", 1), ("queued", 2)]
+    r = client.post(f"/api/runs/{queued[0]['id']}/crash")
+    assert r.status_code == 409 and "queued" in r.json()["detail"]
+    assert client.post(f"/api/runs/{queued[0]['id']}/stop").status_code == 202
+    queued = client.get(f"/api/pairs/{second['pair']}").json()["runs"]
+    assert [(r["state"], r["queue_position"]) for r in queued] == [("stopped", None), ("queued", 1)]
+    wait_pair(client, first["pair"], finished)
+    runs = wait_pair(client, second["pair"], finished)
+    assert [r["state"] for r in runs] == ["stopped", "finished"]
+
+
+def test_one_browser_may_not_queue_pairs_without_end(client: TestClient) -> None:
+    pairs = [start_pair(client) for _ in range(3)]
+    r = client.post("/api/pairs", json={"preset": "quick"})
+    assert r.status_code == 429 and "already has 3 pairs" in r.json()["detail"]
+    teacher = {"Authorization": "Bearer teach-me"}
+    r = client.post("/api/pairs", json={"preset": "quick"}, headers=teacher)
+    assert r.status_code == 201  # an instructor may start more (here: in the same browser)
+    for run in [*pairs[2]["runs"], *r.json()["runs"]]:
+        assert client.post(f"/api/runs/{run['id']}/stop").status_code == 202
+    assert client.post("/api/pairs", json={"preset": "quick"}).status_code == 201
+
+
+def test_stopping_a_training_run_ends_it_for_good(client: TestClient) -> None:
+    created = start_pair(client)
+    run_a = created["runs"][0]["id"]
+    wait_pair(client, created["pair"], lambda rs: rs[0]["can_crash"])
+    assert client.post(f"/api/runs/{run_a}/stop").status_code == 202
+    runs = wait_pair(client, created["pair"], finished)
+    assert [r["state"] for r in runs] == ["stopped", "finished"]
+    assert client.post(f"/api/runs/{run_a}/stop").status_code == 409
+
+
+def test_records_page_by_kind_and_after(client: TestClient) -> None:
+    created = start_pair(client)
+    run_a = created["runs"][0]["id"]
+    wait_pair(client, created["pair"], finished)
+    page = client.get(f"/api/runs/{run_a}/records", params={"kind": "step", "limit": 25}).json()
+    assert [r["step"] for r in page["records"]] == list(range(1, 26))
+    assert all(r["run"] == run_a and r["kind"] == "step" for r in page["records"])
+    rest = client.get(
+        f"/api/runs/{run_a}/records", params={"kind": "step", "after": page["next_after"]}
+    ).json()
+    assert [r["step"] for r in rest["records"]] == list(range(26, 61))
+    both = client.get(f"/api/runs/{run_a}/records", params=[("kind", "ckpt"), ("kind", "resume")])
+    assert {r["kind"] for r in both.json()["records"]} == {"ckpt"}
+
+
+def test_the_machine_sample_is_served(client: TestClient) -> None:
+    sample = client.get("/api/machine").json()["sample"]
+    assert sample["kind"] == "telemetry" and sample["cpu_pct"] == 12.5
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/api/pairs/nope"),
+        ("POST", "/api/runs/nope/crash"),
+        ("POST", "/api/runs/nope/stop"),
+        ("GET", "/api/runs/nope/records"),
+        ("GET", "/api/runs/nope/events"),
+        ("GET", "/api/runs/nope/resume-checks"),
+        ("GET", "/api/stream?pair=nope"),
+    ],
+)
+def test_unknown_ids_are_404_with_a_message(client: TestClient, method: str, path: str) -> None:
+    r = client.request(method, path)
+    assert r.status_code == 404 and "nope" in r.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "status", "says"),
+    [
+        ('{"preset": "no-such-lesson"}', {}, 404, "unknown preset 'no-such-lesson'"),
+        ('{"preset": ', {}, 400, "not valid JSON"),
+        ("{}", {}, 422, "preset: Field required"),
+        ('{"preset": "quick", "steps": 1}', {}, 422, "steps: Extra inputs"),
+        ('{"preset": 5}', {}, 422, "preset: Input should be a valid string"),
+        ('{"preset": "../../etc/passwd.toml"}', {}, 404, "unknown preset"),
+        ('{"preset": "' + "x" * 70000 + '"}', {}, 413, "over the limit"),
+    ],
+)
+def test_bad_input_gets_a_clear_4xx_and_changes_nothing(
+    client: TestClient, body: str, headers: dict[str, str], status: int, says: str
+) -> None:
+    r = client.post(
+        "/api/pairs", content=body, headers={"content-type": "application/json", **headers}
+    )
+    assert r.status_code == status and says in r.json()["detail"], r.text
+    assert client.app.state.lab.store.runs_in(["queued", "starting", "running"]) == []  # type: ignore[attr-defined]
+
+
+def test_a_chunked_oversized_body_is_refused(client: TestClient) -> None:
+    chunks = (b"x" * 10_000 for _ in range(10))
+    r = client.post("/api/pairs", content=chunks, headers={"content-type": "application/json"})
+    assert r.status_code == 413
+
+
+def test_an_unknown_record_kind_is_422(client: TestClient) -> None:
+    created = start_pair(client)
+    r = client.get(f"/api/runs/{created['runs'][0]['id']}/records", params={"kind": "bogus"})
+    assert r.status_code == 422 and "kind" in r.json()["detail"]
+
+
+def test_the_page_is_served_at_the_root(client: TestClient) -> None:
+    r = client.get("/")
+    assert r.status_code == 200 and "text/html" in r.headers["content-type"]
+
+
+def test_every_route_and_setting_is_documented(tmp_path: Path) -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "server.md").read_text()
+    app = create_app(Settings(data_dir=tmp_path))
+    routes = [
+        f"{method.upper()} {path}"
+        for path, item in app.openapi()["paths"].items()
+        for method in item
+    ]
+    missing = [r for r in routes if f"`{r}" not in doc]
+    assert not missing, f"routes missing from docs/server.md: {missing}"
+    missing = [f for f in Settings.__dataclass_fields__ if f"`{f}`" not in doc]
+    assert not missing, f"settings missing from docs/server.md: {missing}"

@@ -1,0 +1,211 @@
+"""The supervisor against the stand-in trainer: real processes, real SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from crashdrill.workers.run_dir import RunDir
+from crashdrill.workers.supervisor import Change, Launch, NotRunning, Supervisor
+
+STAND_IN = (
+    sys.executable,
+    str(Path(__file__).resolve().parents[1] / "support" / "stand_in_trainer.py"),
+)
+pytestmark = pytest.mark.timeout(60)
+
+
+class Changes:
+    def __init__(self) -> None:
+        self.items: list[Change] = []
+        self.cond = threading.Condition()
+
+    def __call__(self, change: Change) -> None:
+        with self.cond:
+            self.items.append(change)
+            self.cond.notify_all()
+
+    def states(self) -> list[str]:
+        return [c.state for c in self.items]
+
+    def wait_for(self, state: str, count: int = 1, timeout: float = 30) -> Change:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while self.states().count(state) < count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"no {state!r} (#{count}) in {self.states()}")
+                self.cond.wait(left)
+            return [c for c in self.items if c.state == state][count - 1]
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    monkeypatch.setenv("CRASHDRILL_STANDIN_STEPS", "40")
+    monkeypatch.setenv("CRASHDRILL_STANDIN_STEP_S", "0.02")
+    monkeypatch.setenv("CRASHDRILL_STANDIN_CKPT_EVERY", "10")
+    return monkeypatch
+
+
+def supervise(tmp_path: Path, **kw: object) -> tuple[Supervisor, Changes, RunDir]:
+    changes = Changes()
+    launch = Launch(tmp_path / "run", "quick", "A", command=STAND_IN)
+    sup = Supervisor(launch, changes, poll_s=0.05, **kw)  # type: ignore[arg-type]
+    return sup, changes, RunDir(tmp_path / "run")
+
+
+def records(rd: RunDir) -> list[dict[str, object]]:
+    lines = rd.records.read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def wait_for_step(rd: RunDir, step: int, segment: int = 0, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(
+            r["kind"] == "step" and r["segment"] == segment and r["step"] >= step  # type: ignore[operator]
+            for r in (records(rd) if rd.records.exists() else [])
+        ):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"segment {segment} never reached step {step}")
+
+
+def test_a_run_that_exits_0_is_finished(tmp_path: Path, env: pytest.MonkeyPatch) -> None:
+    sup, changes, rd = supervise(tmp_path)
+    sup.start()
+    done = changes.wait_for("finished")
+    assert done.exit_code == 0
+    assert changes.states() == ["running", "finished"]
+    assert rd.stdout.exists() and "starting fresh" in rd.stderr.read_text()
+
+
+def test_sigkill_restarts_with_require_checkpoint_and_logs_the_crash(
+    tmp_path: Path, env: pytest.MonkeyPatch
+) -> None:
+    sup, changes, rd = supervise(tmp_path)
+    sup.start()
+    wait_for_step(rd, 15)
+    killed = sup.crash()
+    changes.wait_for("finished")
+    assert changes.states() == ["running", "restarting", "running", "finished"]
+    assert changes.items[0].pid == killed != changes.items[2].pid
+    recs = records(rd)
+    crash = next(r for r in recs if r.get("code") == "crash")
+    assert crash["segment"] == 0 and crash["level"] == "info"
+    text = str(crash["text"])
+    assert text.startswith("Crash test: killed the process with SIGKILL (no chance to save)")
+    assert f"Resuming from the checkpoint at step {crash['resume_from']}" in text
+    resume = next(r for r in recs if r["kind"] == "resume")
+    assert resume["segment"] == 1 and resume["from_step"] == crash["resume_from"]
+    assert recs.index(crash) < recs.index(resume)
+    assert "resumed at step" in rd.stderr.read_text()
+
+
+def test_a_crash_before_the_first_checkpoint_starts_over(
+    tmp_path: Path, env: pytest.MonkeyPatch
+) -> None:
+    env.setenv("CRASHDRILL_STANDIN_CKPT_EVERY", "1000")
+    sup, changes, rd = supervise(tmp_path)
+    sup.start()
+    wait_for_step(rd, 3)
+    sup.crash()
+    changes.wait_for("finished")
+    crash = next(r for r in records(rd) if r.get("code") == "crash")
+    assert "no checkpoint yet, so the run starts over from step 0" in str(crash["text"])
+    assert "starting fresh" in rd.stderr.read_text().split("\n", 1)[1]
+
+
+def test_another_exit_status_fails_the_run_with_the_stderr_tail(
+    tmp_path: Path, env: pytest.MonkeyPatch
+) -> None:
+    env.setenv("CRASHDRILL_STANDIN_FAIL_AT", "5")
+    sup, changes, rd = supervise(tmp_path)
+    sup.start()
+    failed = changes.wait_for("failed")
+    assert failed.exit_code == 1
+    assert "exit status 1" in failed.text and "RuntimeError: stand-in failure" in failed.text
+    recs = records(rd)
+    assert recs[-2]["code"] == "failed" and recs[-2]["level"] == "error"
+    assert recs[-1] == {**recs[-1], "kind": "stage", "stage": "failed"}
+
+
+def test_a_restart_that_finds_no_checkpoint_fails_with_exit_3(
+    tmp_path: Path, env: pytest.MonkeyPatch
+) -> None:
+    env.setenv("CRASHDRILL_STANDIN_STARTUP_S", "0.3")
+    sup, changes, rd = supervise(tmp_path)
+    sup.start()
+    wait_for_step(rd, 15)
+    sup.crash()
+    changes.wait_for("running", 2)
+    for d in (rd.path / "ckpt").iterdir():  # the checkpoints vanish while it restarts
+        (d / "MANIFEST.json").unlink()
+    failed = changes.wait_for("failed")
+    assert failed.exit_code == 3
+    assert "no complete checkpoint to resume from" in failed.text
+
+
+def test_stop_ends_the_run_without_a_restart(tmp_path: Path, env: pytest.MonkeyPatch) -> None:
+    sup, changes, rd = supervise(tmp_path)
+    sup.start()
+    wait_for_step(rd, 3)
+    sup.stop("its owner")
+    changes.wait_for("stopped")
+    assert changes.states() == ["running", "stopped"]
+    assert records(rd)[-1]["text"] == "Stopped by its owner."
+    with pytest.raises(NotRunning):
+        sup.crash()
+
+
+def test_a_kill_nobody_asked_for_is_resumed_too(tmp_path: Path, env: pytest.MonkeyPatch) -> None:
+    sup, changes, rd = supervise(tmp_path)
+    sup.start()
+    wait_for_step(rd, 15)
+    os.kill(changes.items[0].pid or 0, signal.SIGKILL)  # the out-of-memory killer, say
+    changes.wait_for("finished")
+    event = next(r for r in records(rd) if r.get("code") == "killed")
+    assert event["level"] == "warn" and "without a crash test" in str(event["text"])
+
+
+def test_adopt_watches_a_trainer_started_by_someone_else(
+    tmp_path: Path, env: pytest.MonkeyPatch
+) -> None:
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [*STAND_IN, "quick", "--run-dir", str(run_dir), "--label", "A"],
+        start_new_session=True,
+        stderr=subprocess.DEVNULL,
+    )
+    sup, changes, rd = supervise(tmp_path)
+    wait_for_step(rd, 12)
+    assert sup.adopt([None, 999_999_999, proc.pid])
+    assert changes.items[0].pid == proc.pid
+    sup.crash()
+    proc.wait()  # we are its parent here: reap it so the adopted watcher sees it gone
+    changes.wait_for("finished")
+    assert changes.states() == ["running", "restarting", "running", "finished"]
+    assert any(r.get("code") == "crash" for r in records(rd))
+
+
+def test_adopt_refuses_a_pid_that_is_not_a_trainer_of_this_run(tmp_path: Path) -> None:
+    sup, _, _ = supervise(tmp_path)
+    assert not sup.adopt([os.getpid(), None])
+
+
+def test_append_records_ends_a_torn_line_first(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path)
+    rd.records.write_text('{"kind":"step","step":1}\n{"kind":"st')
+    rd.append_records([{"kind": "event", "segment": 0, "text": "hi"}])
+    lines = rd.records.read_text().splitlines()
+    assert lines[1] == '{"kind":"st'
+    assert json.loads(lines[2])["text"] == "hi"
+    assert rd.last_seen() == (0, 1, None)

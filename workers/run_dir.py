@@ -1,0 +1,152 @@
+"""The files of one run directory, as the supervisor and the server read and write them.
+
+The layout is the trainer's contract (docs/run-contract.md):
+
+    DIR/records.jsonl          append-only run records, one JSON object a line
+    DIR/run.json               {"pid", "started_at", "starts", ...}, rewritten at each start
+    DIR/ckpt/step-00000150/    a checkpoint; complete once MANIFEST.json exists
+    DIR/stdout.log, stderr.log the trainer's output (the supervisor's redirection)
+
+Only the supervisor writes records here besides the trainer, and only while no trainer
+process of the run is alive (a crash event after the kill, a failure after the exit), so
+the two writers never interleave.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RECORDS = "records.jsonl"
+RUN_JSON = "run.json"
+STDOUT = "stdout.log"
+STDERR = "stderr.log"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @property
+    def records(self) -> Path:
+        return self.path / RECORDS
+
+    @property
+    def stdout(self) -> Path:
+        return self.path / STDOUT
+
+    @property
+    def stderr(self) -> Path:
+        return self.path / STDERR
+
+    def run_json(self) -> dict[str, Any]:
+        """The trainer's run.json, or {} when it is missing or half written."""
+        try:
+            data = json.loads((self.path / RUN_JSON).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def latest_checkpoint_step(self) -> int | None:
+        """Step of the newest checkpoint directory that has its MANIFEST.json.
+
+        The trainer also checks every sha256 before it loads one and falls back to the
+        previous checkpoint when the newest is corrupt; that costs a full read of the
+        weights, so this cheap answer is for messages, and the trainer's own `resume`
+        record says where it really resumed.
+        """
+        best: int | None = None
+        try:
+            entries = list((self.path / "ckpt").iterdir())
+        except OSError:
+            return None
+        for entry in entries:
+            match = _STEP_DIR.match(entry.name)
+            if match and (entry / "MANIFEST.json").is_file():
+                step = int(match.group(1))
+                best = step if best is None or step > best else best
+        return best
+
+    def tail_records(self, max_bytes: int = 256 * 1024) -> list[dict[str, Any]]:
+        """The complete, parseable records among the last `max_bytes` of records.jsonl."""
+        try:
+            with open(self.records, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                start = max(0, size - max_bytes)
+                f.seek(start)
+                data = f.read()
+        except OSError:
+            return []
+        lines = data.split(b"\n")
+        if start > 0:
+            lines = lines[1:]  # the first line is cut
+        lines = lines[:-1]  # text after the last newline is not a record yet
+        out = []
+        for line in lines:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+        return out
+
+    def last_seen(self) -> tuple[int, int | None, str | None]:
+        """(segment, last step, last stage) according to the end of records.jsonl."""
+        segment, step, stage = 0, None, None
+        for rec in self.tail_records():
+            if isinstance(rec.get("segment"), int):
+                segment = max(segment, rec["segment"])
+            if rec.get("kind") == "step" and isinstance(rec.get("step"), int):
+                step = rec["step"]
+            if rec.get("kind") == "stage" and isinstance(rec.get("stage"), str):
+                stage = rec["stage"]
+        return segment, step, stage
+
+    def append_records(self, records: list[dict[str, Any]]) -> None:
+        """Append records (adding "v" and "t") as complete lines in one write.
+
+        A trainer killed in the middle of a line leaves text without a newline; the
+        first thing written after it is a newline, so that torn line stays one bad
+        line that readers skip instead of swallowing the next record.
+        """
+        self.path.mkdir(parents=True, exist_ok=True)
+        now = time.time()
+        body = "".join(
+            json.dumps({"v": 1, "t": now, **rec}, separators=(",", ":")) + "\n" for rec in records
+        ).encode()
+        fd = os.open(self.records, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                body = b"\n" + body
+            os.write(fd, body)
+        finally:
+            os.close(fd)
+
+    def stderr_tail(self, since: int = 0, max_lines: int = 20, max_bytes: int = 4096) -> str:
+        """The last lines the trainer wrote to stderr after byte offset `since`."""
+        try:
+            with open(self.stderr, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                start = max(since, size - max_bytes)
+                f.seek(start)
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        lines = [line for line in text.splitlines() if line.strip()]
+        if start > since and lines:
+            lines = lines[1:]
+        return "\n".join(lines[-max_lines:])
+
+    def stderr_size(self) -> int:
+        try:
+            return self.stderr.stat().st_size
+        except OSError:
+            return 0

@@ -1,0 +1,422 @@
+"""Supervisor of one training run: start the trainer, restart it after SIGKILL.
+
+    sup = Supervisor(Launch(run_dir, "quick", "A"), on_change=print)
+    sup.start()          # trainer in its own session; stdout/stderr go to files in run_dir
+    sup.crash()          # a crash test: SIGKILL, then a restart with --require-checkpoint
+    sup.stop("its owner")
+
+A trainer that dies by SIGKILL (a crash test, or the out-of-memory killer) is restarted
+with `--require-checkpoint`, so it resumes from its newest complete checkpoint and writes
+the next segment; before the first checkpoint exists it starts over from step 0 instead.
+Exit 0 is finished; every other death marks the run failed, with the stderr tail as an
+event. The supervisor writes its events into the run's records.jsonl (only while no
+trainer is alive), so the file tells the whole story in order.
+
+The trainer runs in its own session with its output in files, not pipes: it outlives a
+server that is killed, and a new server adopts it (`adopt`) by pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import psutil
+
+from crashdrill.workers.run_dir import RunDir
+
+log = logging.getLogger(__name__)
+
+DEFAULT_COMMAND = (sys.executable, "-m", "crashdrill", "run")
+EXIT_OK = 0
+EXIT_NO_CHECKPOINT = 3
+STOP_GRACE_S = 5.0
+
+State = Literal["running", "restarting", "finished", "failed", "stopped"]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start the trainer of one run."""
+
+    run_dir: Path
+    preset: str
+    label: str
+    command: tuple[str, ...] = DEFAULT_COMMAND
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def argv(self, *, require_checkpoint: bool) -> list[str]:
+        args = [*self.command, self.preset, "--run-dir", str(self.run_dir), "--label", self.label]
+        if require_checkpoint:
+            args.append("--require-checkpoint")
+        return args
+
+
+@dataclass(frozen=True)
+class Change:
+    """What the supervisor tells its owner, from whichever thread noticed it."""
+
+    state: State
+    pid: int | None = None
+    pid_started: float | None = None
+    exit_code: int | None = None
+    text: str = ""
+
+
+class NotRunning(RuntimeError):
+    """The run has no live trainer process to signal."""
+
+
+class _Process:
+    """A trainer process: our child (exit status known) or adopted (status unknown)."""
+
+    def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None = None) -> None:
+        self.pid = pid
+        self.popen = popen
+        self.ps: psutil.Process | None = None
+        self.started = 0.0
+        try:
+            self.ps = psutil.Process(pid)
+            self.started = self.ps.create_time()
+        except psutil.Error:
+            if popen is None:
+                raise
+
+    def wait(self, timeout: float) -> int | None:
+        """Exit status (None when adopted); raises TimeoutError while it still runs."""
+        if self.popen is not None:
+            try:
+                return self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                raise TimeoutError from None
+        if self.ps is None:
+            return None
+        try:
+            # An exited trainer whose new parent does not reap it stays a zombie, which
+            # psutil's wait would take for alive forever.
+            if self.ps.status() == psutil.STATUS_ZOMBIE:
+                return None
+            self.ps.wait(timeout)
+        except psutil.TimeoutExpired:
+            raise TimeoutError from None
+        except psutil.NoSuchProcess:
+            pass
+        return None
+
+    def signal(self, sig: int) -> None:
+        """Signal the trainer's whole process group (it leads its own session)."""
+        if self.popen is not None and self.popen.returncode is not None:
+            raise ProcessLookupError(self.pid)
+        if self.popen is None and (self.ps is None or not self.ps.is_running()):
+            raise ProcessLookupError(self.pid)
+        pgid = os.getpgid(self.pid)
+        if pgid == self.pid:
+            os.killpg(pgid, sig)
+        else:
+            os.kill(self.pid, sig)
+
+
+def find_live_trainer(
+    run_dir: Path, pids: Iterable[int | None], *, scan: bool = True
+) -> int | None:
+    """A live trainer of `run_dir`, recognised by `--run-dir DIR` on its command line:
+    first among `pids` (known from the database and run.json), then, with `scan`, among
+    all processes (one started just before a server died, before anyone wrote its pid).
+    """
+
+    def is_trainer(proc: psutil.Process) -> bool:
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return False
+            cmd = proc.cmdline()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            return False
+        return any(a == "--run-dir" and b == wanted for a, b in itertools.pairwise(cmd))
+
+    wanted = str(run_dir)
+    for pid in pids:
+        if pid:
+            try:
+                if is_trainer(psutil.Process(pid)):
+                    return pid
+            except psutil.NoSuchProcess:
+                continue
+    if scan:
+        for proc in psutil.process_iter():
+            if proc.pid != os.getpid() and is_trainer(proc):
+                return int(proc.pid)
+    return None
+
+
+class Supervisor:
+    """Watches one run's trainer in a thread; restarts it after SIGKILL."""
+
+    def __init__(
+        self,
+        launch: Launch,
+        on_change: Callable[[Change], None],
+        *,
+        max_unrequested_kills: int = 5,
+        poll_s: float = 0.2,
+    ) -> None:
+        self.launch = launch
+        self.run_dir = RunDir(launch.run_dir)
+        self._on_change = on_change
+        self._max_unrequested = max_unrequested_kills
+        self._poll_s = poll_s
+        self._lock = threading.Lock()
+        self._proc: _Process | None = None
+        self._thread: threading.Thread | None = None
+        self._crash_requested = False
+        self._stop_requested: str | None = None
+        self._detached = False
+        self._unrequested_kills = 0
+        self._stderr_since = 0
+
+    # ---- starting -------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the trainer for the first time (it resumes if a checkpoint exists)."""
+        self._spawn(require_checkpoint=False)
+        self._watch_in_thread()
+
+    def resume(self, reason: str) -> None:
+        """Restart a trainer that died unseen (e.g. while the server was down)."""
+        segment, step, _ = self.run_dir.last_seen()
+        self._restart(reason, segment, step, code="lost", level="warn")
+        self._watch_in_thread()
+
+    def adopt(self, pids: Iterable[int | None]) -> bool:
+        """Watch a trainer of this run that is still alive; False when there is none."""
+        pid = find_live_trainer(self.launch.run_dir, pids)
+        if pid is None:
+            return False
+        try:
+            proc = _Process(pid)
+        except psutil.Error:
+            return False
+        with self._lock:
+            self._proc = proc
+        self._stderr_since = max(0, self.run_dir.stderr_size() - 4096)
+        self._notify(Change("running", pid=pid, pid_started=proc.started))
+        self._watch_in_thread()
+        return True
+
+    # ---- signals from people ---------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        proc = self._proc
+        return proc.pid if proc else None
+
+    def crash(self) -> int:
+        """Crash test: SIGKILL the trainer now. Returns the pid that was killed."""
+        with self._lock:
+            proc = self._proc
+            if proc is None or self._stop_requested:
+                raise NotRunning("the trainer is not running")
+            self._crash_requested = True
+            try:
+                proc.signal(signal.SIGKILL)
+            except (ProcessLookupError, psutil.NoSuchProcess):
+                self._crash_requested = False
+                raise NotRunning("the trainer has already exited") from None
+            return proc.pid
+
+    def stop(self, who: str) -> None:
+        """Stop for good: SIGTERM, then SIGKILL after a grace period; no restart."""
+        with self._lock:
+            self._stop_requested = who
+            proc = self._proc
+        if proc is None:
+            return  # between a death and a restart: the restart sees the flag
+        with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
+            proc.signal(signal.SIGTERM)
+
+        def _kill() -> None:
+            with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
+                proc.signal(signal.SIGKILL)
+
+        timer = threading.Timer(STOP_GRACE_S, _kill)
+        timer.daemon = True
+        timer.start()
+
+    def detach(self) -> None:
+        """Stop watching and leave the trainer running (a server shutting down)."""
+        self._detached = True
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # ---- the watcher ----------------------------------------------------------------
+
+    def _watch_in_thread(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        name = f"supervisor-{self.launch.run_dir.name}-{self.launch.label}"
+        self._thread = threading.Thread(target=self._watch, name=name, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._detached:
+            proc = self._proc
+            if proc is None:
+                return
+            try:
+                code = proc.wait(self._poll_s)
+            except TimeoutError:
+                continue
+            if self._detached:
+                return
+            try:
+                if not self._after_exit(code):
+                    return
+            except Exception as e:  # never leave a run silently unwatched
+                log.exception("supervisor of %s failed", self.launch.run_dir)
+                self._fail(f"The supervisor itself failed: {e!r}", exit_code=None)
+                return
+
+    def _after_exit(self, code: int | None) -> bool:
+        """Decide what a death means; True when a new trainer is being watched."""
+        with self._lock:
+            crash, stop = self._crash_requested, self._stop_requested
+            self._crash_requested = False
+            self._proc = None
+        segment, step, stage = self.run_dir.last_seen()
+        if code == EXIT_OK or (code is None and stage == "finished" and not stop):
+            self._notify(Change("finished", exit_code=code))
+            return False
+        if stop:
+            self._stopped(stop, segment)
+            return False
+        killed = code == -signal.SIGKILL or (code is None and stage != "failed")
+        if crash:
+            lead = "Crash test: killed the process with SIGKILL (no chance to save)"
+            if step is not None:
+                lead += f" at step {step}"
+            return self._restart(lead, segment, step, code="crash", level="info")
+        if killed:
+            self._unrequested_kills += 1
+            if self._unrequested_kills > self._max_unrequested:
+                self._fail(
+                    f"The trainer was killed {self._unrequested_kills} times without a crash"
+                    " test; giving up.",
+                    exit_code=code,
+                )
+                return False
+            lead = (
+                "The trainer was killed by SIGKILL without a crash test"
+                " (perhaps the out-of-memory killer)"
+            )
+            return self._restart(lead, segment, step, code="killed", level="warn")
+        self._fail(self._failure_text(code), exit_code=code, segment=segment, stage=stage)
+        return False
+
+    def _restart(self, lead: str, segment: int, step: int | None, *, code: str, level: str) -> bool:
+        ckpt = self.run_dir.latest_checkpoint_step()
+        if ckpt is not None:
+            lost = ""
+            if step is not None and step > ckpt:
+                lost = f"; {step - ckpt} steps to recompute"
+            text = f"{lead}. Resuming from the checkpoint at step {ckpt}{lost}."
+        else:
+            text = f"{lead}. There is no checkpoint yet, so the run starts over from step 0."
+        event: dict[str, Any] = {"kind": "event", "segment": segment, "level": level}
+        event.update(code=code, text=text, at_step=step, resume_from=ckpt)
+        self.run_dir.append_records([event])
+        self._notify(Change("restarting", text=text))
+        return self._spawn(require_checkpoint=ckpt is not None)
+
+    def _spawn(self, *, require_checkpoint: bool) -> bool:
+        with self._lock:
+            stop = self._stop_requested
+        if stop:
+            self._stopped(stop, self.run_dir.last_seen()[0])
+            return False
+        rd = self.run_dir
+        rd.path.mkdir(parents=True, exist_ok=True)
+        self._stderr_since = rd.stderr_size()
+        argv = self.launch.argv(require_checkpoint=require_checkpoint)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.launch.env}
+        try:
+            with open(rd.stdout, "ab") as out, open(rd.stderr, "ab") as err:
+                popen = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    env=env,
+                    start_new_session=True,  # outlives the server; crash kills its group
+                )
+        except OSError as e:
+            self._fail(f"Could not start the trainer ({argv[0]}): {e}.", exit_code=None)
+            return False
+        proc = _Process(popen.pid, popen)
+        with self._lock:
+            self._proc = proc
+        self._notify(Change("running", pid=proc.pid, pid_started=proc.started))
+        return True
+
+    # ---- endings --------------------------------------------------------------------
+
+    def _failure_text(self, code: int | None) -> str:
+        tail = self.run_dir.stderr_tail(since=self._stderr_since)
+        if code == EXIT_NO_CHECKPOINT:
+            text = (
+                "The trainer found no complete checkpoint to resume from (exit status 3),"
+                " so the run cannot continue."
+            )
+        elif code is not None and code < 0:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else -code
+            text = f"The trainer was ended by signal {name}."
+        elif code is None:
+            text = "The trainer exited while nobody was watching its exit status."
+        else:
+            text = f"The trainer failed (exit status {code})."
+        if tail:
+            text += " The end of its error output:\n" + tail
+        return text
+
+    def _fail(
+        self,
+        text: str,
+        *,
+        exit_code: int | None,
+        segment: int | None = None,
+        stage: str | None = None,
+    ) -> None:
+        if segment is None:
+            segment, _, stage = self.run_dir.last_seen()
+        records: list[dict[str, Any]] = [
+            {"kind": "event", "segment": segment, "level": "error", "code": "failed", "text": text}
+        ]
+        if stage != "failed":
+            records.append({"kind": "stage", "segment": segment, "stage": "failed", "progress": 1})
+        try:
+            self.run_dir.append_records(records)
+        except OSError:  # the run is failed either way; say so even if the disk will not
+            log.exception("could not write the failure of %s", self.launch.run_dir)
+        self._notify(Change("failed", exit_code=exit_code, text=text))
+
+    def _stopped(self, who: str, segment: int) -> None:
+        text = f"Stopped by {who}."
+        event = {"kind": "event", "segment": segment, "level": "info", "code": "stopped"}
+        self.run_dir.append_records([{**event, "text": text}])
+        self._notify(Change("stopped", text=text))
+
+    def _notify(self, change: Change) -> None:
+        try:
+            self._on_change(change)
+        except Exception:
+            log.exception("on_change callback of %s failed", self.launch.run_dir)
