@@ -1,0 +1,277 @@
+// The lab page: start a lesson, then follow both runs live. State flows one way:
+// history from the API and the SSE stream -> PairModel -> render (at most 4 times a second).
+//
+// The pair shown is the one in the URL (?pair=ID), else the last one this browser started.
+
+import { api, followStream } from "./api.js";
+import { RunCard, StageList } from "./cards.js";
+import { createCharts } from "./chart_specs.js";
+import { uPlotLoaded } from "./charts.js";
+import { renderEvents, renderHeader, renderProbes, renderResumeChecks, renderSamples } from "./lesson.js";
+import { EnergyLedger, MachinePanel } from "./machine.js";
+import { PairModel } from "./model.js";
+
+const $ = (sel) => document.querySelector(sel);
+const TERMINAL = new Set(["finished", "failed", "stopped"]);
+const STORE_KEY = "crashdrill.pair";
+const RENDER_EVERY_MS = 250;
+
+const page = {
+  pair: null,
+  cards: [],
+  stages: [],
+  charts: null,
+  machine: null,
+  ledger: null,
+  stream: null,
+  dirty: false,
+  lastRender: 0,
+  eventCount: -1,
+  loaded: false,
+};
+
+function status(text, kind = "info") {
+  const s = $("#status");
+  s.textContent = text;
+  s.dataset.kind = kind;
+}
+
+const memo = new Map();
+
+/** Run `draw` only when `signature` changed since the last time (keeps text selectable). */
+function once(key, signature, draw) {
+  if (memo.get(key) === signature) return;
+  memo.set(key, signature);
+  draw();
+}
+
+function scheduleRender() {
+  if (page.dirty) return;
+  page.dirty = true;
+  const wait = Math.max(0, RENDER_EVERY_MS - (performance.now() - page.lastRender));
+  setTimeout(() => requestAnimationFrame(render), wait);
+}
+
+function render() {
+  page.dirty = false;
+  page.lastRender = performance.now();
+  const pair = page.pair;
+  if (!pair) return;
+  for (const c of page.cards) c.update(pair, page.ledger.forRun(c.run.id));
+  for (const s of page.stages) s.update();
+  page.machine.update(pair.machine, page.ledger);
+  const runs = pair.ordered();
+  once("probes", runs.map((r) => `${r.probe?.id}:${r.probe?.step}`).join(), () => renderProbes(pair));
+  once("samples", runs.map((r) => `${r.sample?.id}:${r.sample?.step}`).join(), () => renderSamples(pair));
+  once("checks", JSON.stringify(runs.map((r) => pair.checks.get(r.id) || [])), () => renderResumeChecks(pair));
+  const total = pair.ordered().reduce((n, r) => n + r.events.length, 0);
+  if (total !== page.eventCount) page.eventCount = renderEvents(pair);
+  if (page.charts) page.charts.update(pair);
+  const done = pair.ordered().every((r) => TERMINAL.has(r.view.state));
+  $("#again").hidden = !done;
+  document.body.dataset.pairState = done ? "done" : "running";
+  document.body.dataset.loaded = String(page.loaded);
+}
+
+// ---- starting a lesson ------------------------------------------------------------
+
+async function showStart(message) {
+  document.body.dataset.view = "start";
+  if (message) status(message, "warn");
+  const select = $("#preset");
+  let presets;
+  try {
+    presets = await api.presets();
+  } catch (e) {
+    status(`Could not load the lessons: ${e.message}`, "error");
+    return;
+  }
+  const wanted = new URLSearchParams(location.search).get("preset");
+  select.replaceChildren(...presets.map((p) => {
+    const o = document.createElement("option");
+    o.value = p.id;
+    o.textContent = `${p.number} · ${p.title}`;
+    return o;
+  }));
+  const pick = presets.find((p) => p.id === wanted) || presets.find((p) => p.id === "lesson-1.7") || presets[0];
+  if (pick) {
+    select.value = pick.id;
+    renderHeader(pick, pick.knob_text);
+  }
+  select.onchange = () => {
+    const p = presets.find((x) => x.id === select.value);
+    if (p) renderHeader(p, p.knob_text);
+  };
+  $("#start").disabled = !presets.length;
+  $("#start-form").onsubmit = async (ev) => {
+    ev.preventDefault();
+    $("#start").disabled = true;
+    status("Starting both runs…");
+    try {
+      const created = await api.createPair(select.value);
+      localStorage.setItem(STORE_KEY, created.pair);
+      history.replaceState(null, "", `?pair=${encodeURIComponent(created.pair)}`);
+      await openPair(created.pair);
+    } catch (e) {
+      status(`Could not start the lesson: ${e.message}`, "error");
+      $("#start").disabled = false;
+    }
+  };
+}
+
+// ---- following a pair ---------------------------------------------------------------
+
+async function openPair(pairId) {
+  let view;
+  try {
+    view = await api.pair(pairId);
+  } catch (e) {
+    if (e.status === 404) {
+      localStorage.removeItem(STORE_KEY);
+      history.replaceState(null, "", location.pathname);
+      return showStart("That lesson is gone (the server's data was reset). Start a new one.");
+    }
+    status(`Could not load the lesson: ${e.message}`, "error");
+    return undefined;
+  }
+  document.body.dataset.view = "pair";
+  const pair = new PairModel(view);
+  page.pair = pair;
+  page.ledger = new EnergyLedger(pair.id);
+  renderHeader(view.preset, view.knob?.text);
+  const cards = $("#cards");
+  const stages = $("#stage-lists");
+  cards.replaceChildren();
+  stages.replaceChildren();
+  memo.clear();
+  page.cards = pair.ordered().map((r) => new RunCard(cards, r, crash));
+  page.stages = pair.ordered().map((r) => new StageList(stages, r));
+  page.machine ||= new MachinePanel($("#machine"));
+  if (!page.charts) page.charts = createCharts($("#loss-chart"), $("#chart-grid"));
+  if (!view.owner) status("Watching a lesson another browser started: you can follow it, not crash it.", "info");
+  else status("");
+  render();
+
+  // Live first, so nothing that happens while the history loads is missed.
+  page.stream?.close();
+  page.stream = followStream(pair.id, {
+    hello: (d) => {
+      if (d.pair) pair.setView(d.pair);
+      if (d.machine) onTelemetry(d.machine);
+      scheduleRender();
+    },
+    records: (d) => onRecords(d),
+    run: (v) => {
+      pair.setView({ runs: [v] });
+      scheduleRender();
+    },
+    resume_checks: (d) => {
+      pair.checks.set(d.run, d.checks || []);
+      scheduleRender();
+    },
+    telemetry: (s) => onTelemetry(s),
+    status: (s) => {
+      $("#live").textContent = s === "live" ? "live" : "reconnecting…";
+      $("#live").dataset.state = s;
+    },
+    reopened: () => catchUpAll(),
+  });
+  await loadHistory(pair);
+  return undefined;
+}
+
+async function loadHistory(pair) {
+  const t0 = performance.now();
+  const jobs = pair.ordered().map(async (run) => {
+    await api.records(run.id, 0, (recs) => {
+      run.add(recs);
+      scheduleRender();
+    });
+    pair.checks.set(run.id, (await api.resumeChecks(run.id)).checks);
+  });
+  jobs.push(api.machine().then((m) => m.sample && onTelemetry(m.sample)).catch(() => {}));
+  try {
+    await Promise.all(jobs);
+  } catch (e) {
+    status(`Could not load the history: ${e.message}`, "error");
+  }
+  page.loaded = true;
+  document.body.dataset.historyMs = String(Math.round(performance.now() - t0));
+  scheduleRender();
+}
+
+/** Refetch a run's records after record id `after` (a stream gap or a reconnect). The
+ * cursor is taken when the gap is seen, before newer records move run.lastId past the hole. */
+function catchUp(run, after = run.lastId) {
+  return api.records(run.id, after, (recs) => {
+    run.add(recs);
+    scheduleRender();
+  }).catch((e) => status(`Could not refetch records: ${e.message}`, "warn"));
+}
+
+async function catchUpAll() {
+  const pair = page.pair;
+  if (!pair) return;
+  const view = await api.pair(pair.id).catch(() => null);
+  if (view) pair.setView(view);
+  await Promise.all(pair.ordered().map(async (run) => {
+    await catchUp(run);
+    pair.checks.set(run.id, (await api.resumeChecks(run.id).catch(() => ({ checks: [] }))).checks);
+  }));
+  scheduleRender();
+}
+
+function onRecords(d) {
+  const run = page.pair?.runs.get(d.run);
+  if (!run) return;
+  if (d.gap) {
+    // Older records were dropped for us: fetch the hole, and keep these meanwhile.
+    catchUp(run, run.lastId);
+  }
+  run.add(d.records || []);
+  scheduleRender();
+}
+
+function onTelemetry(sample) {
+  const pair = page.pair;
+  if (!pair) return;
+  pair.addTelemetry(sample);
+  page.ledger.add(sample, pair);
+  scheduleRender();
+}
+
+async function crash(run, card) {
+  card.busy = true;
+  card.say(`Sending SIGKILL to run ${run.label}…`);
+  render();
+  try {
+    const res = await api.crash(run.id);
+    card.say(`Killed process ${res.killed_pid} at step ${res.at_step ?? "?"}. It resumes from its newest complete checkpoint.`);
+    page.pair.setView({ runs: [{ ...run.view, id: run.id, state: res.state, can_crash: false }] });
+  } catch (e) {
+    card.say(e.status === 409 ? `Not now: ${e.message}` : `The crash test failed: ${e.message}`);
+  } finally {
+    card.busy = false;
+    scheduleRender();
+  }
+}
+
+function boot() {
+  if (!uPlotLoaded()) document.body.classList.add("no-charts");
+  $("#again").addEventListener("click", () => {
+    localStorage.removeItem(STORE_KEY);
+    page.stream?.close();
+    location.href = `${location.pathname}?new=1`;
+  });
+  setInterval(() => page.pair && scheduleRender(), 1000); // clocks: elapsed, "sampled 2 s ago"
+  const params = new URLSearchParams(location.search);
+  const pairId = params.get("pair") || (params.has("new") ? null : localStorage.getItem(STORE_KEY));
+  if (pairId) {
+    if (!params.get("pair")) history.replaceState(null, "", `?pair=${encodeURIComponent(pairId)}`);
+    openPair(pairId);
+  } else {
+    showStart();
+  }
+}
+
+boot();

@@ -1,0 +1,262 @@
+// A card per run (state, shape, progress, metrics, cost, Crash test button) and the
+// per-run stage lists. Built once, then updated in place so focus and screen-reader
+// position survive live updates.
+
+import * as f from "./format.js";
+
+export const STAGES = [
+  ["queued", "Queued"],
+  ["download", "Download data"],
+  ["tokenize", "Tokenize"],
+  ["build", "Build and compile"],
+  ["warmup", "Warm up"],
+  ["train", "Train"],
+  ["finished", "Finished"],
+];
+const ORDER = Object.fromEntries(STAGES.map(([k], i) => [k, i]));
+
+/** What a student calls the run's state: queued / starting / training / crashed /
+ * resuming / done / failed / stopped, and a sentence that says why. */
+export function studentState(run) {
+  const v = run.view;
+  const crashes = run.crashes();
+  const last = crashes[crashes.length - 1];
+  switch (v.state) {
+    case "queued":
+      return ["queued", v.queue_position ? `Waiting for a free slot: number ${v.queue_position} in the queue.` : "Waiting for a free slot."];
+    case "starting":
+      return ["starting", "Starting the trainer process."];
+    case "restarting":
+      return ["crashed", "Killed with SIGKILL (no chance to save). Restarting from its newest complete checkpoint."];
+    case "running":
+      if (v.stage === "restarting") {
+        return ["crashed", "Killed with SIGKILL (no chance to save). Restarting from its newest complete checkpoint."];
+      }
+      if ((v.crashes ?? 0) > (v.segment ?? 0)) {
+        return ["resuming", "Restarted after the crash: loading its newest complete checkpoint."];
+      }
+      if (v.segment > 0 && last && (v.stage !== "train" || (v.step ?? 0) < last.reached)) {
+        const from = f.isNum(last.from) ? last.from : 0;
+        return ["resuming", `Resumed from the checkpoint at step ${f.int(from)}; recomputing steps ${f.int(from + 1)}–${f.int(last.reached)} lost in the crash.`];
+      }
+      if (v.stage !== "train") return ["starting", `Preparing: ${stageName(v.stage)}.`];
+      return ["training", v.segment > 0 ? `Training past the crash (segment ${v.segment}).` : "Training."];
+    case "finished":
+      return ["done", `Finished ${f.int(v.steps)} steps.`];
+    case "failed":
+      return ["failed", v.message || `The trainer exited with status ${v.exit_code}.`];
+    case "stopped":
+      return ["stopped", v.message || "Stopped."];
+    default:
+      return [v.state, ""];
+  }
+}
+
+function stageName(key) {
+  const hit = STAGES.find(([k]) => k === key);
+  return hit ? hit[1] : key || "waiting";
+}
+
+/** Why the Crash test button is disabled, or null when it may be pressed. */
+export function crashBlocker(run, owner) {
+  const v = run.view;
+  if (["finished", "failed", "stopped"].includes(v.state)) {
+    return `${v.state === "finished" ? "Finished" : v.state === "failed" ? "Failed" : "Stopped"}: there is no training process left to kill.`;
+  }
+  if (!owner) return "Only the browser that started this lesson can crash its runs.";
+  if (v.can_crash) return null;
+  switch (v.state) {
+    case "queued": return "Not started yet: it is waiting in the queue.";
+    case "starting": return "Not training yet: the trainer is starting.";
+    case "restarting": return "Already crashed: it is restarting from its checkpoint.";
+    case "running": return `Not training yet (${stageName(v.stage).toLowerCase()}): crash tests hit training runs.`;
+    default: return "Not available now.";
+  }
+}
+
+function shapeText(run, preset) {
+  const rr = run.runRecord;
+  const cfg = (rr && rr.config) || (preset && preset.run) || {};
+  const parts = [];
+  parts.push(rr?.dataset || cfg.data || "builtin");
+  if (f.isNum(cfg.n_layer) && f.isNum(cfg.d_model)) parts.push(`${cfg.n_layer}L·${cfg.d_model}d`);
+  if (rr && f.isNum(rr.params)) parts.push(`${f.params(rr.params)} params`);
+  parts.push(rr?.precision || cfg.precision || "fp32");
+  if (rr?.device) parts.push(rr.device_name && rr.device_name !== rr.device ? rr.device_name : rr.device);
+  return parts.join(" · ");
+}
+
+const CARD_HTML = `
+  <header class="card-head">
+    <h3><span class="run-name"></span> <span class="knob-value"></span></h3>
+    <span class="badge" role="status"></span>
+  </header>
+  <p class="state-line"></p>
+  <p class="shape"></p>
+  <div class="big">
+    <div><span class="k">tokens read</span><span class="v tokens">–</span></div>
+    <div><span class="k">step</span><span class="v steps">–</span></div>
+  </div>
+  <progress class="step-progress" max="1" value="0"></progress>
+  <dl class="metrics">
+    <div><dt>train loss</dt><dd data-m="loss">–</dd></div>
+    <div><dt>best val</dt><dd data-m="val">–</dd></div>
+    <div><dt>tokens/s</dt><dd data-m="tps">–</dd></div>
+    <div><dt>MFU</dt><dd data-m="mfu">–</dd></div>
+    <div><dt>peak mem</dt><dd data-m="mem">–</dd></div>
+    <div><dt>lr</dt><dd data-m="lr">–</dd></div>
+  </dl>
+  <p class="cost"></p>
+  <div class="crash-row">
+    <button type="button" class="crash">Crash test</button>
+    <p class="crash-why"></p>
+  </div>`;
+
+export class RunCard {
+  constructor(container, run, onCrash) {
+    this.run = run;
+    const L = run.label;
+    const card = document.createElement("article");
+    card.className = `run-card run-${L}`;
+    card.dataset.label = L;
+    card.setAttribute("aria-labelledby", `run-${L}-name`);
+    card.innerHTML = CARD_HTML;
+    const q = (s) => card.querySelector(s);
+    this.el = card;
+    this.name = q(".run-name");
+    this.name.id = `run-${L}-name`;
+    this.name.textContent = `Run ${L}`;
+    this.knob = q(".knob-value");
+    this.badge = q(".badge");
+    this.stateLine = q(".state-line");
+    this.shape = q(".shape");
+    this.tokens = q(".tokens");
+    this.steps = q(".steps");
+    this.progress = q(".step-progress");
+    this.progress.setAttribute("aria-label", `Run ${L} steps done`);
+    this.cost = q(".cost");
+    this.button = q(".crash");
+    this.button.setAttribute("aria-label", `Crash test run ${L}: kill it with SIGKILL now`);
+    this.why = q(".crash-why");
+    this.why.id = `crash-why-${L}`;
+    this.button.setAttribute("aria-describedby", this.why.id);
+    this.metrics = Object.fromEntries([...card.querySelectorAll("dd")].map((d) => [d.dataset.m, d]));
+    this.button.addEventListener("click", () => onCrash(this.run, this));
+    container.append(card);
+  }
+
+  /** A message under the button (the server's answer to a refused crash, say). */
+  say(text) {
+    this.flash = text;
+    this.flashUntil = Date.now() + 8000;
+    this.why.textContent = text;
+  }
+
+  update(pair, energy) {
+    const run = this.run;
+    const v = run.view;
+    const [state, line] = studentState(run);
+    this.badge.textContent = state;
+    this.badge.className = `badge state-${state}`;
+    this.el.dataset.state = state;
+    this.stateLine.textContent = line;
+    this.knob.textContent = v.knob && v.knob.name ? `${v.knob.name} ${v.knob.value}` : "";
+    this.shape.textContent = shapeText(run, pair.view.preset);
+    const last = run.latestStep();
+    this.tokens.textContent = f.int(last?.tokens);
+    const step = f.isNum(v.step) ? v.step : last?.step;
+    this.steps.textContent = `${f.int(step ?? 0)} / ${f.int(v.steps)}`;
+    this.progress.max = v.steps || 1;
+    this.progress.value = Math.min(step ?? 0, v.steps || 1);
+    const m = this.metrics;
+    m.loss.textContent = f.loss(last?.loss);
+    m.val.textContent = f.loss(run.bestVal());
+    m.tps.textContent = f.compact(last?.tokens_per_s);
+    m.mfu.textContent = f.pctOfFraction(last?.mfu);
+    m.mem.textContent = f.bytes(run.peakMem());
+    m.mem.title = last?.mem_kind === "rss" ? "process RSS (CPU run)" : "peak CUDA memory allocated";
+    m.lr.textContent = f.sci(last?.lr);
+    const done = ["finished", "failed", "stopped"].includes(v.state);
+    const end = done ? run.lastT : Date.now() / 1000;
+    const elapsed = run.firstT !== null && end !== null ? end - run.firstT : null;
+    const e = energy || {};
+    const kwhText = e.hasEnergy ? `${f.kwh(e.kwh)} ≈ ${f.usd(e.powerUsd)} power` : "no energy counter";
+    const rent = f.isNum(e.rentUsd) ? ` · ≈ ${f.usd(e.rentUsd)} to rent` : "";
+    this.cost.textContent = `${f.duration(elapsed)} · ${kwhText}${rent}`;
+    this.cost.title = e.hasEnergy ? "this run's share of the machine's energy while this page watched"
+      : "no energy counter on this machine (needs NVML on a GPU, or readable RAPL)";
+    const blocker = crashBlocker(run, pair.view.owner !== false);
+    this.button.disabled = blocker !== null || this.busy === true;
+    this.button.setAttribute("aria-disabled", String(this.button.disabled));
+    if (this.flash && Date.now() < this.flashUntil) this.why.textContent = this.flash;
+    else this.why.textContent = blocker || (state === "resuming" ? "" : "Kills the process with SIGKILL now: no chance to save.");
+  }
+}
+
+/** The newest stage the trainer reported (for a run that failed or was stopped in it). */
+function lastStage(run) {
+  let best = null;
+  for (const [key, rec] of run.stages) {
+    if (ORDER[key] !== undefined && key !== "finished" && (!best || (rec.t ?? 0) >= (best.t ?? 0))) best = { key, t: rec.t };
+  }
+  return best && best.key;
+}
+
+/** The stage list of one run: done / running with progress / waiting. */
+export class StageList {
+  constructor(container, run) {
+    this.run = run;
+    const box = document.createElement("section");
+    box.className = `stages run-${run.label}`;
+    box.setAttribute("aria-label", `Run ${run.label} stages`);
+    box.innerHTML = `<h3>Run ${run.label}</h3><ol></ol>`;
+    this.items = STAGES.map(([key, name]) => {
+      const li = document.createElement("li");
+      li.dataset.stage = key;
+      li.innerHTML = `<span class="stage-name"></span><span class="stage-status"></span><progress max="1" value="0"></progress>`;
+      li.querySelector(".stage-name").textContent = name;
+      li.querySelector("progress").setAttribute("aria-label", `Run ${run.label}: ${name}`);
+      box.querySelector("ol").append(li);
+      return li;
+    });
+    container.append(box);
+  }
+
+  update() {
+    const run = this.run;
+    const v = run.view;
+    let current = v.stage;
+    const crashed = v.state === "restarting" || v.stage === "restarting";
+    if (v.state === "queued") current = "queued";
+    else if (crashed) current = "train";
+    else if (v.state === "starting" || v.stage === "starting") current = "download";
+    const done = v.state === "finished";
+    if (ORDER[current] === undefined && !done) current = lastStage(run) || "queued"; // failed, stopped
+    const cur = ORDER[current] ?? (done ? ORDER.finished : 0);
+    this.items.forEach((li, i) => {
+      const key = STAGES[i][0];
+      let status;
+      let progress = 0;
+      if (done || i < cur) {
+        status = "done";
+        progress = 1;
+      } else if (i === cur) {
+        const rec = run.stages.get(key);
+        progress = key === "train" && v.steps ? (v.step ?? 0) / v.steps
+          : f.isNum(v.stage_progress) ? v.stage_progress : rec?.progress ?? 0;
+        if (key === "finished") {
+          status = "done";
+          progress = 1;
+        } else if (crashed) status = "crashed · resuming";
+        else if (v.state === "failed") status = "failed";
+        else if (v.state === "stopped") status = "stopped";
+        else status = key === "queued" ? "waiting" : `running ${Math.round(progress * 100)}%`;
+      } else {
+        status = ["failed", "stopped"].includes(v.state) ? "–" : "waiting";
+      }
+      li.dataset.status = status.split(" ")[0];
+      li.querySelector(".stage-status").textContent = status;
+      li.querySelector("progress").value = progress;
+    });
+  }
+}

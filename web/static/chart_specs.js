@@ -1,0 +1,213 @@
+// What each chart of the lesson draws, built from the pair's records. All charts share the
+// x axis (optimizer step), so one cursor moves across all of them.
+
+import { ChartPanel, debiasedEma } from "./charts.js";
+import { bytes, compact, isNum, loss as fmtLoss, sci } from "./format.js";
+
+const CUBLAS_WORKSPACE_BYTES = 8 * 4096 * 1024; // CUBLAS_WORKSPACE_CONFIG=:4096:8
+
+/** x = 1..the furthest step either run reached. */
+function stepAxis(pair) {
+  let max = 0;
+  for (const run of pair.runs.values()) max = Math.max(max, run.maxStep);
+  return Array.from({ length: max }, (_, i) => i + 1);
+}
+
+function column(x, byStep, pick) {
+  return x.map((step) => {
+    const r = byStep.get(step);
+    const v = r ? pick(r) : null;
+    return isNum(v) ? v : null;
+  });
+}
+
+/** Original trace (earliest segment per step) of one field, for every run. */
+function perRun(pair, x, field, label) {
+  return pair.ordered().map((run) => ({
+    label: `${run.label} ${label}`,
+    run: run.label,
+    style: "line",
+    endLabel: run.label,
+    values: column(x, run.originalByStep(), (r) => r[field]),
+  }));
+}
+
+/** EMA like debiasedEma, but starting from another series' state at index `start`
+ * so that a recomputed segment equal to the original is drawn exactly on top of it. */
+function emaContinuing(raw, a, start, end, values) {
+  const out = new Array(values.length).fill(null);
+  let ema = 0;
+  let n = 0;
+  for (let i = 0; i <= start && i < raw.length; i += 1) {
+    if (!isNum(raw[i])) continue;
+    ema = a * ema + (1 - a) * raw[i];
+    n += 1;
+  }
+  if (n > 0 && start >= 0) out[start] = a > 0 ? ema / (1 - a ** n) : raw[start];
+  for (let i = start + 1; i <= end && i < values.length; i += 1) {
+    if (!isNum(values[i])) continue;
+    ema = a * ema + (1 - a) * values[i];
+    n += 1;
+    out[i] = a > 0 ? ema / (1 - a ** n) : values[i];
+  }
+  return out;
+}
+
+function lossControls(state, onChange) {
+  const wrap = document.createElement("div");
+  wrap.className = "chart-controls";
+  wrap.innerHTML = `
+    <label><input type="checkbox" id="loss-log"> log loss</label>
+    <label for="loss-smooth">smoothing</label>
+    <input type="range" id="loss-smooth" min="0" max="0.99" step="0.01" value="${state.smoothing}"
+      aria-describedby="loss-smooth-out">
+    <output id="loss-smooth-out" for="loss-smooth">${state.smoothing.toFixed(2)}</output>
+    <span class="chart-key">solid = train (smoothed) · ● A / ○ B = validation ·
+      dashed = recomputed after a crash-test resume · ✕ crash · ↺ resume</span>`;
+  const log = wrap.querySelector("#loss-log");
+  const smooth = wrap.querySelector("#loss-smooth");
+  const out = wrap.querySelector("#loss-smooth-out");
+  log.addEventListener("change", () => {
+    state.log = log.checked;
+    onChange(true);
+  });
+  smooth.addEventListener("input", () => {
+    state.smoothing = Number(smooth.value);
+    out.textContent = state.smoothing.toFixed(2);
+    onChange(false);
+  });
+  return wrap;
+}
+
+function buildLoss(pair, opts) {
+  const x = stepAxis(pair);
+  const series = [];
+  const markers = [];
+  const bands = [];
+  const a = opts.smoothing;
+  for (const run of pair.ordered()) {
+    const L = run.label;
+    const raw = column(x, run.originalByStep(), (r) => r.loss);
+    if (a > 0) series.push({ label: `${L} train (raw)`, run: L, style: "ghost", values: raw });
+    series.push({ label: `${L} train`, run: L, style: "line", endLabel: L, values: debiasedEma(raw, a) });
+    series.push({ label: `${L} val`, run: L, style: "dots",
+      values: column(x, run.val, (r) => r.val_loss) });
+    for (const c of run.crashes()) {
+      const rows = run.steps.get(c.segment) || new Map();
+      const lo = (c.from ?? 0) + 1;
+      const recomputed = x.map((s) => (s >= lo && s <= c.reached && rows.has(s) ? rows.get(s).loss : null));
+      const start = (c.from ?? 0) - 1; // index of from_step in x (x[i] = i + 1)
+      series.push({
+        label: `${L} resume ${c.segment}`,
+        run: L,
+        style: "dash",
+        values: emaContinuing(raw, a, start, Math.min(c.reached, x.length) - 1, recomputed),
+      });
+      bands.push({ x0: Math.max(c.from ?? 0, 1), x1: c.reached, run: L });
+      markers.push({ x: c.reached, run: L, kind: "crash",
+        text: `Run ${L} crash test at step ${c.reached} (resume ${c.segment})` });
+      if (isNum(c.from)) {
+        markers.push({ x: Math.max(c.from, 1), run: L, kind: "resume",
+          text: `Run ${L} resumed from the checkpoint at step ${c.from}` });
+      }
+    }
+  }
+  return { x, series, markers, bands };
+}
+
+/** Peak memory estimate of one run from its `run` record (weights + grads + AdamW in
+ * fp32, activations as in Korthikanti et al. 2022, logits, cuBLAS workspace on CUDA). */
+export function memoryEstimate(runRecord) {
+  const cfg = runRecord && runRecord.config;
+  if (!cfg || !isNum(runRecord.params)) return null;
+  const { n_layer: L, d_model: d, n_head: h, ctx: T, batch: B } = cfg;
+  if (![L, d, h, T, B].every(isNum)) return null;
+  const V = runRecord.vocab || cfg.vocab || 256;
+  const half = /bf16|fp16/.test(runRecord.precision || cfg.precision || "");
+  const states = 16 * runRecord.params;
+  const acts = L * B * T * d * (34 + (5 * h * T) / d) * (half ? 1 : 2);
+  const logits = B * T * V * 8;
+  const cuda = String(runRecord.device || "").startsWith("cuda");
+  return states + acts + logits + (cuda ? CUBLAS_WORKSPACE_BYTES : 0);
+}
+
+function buildMemory(pair) {
+  const x = stepAxis(pair);
+  const series = perRun(pair, x, "mem_bytes", "measured");
+  const estimates = pair.ordered().map((r) => [r.label, memoryEstimate(r.runRecord)]);
+  const same = estimates.length === 2 && estimates[0][1] === estimates[1][1];
+  for (const [label, est] of same ? estimates.slice(0, 1) : estimates) {
+    if (!isNum(est) || x.length === 0) continue;
+    series.push({ label: same ? "estimate (A and B)" : `${label} estimate`, run: same ? "" : label,
+      style: "dash", values: x.map(() => est) });
+  }
+  return { x, series, markers: [] };
+}
+
+function memoryNote(pair) {
+  const kinds = pair.ordered().map((r) => r.latestStep()?.mem_kind).filter(Boolean);
+  const where = kinds.includes("rss")
+    ? "process RSS on this CPU (Python and torch included)"
+    : "peak allocated by torch on the GPU";
+  return `${where} · dashed = estimate: weights, gradients, AdamW state, activations + workspace`;
+}
+
+function mfuNote(pair) {
+  const src = pair.ordered().map((r) => r.latestStep()?.mfu_peak_source).find(Boolean);
+  return src ? `share of the peak: ${src}` : "share of this precision's peak FLOP/s";
+}
+
+function simple(key, title, note, field, yLabel, yFmt, extra = {}) {
+  return {
+    key, title, note, yLabel, yFmt, height: 200, ...extra,
+    build: (pair) => {
+      const x = stepAxis(pair);
+      return { x, series: perRun(pair, x, field, yLabel), markers: crashMarkers(pair) };
+    },
+  };
+}
+
+function crashMarkers(pair) {
+  const out = [];
+  for (const run of pair.ordered()) {
+    for (const c of run.crashes()) {
+      out.push({ x: c.reached, run: run.label, kind: "crash", text: `Run ${run.label} crash test at step ${c.reached}` });
+    }
+  }
+  return out;
+}
+
+/** Create every chart in `container`; returns { update(pair, force) }. */
+export function createCharts(lossBox, gridBox) {
+  const opts = { log: false, smoothing: 0.6 };
+  let current = null;
+  const charts = [];
+  const controls = lossControls(opts, (force) => current && lossChart.update(current, force));
+  const lossChart = new ChartPanel(lossBox, {
+    key: "loss", title: "Loss", note: "lower is better · starts near ln(vocab)",
+    yLabel: "loss", yFmt: fmtLoss, axisFmt: (v) => (v < 1 ? v.toPrecision(2) : v.toFixed(1)),
+    height: 320, controls,
+    log: () => opts.log, build: (pair) => buildLoss(pair, opts),
+  });
+  charts.push(lossChart);
+  charts.push(new ChartPanel(gridBox, simple("lr", "Learning rate", "warmup, then cosine", "lr", "lr", sci)));
+  charts.push(new ChartPanel(gridBox, simple("grad", "Gradient norm", "before clipping · log scale",
+    "grad_norm", "grad norm", (v) => (v >= 100 ? v.toFixed(0) : v >= 1 ? v.toFixed(1) : v.toPrecision(2)),
+    { log: () => true })));
+  charts.push(new ChartPanel(gridBox, simple("throughput", "Throughput", "tokens per second",
+    "tokens_per_s", "tokens/s", compact)));
+  charts.push(new ChartPanel(gridBox, simple("mfu", "MFU", mfuNote, "mfu", "MFU",
+    (v) => `${(v * 100).toFixed(v < 0.1 ? 1 : 0)}%`)));
+  charts.push(new ChartPanel(gridBox, {
+    key: "memory", title: "Memory (measured)", note: memoryNote, yLabel: "bytes", yFmt: bytes,
+    axisFmt: (v) => (v >= 1e9 ? `${(v / 1e9).toFixed(1)} GB` : `${Math.round(v / 1e6)} MB`),
+    height: 200, build: buildMemory,
+  }));
+  return {
+    charts,
+    update(pair, force = false) {
+      current = pair;
+      for (const c of charts) c.update(pair, force);
+    },
+  };
+}

@@ -1,0 +1,167 @@
+// The lesson's text parts: header, what's happening / what to watch, fact probes,
+// samples, resume checks and the event log ("What happened").
+
+import * as f from "./format.js";
+
+// The questions behind the probe names (trainer/corpus.py PROBES); unknown names show as is.
+const PROBE_TEXT = {
+  paris: ["The capital of France is", "Paris", "London"],
+  water: ["Q: Is water a liquid at room temperature? A:", "Yes", "No"],
+  planet: ["The largest planet in our solar system is", "Jupiter", "Mars"],
+  ice: ["Q: Does ice float on water? A:", "Yes", "No"],
+  sky: ["On a clear day the sky is", "blue", "green"],
+  whale: ["A whale is a", "mammal", "fish"],
+  arithmetic: ["2 + 3 =", "5", "6"],
+  orbit: ["The Earth goes around the", "Sun", "Moon"],
+  ocean: ["The largest ocean on Earth is the", "Pacific", "Atlantic"],
+};
+
+const $ = (sel) => document.querySelector(sel);
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+export function renderHeader(preset, knobText) {
+  $("#lesson-kicker").textContent = `lesson ${preset.number} · ${preset.chapter}`;
+  $("#lesson-title").textContent = preset.title;
+  $("#lesson-question").textContent = preset.question;
+  $("#lesson-knob").textContent = knobText || preset.knob_text || "";
+  $("#whats-happening").textContent = preset.whats_happening || "";
+  $("#what-to-watch").textContent = preset.what_to_watch || "";
+  document.title = `${preset.title} · crashdrill`;
+}
+
+/** P(right) / (P(right) + P(wrong)) per question, A vs B, newest probe of each run. */
+export function renderProbes(pair) {
+  const runs = pair.ordered();
+  const names = new Set();
+  for (const r of runs) for (const k of Object.keys(r.probe?.probes || {})) names.add(k);
+  const table = $("#probes");
+  const head = table.querySelector("thead tr");
+  head.replaceChildren(el("th", "", "question"));
+  for (const r of runs) {
+    const th = el("th", "", `Run ${r.label}${r.probe ? ` · step ${f.int(r.probe.step)}` : ""}`);
+    th.scope = "col";
+    head.append(th);
+  }
+  const body = table.querySelector("tbody");
+  body.replaceChildren();
+  if (!names.size) {
+    const tr = el("tr");
+    const td = el("td", "muted", "No probe yet: the first comes at the first evaluation.");
+    td.colSpan = runs.length + 1;
+    tr.append(td);
+    body.append(tr);
+    return;
+  }
+  for (const name of [...names].sort()) {
+    const tr = el("tr");
+    const th = el("th");
+    th.scope = "row";
+    const q = PROBE_TEXT[name];
+    th.append(el("span", "probe-name", name));
+    if (q) th.append(el("span", "probe-q", `“${q[0]}” ${q[1]} vs ${q[2]}`));
+    tr.append(th);
+    for (const r of runs) {
+      const v = r.probe?.probes?.[name];
+      const td = el("td", "probe-cell");
+      td.append(el("span", "probe-v", f.isNum(v) ? v.toFixed(2) : "–"));
+      const bar = el("span", `probe-bar run-${r.label}`);
+      bar.style.setProperty("--p", f.isNum(v) ? v : 0);
+      bar.setAttribute("aria-hidden", "true");
+      td.append(bar);
+      tr.append(td);
+    }
+    body.append(tr);
+  }
+}
+
+export function renderSamples(pair) {
+  const box = $("#samples");
+  const runs = pair.ordered();
+  const steps = runs.map((r) => r.sample?.step).filter(f.isNum);
+  $("#samples-step").textContent = steps.length ? runs.map((r) => `${r.label} step ${f.int(r.sample?.step)}`).join(" · ") : "no sample yet";
+  box.replaceChildren();
+  for (const r of runs) {
+    const fig = el("figure", `sample run-${r.label}`);
+    fig.append(el("figcaption", "", `Run ${r.label}${r.sample ? ` · step ${f.int(r.sample.step)}` : ""}`));
+    const pre = el("pre");
+    if (r.sample) {
+      const text = r.sample.text || "";
+      const prompt = r.sample.prompt || "";
+      if (prompt && text.startsWith(prompt)) {
+        pre.append(el("strong", "", prompt), document.createTextNode(text.slice(prompt.length)));
+      } else pre.textContent = text;
+    } else pre.textContent = "No sample yet.";
+    fig.append(pre);
+    box.append(fig);
+  }
+}
+
+/** One line per resume, as the seed lab writes it, with a plain-language verdict. */
+export function resumeCheckText(label, c) {
+  const head = `${label} · resume ${c.segment}`;
+  if (c.from_step === null || c.from_step === undefined) {
+    if (!c.points) return [head, "No checkpoint existed yet, so the run started over from step 0.", "fresh"];
+  }
+  if (!c.points) {
+    return [`${head} from step ${f.int(c.from_step)}`, "Waiting for the recomputed steps…", "pending"];
+  }
+  const [lo, hi] = c.steps || [null, null];
+  const progress = c.complete ? "" : ` (${c.points} of ${c.expected_points} lost steps recomputed so far)`;
+  const line = `${head} steps ${lo}–${hi} (${c.points} points): max |Δloss| ${f.sci(c.max_abs_delta)}, mean ${f.sci(c.mean_abs_delta)}${progress}`;
+  if (c.bit_identical) {
+    return [line, "Bit-identical: the resume reproduced the lost steps exactly.", "identical"];
+  }
+  return [line,
+    `Not bit-identical: the recomputed losses differ from the originals by up to ${f.sci(c.max_abs_delta)}. `
+    + "The checkpoint missed part of the training state (AdamW moments, the schedule position, an RNG stream "
+    + "or the data position), or a kernel is not deterministic; the resumed run is a different run, "
+    + "even when its curve looks close.", "different"];
+}
+
+export function renderResumeChecks(pair) {
+  const list = $("#resume-checks");
+  list.replaceChildren();
+  let n = 0;
+  for (const r of pair.ordered()) {
+    for (const c of pair.checks.get(r.id) || []) {
+      const [line, verdict, kind] = resumeCheckText(r.label, c);
+      const li = el("li", `check check-${kind} run-${r.label}`);
+      li.dataset.bitIdentical = String(c.bit_identical);
+      li.append(el("span", "check-line", line), el("span", "check-verdict", verdict));
+      const lost = c.expected_points;
+      if (f.isNum(lost) && f.isNum(c.from_step)) {
+        li.append(el("span", "check-cost", `The crash cost ${f.int(lost)} step${lost === 1 ? "" : "s"} of work (since the checkpoint at step ${f.int(c.from_step)}).`));
+      }
+      list.append(li);
+      n += 1;
+    }
+  }
+  if (!n) list.append(el("li", "muted", "No resume yet. Press Crash test on a training run."));
+}
+
+/** Both runs' events, newest first. Returns the number shown (for cheap change checks). */
+export function renderEvents(pair) {
+  const all = [];
+  for (const r of pair.ordered()) for (const e of r.events) all.push([r.label, e]);
+  all.sort((a, b) => (b[1].t ?? 0) - (a[1].t ?? 0) || (b[1].id ?? 0) - (a[1].id ?? 0));
+  const list = $("#events");
+  list.replaceChildren();
+  for (const [label, e] of all) {
+    const li = el("li", `event level-${e.level || "info"} run-${label}`);
+    if (e.code) li.dataset.code = e.code;
+    const time = el("time", "", f.clock(e.t));
+    if (f.isNum(e.t)) time.dateTime = new Date(e.t * 1000).toISOString();
+    li.append(time, el("span", "event-run", label));
+    if (e.level === "warn" || e.level === "error") li.append(el("span", "event-level", e.level === "error" ? "error" : "warning"));
+    li.append(el("span", "event-text", e.text || ""));
+    list.append(li);
+  }
+  if (!all.length) list.append(el("li", "muted", "Nothing yet."));
+  return all.length;
+}

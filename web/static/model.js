@@ -1,0 +1,199 @@
+// The page's state of one pair: each run's view from GET /api/pairs/{pair} plus every
+// record it has seen (history from /api/runs/{run}/records, then live from the stream).
+// Records are idempotent by id (and by segment:step:kind), so a refetch that overlaps
+// the stream adds nothing twice.
+
+const STEP_KEYED = new Set(["step", "val", "probe", "sample", "ckpt", "mirror"]);
+
+export class RunModel {
+  constructor(view) {
+    this.id = view.id;
+    this.label = view.label;
+    this.view = view; // the server's run view: state, stage, step, steps, latest, …
+    this.lastId = 0; // newest record id seen (for ?after=)
+    this.keys = new Set();
+    this.steps = new Map(); // segment -> Map(step -> step record)
+    this.val = new Map(); // step -> val record (newest segment wins)
+    this.probe = null; // newest probe record
+    this.sample = null; // newest sample record
+    this.ckpts = [];
+    this.resumes = []; // resume records, by segment
+    this.events = []; // event records
+    this.stages = new Map(); // stage -> {progress, t}
+    this.runRecord = null; // newest `run` record: params, config, dataset, device…
+    this.firstT = null;
+    this.lastT = null;
+    this.maxStep = 0;
+    this.version = 0; // bumps on every change, for cheap redraw checks
+  }
+
+  setView(view) {
+    this.view = { ...this.view, ...view };
+    this.version += 1;
+  }
+
+  /** Add records (objects with id when they came from the server); returns how many were new. */
+  add(records) {
+    let added = 0;
+    for (const r of records) {
+      if (!r || typeof r.kind !== "string") continue;
+      const seg = Number.isInteger(r.segment) ? r.segment : 0;
+      const key = STEP_KEYED.has(r.kind) && Number.isInteger(r.step)
+        ? `${seg}:${r.step}:${r.kind}`
+        : Number.isInteger(r.id) ? `#${r.id}` : `${r.kind}@${r.t}:${r.text ?? r.stage ?? ""}`;
+      if (Number.isInteger(r.id) && r.id > this.lastId) this.lastId = r.id;
+      if (this.keys.has(key)) continue;
+      this.keys.add(key);
+      added += 1;
+      this._apply(r, seg);
+    }
+    if (added) this.version += 1;
+    return added;
+  }
+
+  _apply(r, seg) {
+    if (typeof r.t === "number") {
+      if (this.firstT === null || r.t < this.firstT) this.firstT = r.t;
+      if (this.lastT === null || r.t > this.lastT) this.lastT = r.t;
+    }
+    switch (r.kind) {
+      case "step": {
+        if (!this.steps.has(seg)) this.steps.set(seg, new Map());
+        this.steps.get(seg).set(r.step, r);
+        if (r.step > this.maxStep) this.maxStep = r.step;
+        break;
+      }
+      case "val": {
+        const old = this.val.get(r.step);
+        if (!old || (old.segment ?? 0) <= seg) this.val.set(r.step, r);
+        break;
+      }
+      case "probe":
+        if (!this.probe || newer(r, this.probe)) this.probe = r;
+        break;
+      case "sample":
+        if (!this.sample || newer(r, this.sample)) this.sample = r;
+        break;
+      case "ckpt":
+        this.ckpts.push(r);
+        break;
+      case "resume":
+        this.resumes.push(r);
+        this.resumes.sort((a, b) => (a.segment ?? 0) - (b.segment ?? 0));
+        break;
+      case "event":
+        this.events.push(r);
+        break;
+      case "stage":
+        if (typeof r.stage === "string") {
+          const old = this.stages.get(r.stage);
+          if (!old || (r.t ?? 0) >= (old.t ?? 0)) this.stages.set(r.stage, r);
+        }
+        break;
+      case "run":
+        if (!this.runRecord || (r.t ?? 0) >= (this.runRecord.t ?? 0)) this.runRecord = r;
+        break;
+      default:
+        break;
+    }
+  }
+
+  segments() {
+    return [...this.steps.keys()].sort((a, b) => a - b);
+  }
+
+  /** The step records of the run's newest trace: for each step the newest segment's row. */
+  latestStep() {
+    let best = null;
+    for (const rows of this.steps.values()) {
+      for (const r of rows.values()) {
+        if (!best || r.step > best.step || (r.step === best.step && r.segment > best.segment)) {
+          best = r;
+        }
+      }
+    }
+    return best;
+  }
+
+  /** For every step, the row of the earliest segment that has it (the original trace). */
+  originalByStep() {
+    const out = new Map();
+    for (const seg of this.segments()) {
+      for (const [step, r] of this.steps.get(seg)) if (!out.has(step)) out.set(step, r);
+    }
+    return out;
+  }
+
+  /** One entry per resume: segment, from_step, and the step the run had reached before. */
+  crashes() {
+    const out = [];
+    const segs = new Set([...this.segments(), ...this.resumes.map((r) => r.segment)]);
+    const ordered = [...segs].filter((s) => s > 0).sort((a, b) => a - b);
+    for (const seg of ordered) {
+      let reached = 0;
+      for (const [s, rows] of this.steps) {
+        if (s < seg) for (const step of rows.keys()) if (step > reached) reached = step;
+      }
+      const rec = this.resumes.find((r) => r.segment === seg);
+      let from = rec && Number.isInteger(rec.from_step) ? rec.from_step : null;
+      if (from === null && this.steps.has(seg)) from = Math.min(...this.steps.get(seg).keys()) - 1;
+      out.push({ segment: seg, reached, from, t: rec ? rec.t : null });
+    }
+    return out;
+  }
+
+  bestVal() {
+    let best = null;
+    for (const r of this.val.values()) if (best === null || r.val_loss < best) best = r.val_loss;
+    return best;
+  }
+
+  peakMem() {
+    let peak = null;
+    for (const rows of this.steps.values()) {
+      for (const r of rows.values()) if (typeof r.mem_bytes === "number" && (peak === null || r.mem_bytes > peak)) peak = r.mem_bytes;
+    }
+    return peak;
+  }
+}
+
+function newer(a, b) {
+  const sa = a.step ?? 0;
+  const sb = b.step ?? 0;
+  return sa > sb || (sa === sb && (a.segment ?? 0) >= (b.segment ?? 0));
+}
+
+/** The whole pair: preset text, knob and the two runs in label order. */
+export class PairModel {
+  constructor(view) {
+    this.id = view.pair;
+    this.view = view;
+    this.runs = new Map(view.runs.map((r) => [r.id, new RunModel(r)]));
+    this.checks = new Map(); // run id -> resume checks
+    this.machine = null; // newest telemetry sample
+    this.telemetry = []; // [t, power_now_w, energy_kwh_total] for the sparkline
+  }
+
+  ordered() {
+    return [...this.runs.values()].sort((a, b) => a.label.localeCompare(b.label));
+  }
+
+  setView(view) {
+    this.view = { ...this.view, ...view };
+    for (const rv of view.runs || []) {
+      const run = this.runs.get(rv.id);
+      if (run) run.setView(rv);
+      else this.runs.set(rv.id, new RunModel(rv));
+    }
+  }
+
+  addTelemetry(sample) {
+    if (!sample || typeof sample.t !== "number") return;
+    if (this.machine && sample.t <= this.machine.t) return;
+    this.machine = sample;
+    this.telemetry.push([sample.t, sample.power_now_w ?? null, sample.energy_kwh_total ?? null,
+      sample.gpu_util_pct ?? sample.cpu_pct ?? null]);
+    const cutoff = sample.t - 300;
+    while (this.telemetry.length && this.telemetry[0][0] < cutoff) this.telemetry.shift();
+  }
+}
