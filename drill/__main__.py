@@ -1,0 +1,5 @@
+"""`python -m crashdrill.drill [options]` — the same as `crashdrill verify`."""
+
+from crashdrill.drill.cli import main
+
+raise SystemExit(main())

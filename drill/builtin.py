@@ -1,0 +1,155 @@
+"""The built-in trainer as a drill target: `crashdrill verify --preset NAME [--run A|B]`.
+
+It is the generic engine pointed at `python -m crashdrill run PRESET --jsonl`, with what
+the trainer's contract (docs/run-contract.md) adds: exact `loss_bits`, the checkpoint
+cadence from the preset, `--require-checkpoint` on every restart, the loud
+`resumed at step N` line, and a pause hook that holds a checkpoint write open so that a
+kill lands inside it.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import sys
+import time
+from pathlib import Path
+
+from crashdrill.drill.engine import Segment, Snapshot, Target, WriteWatch, scan
+from crashdrill.drill.plan import KillPoint, draw_kills
+from crashdrill.drill.trace import LossParser
+
+PAUSE_SECONDS = 30  # the kill lands as soon as the pause begins; this only bounds a miss
+EXIT_NO_CHECKPOINT = 3
+_RESUMED = re.compile(r"crashdrill: resumed at step (\d+) from")
+_FRESH = "crashdrill: no checkpoint found, starting fresh"
+_COMPLETE = re.compile(r"^step-(\d{8})/MANIFEST\.json$")
+_INPLACE_MANIFEST = "latest/MANIFEST.json"
+
+
+class PauseWatch(WriteWatch):
+    """The trainer announces the pause on stderr; the temp dir is the fallback signal.
+
+    The evidence of what the write overwrote is the dir as it stood before the write: it
+    is taken at the first step line after the previous checkpoint (whose write finished
+    before that line was printed), not at the line just before the write, which the
+    drill may read only once the write has begun."""
+
+    interval = 0.02
+
+    def __init__(self, root: Path, step: int, every: int) -> None:
+        self.root = root
+        self.step = step
+        self.after_previous = step - every
+        self.line = f"paused inside checkpoint write at step {step}"
+        self.tmp = root / f"step-{step:08d}.tmp"
+        self.seen: float | None = None
+        self.before: Snapshot | None = None
+
+    def on_step(self, step: int) -> None:
+        if self.before is None and self.after_previous < step <= self.step:
+            self.before = scan(self.root)
+
+    def snapshot_before(self) -> Snapshot | None:
+        return self.before
+
+    def on_stderr(self, line: str) -> bool:
+        return self.line in line
+
+    def poll(self) -> bool:
+        if not self.tmp.is_dir():
+            return False
+        self.seen = self.seen or time.monotonic()
+        return time.monotonic() - self.seen > 0.5  # sat there that long: it is the pause
+
+
+class PresetTarget(Target):
+    def __init__(self, preset: str, label: str = "A", *, timeout: float = 600.0) -> None:
+        from crashdrill.trainer.presets import get_preset
+
+        p = get_preset(preset)  # PresetError names the known presets
+        cfg = p.config_for(label)
+        on_cuda = p.config_for(label, cuda=True)
+        if (on_cuda.steps, on_cuda.ckpt_every, on_cuda.ckpt_policy) != (
+            cfg.steps,
+            cfg.ckpt_every,
+            cfg.ckpt_policy,
+        ) and _cuda_available():
+            cfg = on_cuda  # the trainer will run the CUDA variant: plan for its cadence
+        self.preset = p.id if not preset.endswith(".toml") else preset
+        self.label = label
+        self.steps = cfg.steps
+        self.ckpt_every = cfg.ckpt_every
+        self.ckpt_policy = cfg.ckpt_policy
+        self.parser = LossParser()
+        self.timeout = timeout
+
+    def command(self, ckpt_dir: Path, restart: bool) -> list[str]:
+        argv = [sys.executable, "-m", "crashdrill", "run", self.preset, "--run-dir"]
+        argv += [str(ckpt_dir), "--label", self.label, "--jsonl", "--quiet"]
+        return argv + (["--require-checkpoint"] if restart else [])
+
+    def environ(self, ckpt_dir: Path, kill: KillPoint | None) -> dict[str, str]:
+        if kill is not None and kill.during_write:
+            return {"CRASHDRILL_CKPT_PAUSE": f"{kill.step}:{PAUSE_SECONDS}"}
+        return {}
+
+    def checkpoint_root(self, ckpt_dir: Path) -> Path:
+        return ckpt_dir / "ckpt"
+
+    def has_checkpoint(self, snap: Snapshot | None) -> bool:
+        return any(k.endswith("MANIFEST.json") for k in snap or {})
+
+    def progress_saved(self, baseline: Snapshot | None, before_kill: Snapshot | None) -> bool:
+        # The step-0 checkpoint is where a fresh run starts anyway: only a later one counts.
+        # The in-place slot (`latest/`) holds whichever step it was last written for: it
+        # counts once its manifest was rewritten after the run printed its first step.
+        for k, stat in (before_kill or {}).items():
+            m = _COMPLETE.match(k)
+            if m and int(m.group(1)) > 0:
+                return True
+            if k == _INPLACE_MANIFEST and (baseline or {}).get(k) != stat:
+                return True
+        return False
+
+    def write_watch(self, ckpt_dir: Path, kill: KillPoint) -> WriteWatch:
+        every = self.ckpt_every if self.ckpt_policy == "every" else self.steps
+        return PauseWatch(self.checkpoint_root(ckpt_dir), kill.step, every)
+
+    def exit_meaning(self, code: int | None) -> str | None:
+        if code == EXIT_NO_CHECKPOINT:
+            return "refused to start: no usable checkpoint (exit 3 under --require-checkpoint)"
+        return None
+
+    def resumed_from(self, segment: Segment) -> int | None:
+        for line in segment.stderr_head:
+            m = _RESUMED.search(line)
+            if m:
+                return int(m.group(1))
+            if _FRESH in line:
+                return 0
+        return None
+
+    def plan(self, rng: random.Random, kills: int) -> list[KillPoint]:
+        """First kill before the first checkpoint after step 0; one inside the write of a
+        checkpoint the trainer will write (a multiple of ckpt_every, or the last step)."""
+        if self.ckpt_policy == "every":
+            first = min(self.ckpt_every, self.steps)
+            writes = list(range(self.ckpt_every, self.steps, self.ckpt_every)) or [self.steps]
+        else:  # "end": the only write is the last one
+            first, writes = self.steps, [self.steps]
+        return draw_kills(rng, kills, range(1, self.steps), first, writes)
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "preset": self.preset,
+            "run": self.label,
+            "steps": self.steps,
+            "ckpt_every": self.ckpt_every,
+        }
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())

@@ -1,0 +1,163 @@
+"""`crashdrill verify`: kill a training run at seeded random points, resume it, and fail
+unless the resumed trace equals an uninterrupted reference bit for bit.
+
+    crashdrill verify --preset quick --kills 2                 the built-in trainer
+    crashdrill verify --kills 3 --seed 7 -- python train.py --out {ckpt_dir}
+    crashdrill verify --loss-regex 'iter (?P<step>\\d+): loss (?P<loss>\\S+)' \\
+        --resume-args=--resume -- python train.py
+    python -m crashdrill.drill …                                the same, standalone
+
+Exit codes: 0 every resume is bit-identical, 1 it is not (or the script failed), 2 bad
+usage or input. Full reference: docs/verify.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shlex
+import sys
+from typing import Any
+
+from crashdrill.drill.compare import EXIT_USAGE
+from crashdrill.drill.engine import StartError
+from crashdrill.drill.trace import TraceError
+
+MAX_KILLS = 100
+
+
+def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The verify options, on a parser of the caller's making."""
+    p.add_argument("--preset", help="drill the built-in trainer on this preset (e.g. quick)")
+    p.add_argument("--run", choices=["A", "B"], help="which run of the preset (default A)")
+    p.add_argument("--kills", type=int, default=2, help="how many SIGKILLs (default 2)")
+    p.add_argument("--seed", type=int, help="draws the kill points; printed, so it replays")
+    p.add_argument("--json", metavar="FILE", help="write the report as JSON ('-': stdout)")
+    p.add_argument(
+        "--loss-regex",
+        metavar="RE",
+        help="read losses with this regex (named groups step and loss) instead of JSON lines",
+    )
+    p.add_argument(
+        "--resume-args",
+        metavar="ARGS",
+        help="appended to COMMAND on every restart (write --resume-args=--resume for one flag)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="seconds any one process may run before it counts as hung (default 600)",
+    )
+    p.add_argument(
+        "--compare-file",
+        action="append",
+        metavar="NAME",
+        help="a file both runs leave in their checkpoint dir, compared byte for byte at the end",
+    )
+    p.add_argument("--work-dir", metavar="DIR", help="keep both runs' dirs here (default: temp)")
+    p.add_argument(
+        "script",
+        nargs="*",
+        metavar="-- COMMAND",
+        help="any training script; {ckpt_dir} in it (and $CRASHDRILL_CKPT_DIR) is its "
+        "checkpoint dir",
+    )
+    return p
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register `verify` on the `crashdrill` command's subparsers."""
+    doc = __doc__ or ""
+    p = subparsers.add_parser(
+        "verify",
+        help="kill a run at random points, resume, compare bits",
+        description=doc.split("\n\n")[0],
+        epilog=doc.split("\n\n", 1)[1] if "\n\n" in doc else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return configure(p)
+
+
+def _usage(message: str) -> int:
+    print(f"crashdrill verify: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the drill; the exit code is the verdict (0 pass, 1 fail, 2 usage)."""
+    from crashdrill.drill import report
+    from crashdrill.drill.trace import LossParser
+    from crashdrill.drill.verify import verify_command, verify_preset
+
+    script = list(args.script or [])
+    if script and script[0] == "--":
+        script = script[1:]
+    if bool(args.preset) == bool(script):
+        return _usage("give either --preset NAME or -- COMMAND… (one of them)")
+    if not 0 <= args.kills <= MAX_KILLS:
+        return _usage(f"--kills {args.kills}: a whole number in [0, {MAX_KILLS}]")
+    if args.timeout <= 0:
+        return _usage(f"--timeout {args.timeout:g}: a number of seconds > 0")
+    if args.preset:
+        extra = [
+            f"--{n.replace('_', '-')}"
+            for n in ("loss_regex", "resume_args", "compare_file")
+            if getattr(args, n)
+        ]
+        if extra:
+            return _usage(f"{', '.join(extra)} apply to a COMMAND, not to --preset")
+    elif args.run:
+        return _usage("--run applies to --preset, not to a COMMAND")
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
+    try:
+        if args.preset:
+            from crashdrill.trainer.presets import PresetError
+
+            try:
+                result = verify_preset(
+                    args.preset,
+                    args.run or "A",
+                    kills=args.kills,
+                    seed=seed,
+                    timeout=args.timeout,
+                    work_dir=args.work_dir,
+                )
+            except PresetError as e:
+                return _usage(str(e))
+        else:
+            result = verify_command(
+                script,
+                parser=LossParser(args.loss_regex),
+                kills=args.kills,
+                seed=seed,
+                resume_args=shlex.split(args.resume_args) if args.resume_args else None,
+                timeout=args.timeout,
+                work_dir=args.work_dir,
+                compare_files=args.compare_file,
+            )
+    except (TraceError, StartError, FileExistsError, ValueError) as e:
+        return _usage(str(e))
+    if args.json == "-":
+        print(json.dumps(report.to_json(result), indent=2))
+    else:
+        print(report.table(result))
+        if args.json:
+            report.write_json(result, args.json)
+    sys.stdout.flush()
+    return result.analysis.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = configure(
+        argparse.ArgumentParser(
+            prog="crashdrill verify",
+            description=(__doc__ or "").split("\n\n")[0],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    )
+    try:
+        return run(parser.parse_args(argv))
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,76 @@
+"""Any training script as a drill target: `crashdrill verify [options] -- COMMAND…`.
+
+The script learns where to checkpoint from `{ckpt_dir}` in its arguments or from the
+environment variable CRASHDRILL_CKPT_DIR; the reference and the crashed run each get a
+fresh directory. A kill "during a checkpoint write" is armed at a step and lands the
+moment anything in that directory changes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from crashdrill.drill.engine import Snapshot, Target, WriteWatch, scan
+from crashdrill.drill.plan import KillPoint
+from crashdrill.drill.trace import LossParser
+
+PLACEHOLDER = "{ckpt_dir}"
+ENV_VAR = "CRASHDRILL_CKPT_DIR"
+
+
+class DirChangeWatch(WriteWatch):
+    """Armed once the script prints the kill's step; fires at the first change in the
+    checkpoint dir after that (a new temp file, a truncated file, a rename)."""
+
+    def __init__(self, root: Path, step: int) -> None:
+        self.root = root
+        self.step = step
+        self.armed: Snapshot | None = None
+        self.interval = 0.05
+
+    def on_step(self, step: int) -> None:
+        if self.armed is None and step >= self.step:
+            self.armed = scan(self.root)
+            self.interval = 0.002  # a small script's write may last only milliseconds
+
+    def poll(self) -> bool:
+        return self.armed is not None and scan(self.root) != self.armed
+
+    def snapshot_before(self) -> Snapshot | None:
+        return self.armed
+
+
+class CommandTarget(Target):
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        parser: LossParser,
+        resume_args: list[str] | None = None,
+        timeout: float = 600.0,
+        cwd: str | None = None,
+    ) -> None:
+        self.argv = list(argv)
+        self.resume_args = list(resume_args or [])
+        self.parser = parser
+        self.timeout = timeout
+        self._cwd = cwd
+
+    @property
+    def cwd(self) -> str | None:
+        return self._cwd
+
+    def command(self, ckpt_dir: Path, restart: bool) -> list[str]:
+        args = self.argv + (self.resume_args if restart else [])
+        return [a.replace(PLACEHOLDER, str(ckpt_dir)) for a in args]
+
+    def environ(self, ckpt_dir: Path, kill: KillPoint | None) -> dict[str, str]:
+        # Unbuffered stdout for Python scripts: a kill must not eat lines still in a buffer,
+        # and the drill must see each step when it is printed.
+        return {ENV_VAR: str(ckpt_dir), "PYTHONUNBUFFERED": "1"}
+
+    def write_watch(self, ckpt_dir: Path, kill: KillPoint) -> WriteWatch:
+        return DirChangeWatch(self.checkpoint_root(ckpt_dir), kill.step)
+
+    def describe(self) -> dict[str, object]:
+        return {"command": self.argv, "resume_args": self.resume_args}

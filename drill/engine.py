@@ -1,0 +1,363 @@
+"""Processes, kills and restarts: the mechanics of the drill, for any training command.
+
+A run is a chain of segments. Segment 0 is the first process; each SIGKILL from the plan
+ends a segment and the next one is the same command started again (with the target's
+resume arguments). Every process gets its own process group, so the kill reaches the
+script's children too, and every process is bounded by the target's timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import selectors
+import signal
+import subprocess
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crashdrill.drill.plan import KillPoint
+from crashdrill.drill.trace import LossParser, StepPoint
+
+STDERR_TAIL_LINES = 40
+STDERR_HEAD_LINES = 20
+DRAIN_SECONDS = 3.0  # after a kill, how long to wait for the pipes to close
+
+
+Snapshot = dict[str, tuple[int, int, int]]  # relative path → (inode, size, mtime_ns)
+
+
+def scan(root: Path) -> Snapshot:
+    """Every file under `root` with its inode, size and mtime: cheap enough to poll every
+    few milliseconds for a small checkpoint dir."""
+    out: Snapshot = {}
+    stack = [str(root)]
+    while stack:
+        d = stack.pop()
+        try:
+            it = os.scandir(d)
+        except OSError:
+            continue
+        with it:
+            for e in it:
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                        continue
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue  # removed between listing and stat: a write in progress
+                rel = os.path.relpath(e.path, root).replace(os.sep, "/")
+                out[rel] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    return out
+
+
+_TEMP_NAME = re.compile(r"(^|/)(tmp[^/]*|[^/]*\.(tmp|temp|part|partial|new)|[^/]*~)(/|$)")
+
+
+def modified_in_place(before: Snapshot | None, after: Snapshot | None) -> list[str]:
+    """Checkpoint files that kept their inode but changed size or mtime: overwritten in
+    place, not replaced by a rename (an atomic writer's files get a new inode each time).
+    Temp files (`x.tmp`, `tmp…`, `x~`, anything under a `*.tmp/` dir) are left out: an
+    atomic writer writes those in place by design, a stale one from an earlier kill too."""
+    if not before or not after:
+        return []
+    return sorted(
+        k
+        for k, v in before.items()
+        if k in after and after[k][0] == v[0] and after[k] != v and not _TEMP_NAME.search(k)
+    )
+
+
+class StartError(RuntimeError):
+    """The command could not be started at all (not found, not executable)."""
+
+
+class WriteWatch:
+    """Tells the engine when a checkpoint write is under way, so a kill can land in it."""
+
+    interval = 0.05  # seconds between polls
+
+    def on_step(self, step: int) -> None:
+        """A step line was printed."""
+
+    def on_stderr(self, line: str) -> bool:
+        """True when this stderr line says a write is under way."""
+        return False
+
+    def poll(self) -> bool:
+        """True when a write is under way now."""
+        return False
+
+    def snapshot_before(self) -> Snapshot | None:
+        """The checkpoint dir as it was before the write began (None: take it at the kill)."""
+        return None
+
+
+class Target:
+    """What the drill runs: a command, where its checkpoints go, how it prints losses."""
+
+    parser: LossParser
+    timeout: float
+
+    def command(self, ckpt_dir: Path, restart: bool) -> list[str]:
+        raise NotImplementedError
+
+    def environ(self, ckpt_dir: Path, kill: KillPoint | None) -> dict[str, str]:
+        raise NotImplementedError
+
+    def checkpoint_root(self, ckpt_dir: Path) -> Path:
+        """The folder the checkpoints live in."""
+        return ckpt_dir
+
+    def snapshot(self, ckpt_dir: Path) -> Snapshot:
+        return scan(self.checkpoint_root(ckpt_dir))
+
+    def has_checkpoint(self, snap: Snapshot | None) -> bool:
+        return bool(snap)
+
+    def progress_saved(self, baseline: Snapshot | None, before_kill: Snapshot | None) -> bool:
+        """Did a checkpoint newer than the start exist when the kill landed?"""
+        return self.has_checkpoint(before_kill) and before_kill != baseline
+
+    def write_watch(self, ckpt_dir: Path, kill: KillPoint) -> WriteWatch:
+        raise NotImplementedError
+
+    def exit_meaning(self, code: int | None) -> str | None:
+        """What an exit status means, when the target documents it."""
+        return None
+
+    def resumed_from(self, segment: Segment) -> int | None:
+        """The step a restarted process says it resumed from, when it says so."""
+        return None
+
+    @property
+    def cwd(self) -> str | None:
+        return None
+
+    def describe(self) -> dict[str, object]:
+        return {}
+
+
+@dataclass
+class Segment:
+    """One process of a run, from its start to its exit or its kill."""
+
+    index: int
+    argv: list[str]
+    kill_point: KillPoint | None
+    started: float  # time.monotonic()
+    points: list[StepPoint] = field(default_factory=list)
+    ended: float = 0.0
+    exit_code: int | None = None
+    killed: bool = False  # by the plan (not by a timeout)
+    kill_time: float | None = None
+    hung: bool = False
+    stderr_head: list[str] = field(default_factory=list)  # the first lines (the loud one)
+    stderr_tail: list[str] = field(default_factory=list)
+    stderr_lines: int = 0
+    other_stdout: list[str] = field(default_factory=list)  # a few lines that were not steps
+    snapshot_first_step: Snapshot | None = None
+    snapshot_before_kill: Snapshot | None = None
+    snapshot_after_kill: Snapshot | None = None  # once the process is dead
+    first_ckpt_step: int | None = None  # reference only: the step before the first write
+    in_write: bool = False  # the kill landed inside a checkpoint write
+    cpu_s: float | None = None  # user + system CPU seconds of the process
+
+    @property
+    def last_step(self) -> int | None:
+        return self.points[-1].step if self.points else None
+
+    @property
+    def first_step(self) -> int | None:
+        return self.points[0].step if self.points else None
+
+    @property
+    def crashed(self) -> bool:
+        """Ended by itself with a failure: neither our kill, nor a timeout, nor success."""
+        return not self.killed and not self.hung and self.exit_code not in (0, None)
+
+
+_LIVE: set[subprocess.Popen[bytes]] = set()  # started and not yet reaped
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def kill_all() -> None:
+    """Kill every process group this module started and has not reaped (on Ctrl-C, or
+    when the drill stops early)."""
+    for proc in list(_LIVE):
+        _kill_group(proc)
+
+
+def run_segment(
+    target: Target,
+    ckpt_dir: Path,
+    index: int,
+    kill: KillPoint | None,
+    *,
+    observe_checkpoints: bool = False,
+    nice: int = 0,
+) -> Segment:
+    """Start the target once and follow it until it exits, is killed by the plan, or
+    runs out of time. `nice` lowers its CPU priority (for a process off the critical
+    path); its children inherit it."""
+    argv = target.command(ckpt_dir, restart=index > 0)
+    env = {**os.environ, **target.environ(ckpt_dir, kill)}
+    if kill is None or not kill.during_write:
+        env.pop("CRASHDRILL_CKPT_PAUSE", None)
+    seg = Segment(index, argv, kill, started=time.monotonic())
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=target.cwd,
+            start_new_session=True,  # its own process group: killpg reaches its children
+        )
+    except OSError as e:
+        raise StartError(f"cannot start {argv[0]!r}: {e.strerror or e}") from None
+    _LIVE.add(proc)
+    if nice:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, proc.pid, nice)
+    try:
+        _follow(proc, seg, target, ckpt_dir, kill, observe_checkpoints)
+    finally:
+        _kill_group(proc)  # a no-op when it has exited; children left behind die with it
+        proc.wait()
+        _LIVE.discard(proc)
+    if seg.killed:
+        seg.snapshot_after_kill = target.snapshot(ckpt_dir)
+    return seg
+
+
+def _follow(
+    proc: subprocess.Popen[bytes],
+    seg: Segment,
+    target: Target,
+    ckpt_dir: Path,
+    kill: KillPoint | None,
+    observe_checkpoints: bool,
+) -> None:
+    watch = target.write_watch(ckpt_dir, kill) if kill and kill.during_write else None
+    tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+    deadline = seg.started + target.timeout
+    bufs = {"out": b"", "err": b""}
+    sel = selectors.DefaultSelector()
+    assert proc.stdout is not None and proc.stderr is not None
+    sel.register(proc.stdout, selectors.EVENT_READ, "out")
+    sel.register(proc.stderr, selectors.EVENT_READ, "err")
+
+    def do_kill(in_write: bool) -> None:
+        before = watch.snapshot_before() if watch else None
+        seg.snapshot_before_kill = before if before is not None else target.snapshot(ckpt_dir)
+        _kill_group(proc)
+        seg.kill_time = time.monotonic()
+        seg.killed = True
+        seg.in_write = in_write
+
+    def on_line(name: str, raw: bytes, now: float) -> None:
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if name == "err":
+            tail.append(line)
+            seg.stderr_lines += 1
+            if len(seg.stderr_head) < STDERR_HEAD_LINES:
+                seg.stderr_head.append(line)
+            if watch and not seg.killed and watch.on_stderr(line):
+                do_kill(True)
+            return
+        point = target.parser.parse(line, now)
+        if point is None:
+            if len(seg.other_stdout) < 5 and line.strip():
+                seg.other_stdout.append(line[:200])
+            return
+        seg.points.append(point)  # lines read after the kill were printed before it
+        if len(seg.points) == 1:
+            seg.snapshot_first_step = target.snapshot(ckpt_dir)
+        elif (
+            observe_checkpoints
+            and seg.first_ckpt_step is None
+            and target.snapshot(ckpt_dir) != seg.snapshot_first_step
+        ):
+            seg.first_ckpt_step = seg.points[-2].step
+        if kill is None or seg.killed:
+            return
+        if watch:
+            watch.on_step(point.step)
+        elif point.step >= kill.step:
+            do_kill(False)
+
+    stopped: float | None = None  # when we killed it (plan or timeout)
+    while sel.get_map():
+        now = time.monotonic()
+        if stopped is None and seg.killed:
+            stopped = now
+        if stopped is not None and now > stopped + DRAIN_SECONDS:
+            break  # something outside the group holds the pipes open
+        if stopped is None and now > deadline:
+            _kill_group(proc)
+            seg.hung = True
+            stopped = now
+        interval = watch.interval if watch and stopped is None else 0.05
+        if stopped is None:
+            interval = min(interval, max(0.001, deadline - now))
+        for key, _ in sel.select(timeout=interval):
+            name = str(key.data)
+            chunk = os.read(key.fd, 1 << 16)
+            now = time.monotonic()
+            if not chunk:
+                sel.unregister(key.fileobj)
+                if bufs[name] and stopped is None and not seg.killed:
+                    on_line(name, bufs[name], now)  # a last line without its newline
+                bufs[name] = b""
+                continue
+            data = bufs[name] + chunk
+            *lines, bufs[name] = data.split(b"\n")
+            for raw in lines:
+                on_line(name, raw, now)
+        if watch and not seg.killed and watch.poll():
+            do_kill(True)
+    sel.close()
+    if not _reap(proc, seg, max(deadline, time.monotonic() + 0.1)):
+        _kill_group(proc)  # closed its pipes but kept running
+        seg.hung = True
+        _reap(proc, seg, math.inf)
+    for stream in (proc.stdout, proc.stderr):
+        stream.close()
+    seg.ended = time.monotonic()
+    seg.stderr_tail = list(tail)
+
+
+def _reap(proc: subprocess.Popen[bytes], seg: Segment, deadline: float) -> bool:
+    """Wait for the process until `deadline`, keeping its CPU time (wait4 gives it where
+    Popen.wait does not). False when it is still running."""
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = seg.exit_code = os.waitstatus_to_exitcode(status)
+            seg.cpu_s = usage.ru_utime + usage.ru_stime
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+
+
+def run_crashed(target: Target, ckpt_dir: Path, plan: list[KillPoint]) -> list[Segment]:
+    """The crashed run: one segment per kill in the plan, then one to the end."""
+    segments: list[Segment] = []
+    for i in range(len(plan) + 1):
+        seg = run_segment(target, ckpt_dir, i, plan[i] if i < len(plan) else None)
+        segments.append(seg)
+        if not seg.killed:
+            break  # finished, crashed by itself, or hung: nothing more to restart
+    return segments

@@ -1,0 +1,80 @@
+"""Where the kills land: drawn from a seed, so that `--seed S` replays a failure.
+
+The plan is a list of KillPoints in the order the crashed run meets them:
+
+- the first kill lands before the first checkpoint after the start (a resume from
+  nothing, or from the step-0 checkpoint, must work too);
+- with two kills or more, one lands *while a checkpoint is being written* (a torn write
+  must not be loadable);
+- the others are spread over the run, one per equal slice of it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class KillPoint:
+    """Kill the crashed run once it has printed `step` (or a later one). With
+    `during_write`, wait from `step` on for the next checkpoint write and kill inside it."""
+
+    step: int
+    during_write: bool = False
+
+    def describe(self) -> str:
+        if self.during_write:
+            return f"during the checkpoint write after step {self.step}"
+        return f"at step {self.step}"
+
+
+def draw_kills(
+    rng: random.Random,
+    kills: int,
+    candidates: Sequence[int],
+    first_ckpt: int | None,
+    write_steps: Sequence[int] | None = None,
+) -> list[KillPoint]:
+    """`kills` kill points among `candidates` (the steps a kill may follow, in order).
+
+    first_ckpt: the step of the first checkpoint after the start, when known; the first
+    kill lands before it. write_steps: steps whose checkpoint write can be caught exactly
+    (the built-in trainer's pause hook); None when the write is recognised only by the
+    checkpoint dir changing, after some step; empty when there is no write to catch."""
+    cands = sorted(set(candidates))
+    if kills <= 0 or not cands:
+        return []
+    # A fixed number of draws in a fixed order, each mapped onto its list by position: a
+    # list one step shorter (a first checkpoint observed a step earlier on a busy machine)
+    # moves a kill by at most a step instead of reshuffling the whole plan.
+    u = [rng.random() for _ in range(kills + 2)]
+    points: list[KillPoint] = []
+    used: set[int] = set()
+
+    early = [s for s in cands if first_ckpt is not None and s < first_ckpt]
+    if early:
+        points.append(KillPoint(_pick(early, u[0])))
+        used.add(points[-1].step)
+
+    if kills >= 2:
+        after = max(used, default=cands[0] - 1)
+        if write_steps is not None:
+            choices = [c for c in write_steps if c > after]
+        else:
+            choices = [s for s in cands if s > after and (first_ckpt is None or s >= first_ckpt)]
+        if choices:
+            points.append(KillPoint(_pick(choices, u[1]), during_write=True))
+            used.add(points[-1].step)
+
+    pool = [s for s in cands if s not in used]
+    remaining = min(kills - len(points), len(pool))
+    for i in range(remaining):  # one kill per equal slice of the run
+        lo, hi = i * len(pool) // remaining, (i + 1) * len(pool) // remaining
+        points.append(KillPoint(_pick(pool[lo:hi], u[2 + i])))
+    return sorted(points, key=lambda p: p.step)
+
+
+def _pick(items: Sequence[int], u: float) -> int:
+    return items[min(int(u * len(items)), len(items) - 1)]

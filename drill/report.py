@@ -1,0 +1,200 @@
+"""The drill's report: a table for people, JSON for machines (schema in docs/verify.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from crashdrill.drill.compare import ResumeCheck
+from crashdrill.drill.verify import DrillResult
+
+SCHEMA = "crashdrill.verify/1"
+
+
+def _num(x: float | None, digits: int = 6) -> float | str | None:
+    """JSON has no inf/nan: those become strings."""
+    if x is None:
+        return None
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf"
+    return round(x, digits) if digits else x
+
+
+def kills(result: DrillResult) -> list[dict[str, Any]]:
+    out = []
+    segs = result.evidence.crashed
+    for i, kp in enumerate(result.plan):
+        seg = segs[i] if i < len(segs) else None
+        landed = seg is not None and seg.killed
+        out.append(
+            {
+                "index": i + 1,
+                "planned_step": kp.step,
+                "during_write": kp.during_write,
+                "landed": landed,
+                "t": (
+                    _num(seg.kill_time - result.t0, 3) if landed and seg and seg.kill_time else None
+                ),
+                "step": seg.last_step if landed and seg else None,
+                "in_checkpoint_write": bool(landed and seg and seg.in_write),
+            }
+        )
+    return out
+
+
+def _resume(r: ResumeCheck) -> dict[str, Any]:
+    return {
+        "index": r.index,
+        "killed_at_step": r.killed_at_step,
+        "kill_in_checkpoint_write": r.kill_in_write,
+        "from_step": r.from_step,
+        "first_step": r.first_step,
+        "recomputed": (
+            {"first": r.recomputed[0], "last": r.recomputed[1], "steps": r.recomputed_steps}
+            if r.recomputed
+            else None
+        ),
+        "points": r.points,
+        "max_abs_delta": _num(r.max_abs_delta, 0),
+        "mean_abs_delta": _num(r.mean_abs_delta, 0),
+        "first_divergent_step": r.first_divergent_step,
+        "bit_identical": r.bit_identical,
+        "restarted_from_start": r.restarted_from_start,
+        "checkpoint_existed": r.progress_saved,
+        "latency_s": _num(r.latency_s, 3),
+        "outcome": r.outcome,
+        "verdict": r.verdict,
+    }
+
+
+def to_json(result: DrillResult) -> dict[str, Any]:
+    ev, an = result.evidence, result.analysis
+    ref, segs = ev.reference, ev.crashed
+    fp = ev.final_params
+    return {
+        "schema": SCHEMA,
+        "mode": result.mode,
+        "target": result.target.describe(),
+        "seed": result.seed,
+        "kills_requested": result.kills_requested,
+        "kills": kills(result),
+        "resumes": [_resume(r) for r in an.resumes],
+        "reference": {
+            "points": len(ref.points),
+            "first_step": ref.first_step,
+            "last_step": ref.last_step,
+            "exit_code": ref.exit_code,
+            "seconds": _num(ref.ended - ref.started, 3),
+            "cpu_seconds": _num(ref.cpu_s, 3),
+        },
+        "crashed": {
+            "segments": len(segs),
+            "exit_code": segs[-1].exit_code if segs else None,
+            "last_step": segs[-1].last_step if segs else None,
+            "seconds": _num(segs[-1].ended - segs[0].started, 3) if segs else None,
+            "cpu_seconds": _num(sum(s.cpu_s or 0.0 for s in segs), 3) if segs else None,
+        },
+        "precision": {
+            "kind": an.precision.kind,
+            "digits": an.precision.digits,
+            "exact": an.precision.exact,
+            "text": an.precision.describe(),
+        },
+        "final_state": (
+            {
+                "method": fp.method,
+                "items": fp.items,
+                "equal": fp.equal,
+                "mismatched": fp.mismatched,
+                "error": fp.error,
+            }
+            if fp
+            else None
+        ),
+        "verdict": an.verdict,
+        "exit_code": an.exit_code,
+        "diagnosis": [
+            {"code": f.code, "fails": f.fails, "resume": f.resume, "text": f.text}
+            for f in an.findings
+        ],
+        "wall_seconds": _num(result.wall_s, 3),
+    }
+
+
+def write_json(result: DrillResult, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(to_json(result), indent=2) + "\n", encoding="utf-8")
+
+
+def _delta(x: float | None) -> str:
+    if x is None:
+        return "—"
+    return "0" if x == 0 else f"{x:.3g}"
+
+
+def table(result: DrillResult) -> str:
+    ev, an = result.evidence, result.analysis
+    ref = ev.reference
+    what = result.target.describe()
+    if result.mode == "preset":
+        title = f"preset {what.get('preset')}, run {what.get('run')}"
+    else:
+        command = what.get("command")
+        title = " ".join(map(str, command)) if isinstance(command, list) else "a command"
+    lines = [f"crashdrill verify · {title} · seed {result.seed} · {result.kills_requested} kills"]
+    lines.append(
+        f"  reference   {len(ref.points)} steps ({ref.first_step}–{ref.last_step}) in "
+        f"{ref.ended - ref.started:.1f} s, exit {ref.exit_code}"
+    )
+    for k in kills(result):
+        where = (
+            f"inside a checkpoint write after step {k['step']}"
+            if k["in_checkpoint_write"]
+            else f"at step {k['step']}"
+        )
+        if k["landed"]:
+            lines.append(f"  kill {k['index']:<6} {where} (t {k['t']:.2f} s)")
+        else:
+            lines.append(f"  kill {k['index']:<6} planned {k['planned_step']}: never landed")
+    if an.resumes:
+        lines.append("")
+        head = (
+            f"  {'resume':>6}  {'killed at':>9}  {'from':>5}  {'recomputed':<16}  {'points':>6}  "
+            f"{'max|Δ|':>8}  {'mean|Δ|':>8}  {'first div':>9}  {'latency':>7}  verdict"
+        )
+        lines.append(head)
+        for r in an.resumes:
+            rec = "—"
+            if r.recomputed:
+                rec = f"{r.recomputed[0]}–{r.recomputed[1]} ({r.recomputed_steps})"
+            lat = f"{r.latency_s:.2f} s" if r.latency_s is not None else "—"
+            div = str(r.first_divergent_step) if r.first_divergent_step is not None else "—"
+            lines.append(
+                f"  {r.index:>6}  {_opt(r.killed_at_step):>9}  {_opt(r.from_step):>5}  "
+                f"{rec:<16}  {r.points:>6}  {_delta(r.max_abs_delta):>8}  "
+                f"{_delta(r.mean_abs_delta):>8}  {div:>9}  {lat:>7}  {r.verdict}"
+            )
+    lines.append("")
+    lines.append(f"  losses: {an.precision.describe()}")
+    fp = ev.final_params
+    if fp is not None:
+        state = "equal" if fp.equal else "DIFFER"
+        lines.append(f"  final state: {fp.items} item(s) compared with {fp.method}: {state}")
+    for f in an.findings:
+        mark = "✗" if f.fails else "!"
+        lines.append(f"  {mark} [{f.code}] {f.text}")
+    if an.verdict == "pass":
+        summary = "PASS: every resume is bit-identical"
+        if not an.resumes:
+            summary = "PASS: the run reproduced bit for bit (no kill landed)"
+    else:
+        summary = "FAIL" if an.exit_code == 1 else "ERROR"
+    lines.append(f"{summary} · wall {result.wall_s:.1f} s · replay with --seed {result.seed}")
+    return "\n".join(lines)
+
+
+def _opt(x: int | None) -> str:
+    return "—" if x is None else str(x)

@@ -1,0 +1,222 @@
+"""Losses from a training script's stdout, and how precisely the script prints them.
+
+A step line is either a JSON object with `step` and `loss` (and optionally `loss_bits`,
+the float32's IEEE-754 bits, which the built-in trainer prints), or whatever a regex with
+the named groups `step` and `loss` matches:
+
+    {"step": 120, "loss": 2.3411216735839844}   the default: JSON lines
+    iter 120: loss 2.3411     --loss-regex 'iter (?P<step>\\d+): loss (?P<loss>\\S+)'
+
+The loss is kept as the text the script printed: comparing two runs "at the precision the
+script prints" means comparing what it printed, and the digits tell whether that is
+enough to prove bit-identity.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+import struct
+from collections import Counter
+from dataclasses import dataclass
+
+# float32 needs 9 significant decimal digits to round-trip any value (FLT_DECIMAL_DIG).
+FLOAT32_DIGITS = 9
+
+EXAMPLE_REGEXES = (
+    r"iter (?P<step>\d+): loss (?P<loss>\S+)",
+    r"step (?P<step>\d+) \| loss (?P<loss>\S+)",
+)
+
+
+class TraceError(ValueError):
+    """A loss pattern that cannot work (bad regex, missing named groups)."""
+
+
+@dataclass(frozen=True)
+class StepPoint:
+    step: int
+    text: str  # the loss exactly as printed
+    value: float
+    bits: int | None  # float32 bits when the script printed them
+    t: float  # time.monotonic() when the line was read
+
+    def same_as(self, other: StepPoint) -> bool:
+        """Equal at the precision both lines carry: bits when both have them, else the
+        printed value."""
+        if self.bits is not None and other.bits is not None:
+            return self.bits == other.bits
+        if math.isnan(self.value) and math.isnan(other.value):
+            return True
+        return self.value == other.value
+
+    def delta(self, other: StepPoint) -> float:
+        if self.same_as(other):
+            return 0.0
+        d = abs(self.value - other.value)
+        return d if not math.isnan(d) else math.inf
+
+
+def float32_of_bits(bits: int) -> float:
+    return float(struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0])
+
+
+def _to_float32(x: float) -> float:
+    return float(struct.unpack("<f", struct.pack("<f", x))[0])
+
+
+class LossParser:
+    """Turns one stdout line into a StepPoint, or None when the line is not a step."""
+
+    def __init__(self, regex: str | None = None) -> None:
+        self.regex: re.Pattern[str] | None = None
+        if regex is not None:
+            try:
+                self.regex = re.compile(regex)
+            except re.error as e:
+                raise TraceError(f"--loss-regex {regex!r} is not a valid regex: {e}") from None
+            missing = {"step", "loss"} - set(self.regex.groupindex)
+            if missing:
+                raise TraceError(
+                    f"--loss-regex {regex!r} needs the named groups (?P<step>…) and (?P<loss>…);"
+                    f" missing: {', '.join(sorted(missing))}. Example: {EXAMPLE_REGEXES[0]!r}"
+                )
+
+    def describe(self) -> str:
+        return f"regex {self.regex.pattern!r}" if self.regex else "JSON lines with step and loss"
+
+    def parse(self, line: str, t: float) -> StepPoint | None:
+        if self.regex is not None:
+            m = self.regex.search(line)
+            if not m:
+                return None
+            return _point(m.group("step"), m.group("loss"), None, t)
+        line = line.strip()
+        if not line.startswith("{"):
+            return None
+        try:
+            # parse_float=str keeps the printed digits: "2.3411" stays "2.3411"
+            obj = json.loads(line, parse_float=str)
+        except ValueError:
+            return None
+        if not isinstance(obj, dict) or "step" not in obj or "loss" not in obj:
+            return None
+        bits = obj.get("loss_bits")
+        return _point(obj["step"], obj["loss"], bits if isinstance(bits, int) else None, t)
+
+
+def _point(step: object, loss: object, bits: int | None, t: float) -> StepPoint | None:
+    if isinstance(step, bool) or isinstance(loss, bool):
+        return None
+    try:
+        step_i = int(step) if isinstance(step, int | str) else None
+        text = repr(loss) if isinstance(loss, int | float) else loss
+        text = text if isinstance(text, str) else None
+        value = float(text) if text is not None else None
+    except ValueError:
+        return None
+    if step_i is None or text is None or value is None:
+        return None
+    if bits is not None:
+        value = float32_of_bits(bits)
+    return StepPoint(step_i, text, value, bits, t)
+
+
+# ---------------------------------------------------------------- precision
+
+
+def significant_digits(text: str) -> int:
+    """Significant digits in a printed number: '2.3411' → 5, '0.00120' → 3, '1e-05' → 1."""
+    mantissa = re.split(r"[eE]", text.strip().lstrip("+-"))[0]
+    digits = mantissa.replace(".", "").lstrip("0")
+    return max(len(digits), 1) if any(c.isdigit() for c in mantissa) else 0
+
+
+def _fraction_digits(text: str) -> int | None:
+    if re.search(r"[eE]", text):
+        return None
+    _, dot, frac = text.partition(".")
+    return len(frac) if dot else 0
+
+
+def _shortest_float32_text(text: str) -> bool:
+    """True when `text` is the shortest decimal that round-trips its float32 — what
+    numpy prints for a float32 (`str(np.float32(x))`)."""
+    try:
+        value = float(text)
+    except ValueError:
+        return False
+    if not math.isfinite(value):
+        return True
+    f = _to_float32(value)
+    for d in range(1, FLOAT32_DIGITS + 1):
+        s = f"{f:.{d}g}"
+        if _to_float32(float(s)) == f:
+            return float(s) == value
+    return False
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How exactly a trace pins down each loss.
+
+    kind: "bits" (float32 bits printed), "exact" (≥ 9 significant digits: every float32
+    is pinned), "shortest" (the shortest round-trip text of each float32, as numpy prints
+    it: exact too), "rounded" (a fixed or short format: equal text is not equal bits),
+    "none" (no losses)."""
+
+    kind: str
+    digits: int | None  # most significant digits printed (None for bits)
+
+    @property
+    def exact(self) -> bool:
+        return self.kind in ("bits", "exact", "shortest")
+
+    def describe(self) -> str:
+        if self.kind == "bits":
+            return "exact float32 bits (loss_bits)"
+        if self.kind == "exact":
+            return f"{self.digits} significant digits printed: enough to pin every float32"
+        if self.kind == "shortest":
+            return "shortest round-trip float32 text: enough to pin every float32"
+        if self.kind == "none":
+            return "no losses printed"
+        return (
+            f"the script prints at most {self.digits} significant digits; float32 needs "
+            f"{FLOAT32_DIGITS} to be exact, so equal here means equal to {self.digits} "
+            "digits, not bit-identical"
+        )
+
+
+def classify_precision(points: list[StepPoint]) -> Precision:
+    """Decide from a whole trace whether its printed losses are exact.
+
+    A single '2.3411' cannot tell a rounded print from a float32 that happens to be short;
+    a trace can: shortest-float32 printing gives 8 digits for most values and lengths that
+    vary, while a fixed format ('%.4f', round(x, 4)) repeats one length or never reaches 8
+    digits."""
+    if not points:
+        return Precision("none", None)
+    if all(p.bits is not None for p in points):
+        return Precision("bits", None)
+    texts = [p.text for p in points if math.isfinite(p.value)]
+    if not texts:
+        return Precision("rounded", 0)
+    sig = [significant_digits(t) for t in texts]
+    most = max(sig)
+    if most >= FLOAT32_DIGITS:
+        return Precision("exact", most)
+    fracs = [_fraction_digits(t) for t in texts]
+    fixed = len(texts) >= 3 and (len(set(sig)) == 1 or (None not in fracs and len(set(fracs)) == 1))
+    if not fixed and most >= 8 and all(_shortest_float32_text(t) for t in texts):
+        return Precision("shortest", most)
+    return Precision("rounded", most)
+
+
+def step_spacing(points: list[StepPoint]) -> int:
+    """The usual gap between printed steps (1 for a script that prints every step)."""
+    gaps = Counter(b.step - a.step for a, b in itertools.pairwise(points))
+    positive = [(n, g) for g, n in gaps.items() if g > 0]
+    return max(positive)[1] if positive else 1

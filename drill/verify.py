@@ -1,0 +1,186 @@
+"""One drill from start to verdict: reference, crashed run, comparison.
+
+    result = verify_preset("quick", "A", kills=2, seed=7)       # the built-in trainer
+    result = verify_command(["python", "train.py"], kills=2, seed=7, parser=LossParser())
+    result.analysis.exit_code                                   # 0 pass, 1 fail, 2 input
+
+For the built-in trainer the cadence is known from the preset, so the reference and the
+crashed run start together (one core each). For any other script the reference runs
+first: it tells the drill how many steps there are and when the first checkpoint appears,
+which is what the kill plan needs.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from crashdrill.drill.builtin import PresetTarget
+from crashdrill.drill.command import CommandTarget
+from crashdrill.drill.compare import Analysis, Evidence, FinalParams, analyse
+from crashdrill.drill.engine import Segment, Target, kill_all, run_crashed, run_segment
+from crashdrill.drill.plan import KillPoint, draw_kills
+from crashdrill.drill.trace import LossParser
+
+REFERENCE_NICE = 5
+
+
+@dataclass
+class DrillResult:
+    target: Target
+    mode: str  # "preset" or "command"
+    seed: int
+    kills_requested: int
+    plan: list[KillPoint]
+    evidence: Evidence
+    analysis: Analysis
+    t0: float  # time.monotonic() at the start
+    wall_s: float
+
+
+@contextmanager
+def _work_dirs(work_dir: str | Path | None) -> Iterator[tuple[Path, Path]]:
+    """reference/ and crashed/ under a fresh temp dir (removed after), or under
+    `work_dir` (kept, for a look at the checkpoints)."""
+    if work_dir is not None:
+        root = Path(work_dir)
+        root.mkdir(parents=True, exist_ok=True)
+        if any(root.iterdir()):
+            raise FileExistsError(f"--work-dir {root} is not empty: give a new or empty dir")
+    else:
+        root = Path(tempfile.mkdtemp(prefix="crashdrill-verify-"))
+    ref, crashed = root / "reference", root / "crashed"
+    ref.mkdir()
+    crashed.mkdir()
+    try:
+        yield ref, crashed
+    finally:
+        kill_all()
+        if work_dir is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def verify_preset(
+    preset: str,
+    label: str = "A",
+    *,
+    kills: int = 2,
+    seed: int = 0,
+    timeout: float = 600.0,
+    work_dir: str | Path | None = None,
+) -> DrillResult:
+    t0 = time.monotonic()
+    target = PresetTarget(preset, label, timeout=timeout)
+    plan = target.plan(random.Random(seed), kills)
+    with _work_dirs(work_dir) as (ref_dir, crash_dir):
+        box: dict[str, Segment] = {}
+        errors: list[BaseException] = []
+
+        def reference() -> None:
+            try:
+                # The crashed run's chain of restarts is the critical path: on a busy
+                # machine the reference, which is not, yields the CPU to it.
+                box["ref"] = run_segment(target, ref_dir, 0, None, nice=REFERENCE_NICE)
+                # One core is free now: load torch for the final comparison meanwhile.
+                import crashdrill.trainer.checkpoint  # noqa: F401
+            except BaseException as e:  # re-raised in the main thread
+                errors.append(e)
+
+        thread = threading.Thread(target=reference, name="crashdrill-reference", daemon=True)
+        thread.start()
+        try:
+            crashed = run_crashed(target, crash_dir, plan)
+        except BaseException:  # Ctrl-C or a bug: the reference must not outlive the drill
+            kill_all()
+            raise
+        finally:
+            thread.join(timeout=timeout + 30)
+        if errors:
+            raise errors[0]
+        ref = box["ref"]
+        final = None
+        if ref.exit_code == 0 and crashed[-1].exit_code == 0 and not crashed[-1].killed:
+            final = compare_final_params(ref_dir, crash_dir)
+        evidence = Evidence(target, ref, target.snapshot(ref_dir), crashed, plan, final)
+    return _finish(target, "preset", seed, kills, plan, evidence, t0)
+
+
+def verify_command(
+    argv: list[str],
+    *,
+    parser: LossParser,
+    kills: int = 2,
+    seed: int = 0,
+    resume_args: list[str] | None = None,
+    timeout: float = 600.0,
+    work_dir: str | Path | None = None,
+    compare_files: list[str] | None = None,
+    cwd: str | None = None,
+) -> DrillResult:
+    t0 = time.monotonic()
+    target = CommandTarget(argv, parser=parser, resume_args=resume_args, timeout=timeout, cwd=cwd)
+    with _work_dirs(work_dir) as (ref_dir, crash_dir):
+        ref = run_segment(target, ref_dir, 0, None, observe_checkpoints=True)
+        ref_snapshot = target.snapshot(ref_dir)
+        plan: list[KillPoint] = []
+        crashed: list[Segment] = []
+        if ref.exit_code == 0 and ref.points:
+            steps = [p.step for p in ref.points][:-1]  # a kill must land before the end
+            # No write seen in the reference: no write to land a kill in, all kills plain.
+            writes: list[int] | None = None if target.has_checkpoint(ref_snapshot) else []
+            plan = draw_kills(random.Random(seed), kills, steps, ref.first_ckpt_step, writes)
+            crashed = run_crashed(target, crash_dir, plan)
+        final = None
+        if compare_files and crashed and crashed[-1].exit_code == 0 and not crashed[-1].killed:
+            final = compare_bytes(ref_dir, crash_dir, compare_files)
+        evidence = Evidence(target, ref, ref_snapshot, crashed, plan, final)
+    return _finish(target, "command", seed, kills, plan, evidence, t0)
+
+
+def _finish(
+    target: Target,
+    mode: str,
+    seed: int,
+    kills: int,
+    plan: list[KillPoint],
+    evidence: Evidence,
+    t0: float,
+) -> DrillResult:
+    analysis = analyse(evidence)
+    wall = time.monotonic() - t0
+    return DrillResult(target, mode, seed, kills, plan, evidence, analysis, t0, wall)
+
+
+def compare_final_params(ref_dir: Path, crash_dir: Path) -> FinalParams:
+    """The weights of both runs' final checkpoints, tensor by tensor, with torch.equal."""
+    try:
+        import torch
+
+        from crashdrill.trainer.checkpoint import load_model_state
+
+        a, b = load_model_state(ref_dir), load_model_state(crash_dir)
+    except Exception as e:  # a missing or corrupt final checkpoint is a finding
+        return FinalParams(False, 0, [], f"could not load the final weights: {e}", "torch.equal")
+    names = sorted(set(a) | set(b))
+    bad = [n for n in names if n not in a or n not in b or not torch.equal(a[n], b[n])]
+    return FinalParams(not bad, len(names), bad, None, "torch.equal")
+
+
+def compare_bytes(ref_dir: Path, crash_dir: Path, names: list[str]) -> FinalParams:
+    """Files that both runs leave in their checkpoint dir, compared byte for byte."""
+    bad, missing = [], []
+    for name in names:
+        a, b = ref_dir / name, crash_dir / name
+        if not a.is_file() or not b.is_file():
+            missing.append(name)
+        elif a.read_bytes() != b.read_bytes():
+            bad.append(name)
+    error = f"not written by both runs: {', '.join(missing)}" if missing else None
+    return FinalParams(not bad and not missing, len(names), bad, error, "bytes")

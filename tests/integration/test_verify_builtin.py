@@ -1,0 +1,98 @@
+"""`crashdrill verify --preset …` on the built-in trainer: real trainer processes, real
+SIGKILL, one kill inside a checkpoint write. The trainer's teaching modes (checkpoints
+that hold only the weights, checkpoints written in place) must fail with the right
+diagnosis."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import run_cli
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+SMALL = """\
+id = "drill-{name}"
+title = "Drill test: {name}"
+[run]
+n_layer = 1
+d_model = 32
+n_head = 2
+ctx = 32
+batch = 8
+steps = 60
+warmup = 5
+ckpt_every = 15
+eval_every = 1000
+probe_every = 1000
+sample_every = 1000
+threads = 1
+{extra}
+[knob]
+name = "ckpt_every"
+a = 15
+b = 30
+"""
+
+
+def drill(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+    out = tmp_path / "report.json"
+    proc = run_cli("verify", *args, "--json", str(out), timeout=280)
+    assert out.is_file(), f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc.returncode, json.loads(out.read_text()), proc.stdout
+
+
+def small_preset(tmp_path: Path, name: str, extra: str = "") -> str:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(SMALL.format(name=name, extra=extra))
+    return str(path)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_quick_drill_is_bit_identical(tmp_path: Path, seed: int) -> None:
+    rc, rep, out = drill(tmp_path, "--preset", "quick", "--kills", "2", "--seed", str(seed))
+    assert rc == 0, out
+    assert rep["verdict"] == "pass" and rep["seed"] == seed and rep["precision"]["kind"] == "bits"
+    first, write = rep["kills"]
+    assert 1 <= first["planned_step"] < 50  # before the first checkpoint after step 0
+    assert write["in_checkpoint_write"] and write["step"] % 50 == 0
+    assert [r["bit_identical"] for r in rep["resumes"]] == [True, True]
+    assert rep["resumes"][0]["from_step"] == first["step"] // 50 * 50
+    assert rep["resumes"][1]["from_step"] == write["step"] - 50  # the torn write never counts
+    assert rep["resumes"][1]["recomputed"]["steps"] == 50
+    assert all(r["latency_s"] > 0 for r in rep["resumes"])
+    assert rep["final_state"]["method"] == "torch.equal" and rep["final_state"]["equal"]
+    assert rep["final_state"]["items"] > 0
+    assert "PASS" in out
+
+
+def test_more_kills_on_a_small_preset_are_bit_identical(tmp_path: Path) -> None:
+    rc, rep, out = drill(tmp_path, "--preset", small_preset(tmp_path, "ok"), "--kills", "3")
+    assert rc == 0, out
+    assert len(rep["resumes"]) == 3 and all(r["bit_identical"] for r in rep["resumes"])
+
+
+def test_weights_only_checkpoints_are_missing_state(tmp_path: Path) -> None:
+    preset = small_preset(tmp_path, "weights", 'ckpt_state = "weights"')
+    rc, rep, out = drill(tmp_path, "--preset", preset, "--seed", "1")
+    assert rc == 1, out
+    codes = [d["code"] for d in rep["diagnosis"]]
+    assert "state-missing" in codes and "final-state-differs" in codes
+
+
+def test_in_place_checkpoints_killed_mid_write_are_torn(tmp_path: Path) -> None:
+    preset = small_preset(tmp_path, "inplace", 'ckpt_write = "inplace"')
+    rc, rep, out = drill(tmp_path, "--preset", preset, "--seed", "1")
+    assert rc == 1, out
+    assert [d["code"] for d in rep["diagnosis"]] == ["torn-checkpoint"]
+    assert "latest/model.pt" in rep["diagnosis"][0]["text"]
+    assert rep["resumes"][0]["bit_identical"]  # the kill before any write still resumes
+
+
+def test_an_unknown_preset_is_bad_usage(tmp_path: Path) -> None:
+    proc = run_cli("verify", "--preset", "no-such-lesson", timeout=60)
+    assert proc.returncode == 2 and "known presets" in proc.stderr

@@ -1,0 +1,219 @@
+"""`crashdrill verify -- COMMAND` on small training scripts that this file writes itself:
+one correct, the others each broken in one way the drill must name. Real processes, real
+SIGKILL. Each script trains for about 1.5 s."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+TOY = '''\
+"""Linear regression with SGD + momentum on random minibatches; a JSON checkpoint in
+$CRASHDRILL_CKPT_DIR every 8 steps, written slowly (like a big one). argv[1]: a flaw."""
+import json, os, random, sys, time
+
+FLAW = sys.argv[1] if len(sys.argv) > 1 else "none"
+STEPS, EVERY, BATCH, LR, MOMENTUM = 40, 8, 8, 0.05, 0.9
+CKPT = os.path.join(os.environ["CRASHDRILL_CKPT_DIR"], "ckpt.json")
+
+data = random.Random(1234)
+X = [[data.uniform(-1, 1) for _ in range(3)] for _ in range(256)]
+Y = [2 * x[0] - 3 * x[1] + 0.5 * x[2] + 1 + data.gauss(0, 0.1) for x in X]
+
+w, b, vw, vb, step = [0.0, 0.0, 0.0], 0.0, [0.0, 0.0, 0.0], 0.0, 0
+rng = random.Random(42)
+if os.path.exists(CKPT) and FLAW != "fresh":          # fresh: never loads it
+    if FLAW == "crash":
+        raise RuntimeError(f"cannot load {CKPT}: unsupported format")
+    if FLAW == "hang":
+        time.sleep(3600)
+    with open(CKPT) as f:
+        s = json.load(f)
+    step, w, b = s["step"], s["w"], s["b"]
+    if FLAW != "optimizer":                            # optimizer: momentum not restored
+        vw, vb = s["vw"], s["vb"]
+    if FLAW != "rng":                                  # rng: the batch stream starts over
+        rng.setstate((s["rng"][0], tuple(s["rng"][1]), s["rng"][2]))
+
+
+def save():
+    text = json.dumps({"step": step, "w": w, "b": b, "vw": vw, "vb": vb, "rng": rng.getstate()})
+    path = CKPT if FLAW == "inplace" else CKPT + ".tmp"  # inplace: overwrites its only copy
+    with open(path, "w") as f:
+        for i in range(5):
+            f.write(text[i * len(text) // 5 : (i + 1) * len(text) // 5])
+            f.flush()
+            time.sleep(0.02)
+        os.fsync(f.fileno())
+    if path != CKPT:
+        os.replace(path, CKPT)
+
+
+while step < STEPS:
+    idx = [rng.randrange(len(X)) for _ in range(BATCH)]
+    err = [sum(wi * xi for wi, xi in zip(w, X[i])) + b - Y[i] for i in idx]
+    loss = sum(e * e for e in err) / BATCH
+    if FLAW == "unseeded":
+        loss += random.SystemRandom().random() * 1e-9
+    gw = [2 * sum(e * X[i][j] for e, i in zip(err, idx)) / BATCH for j in range(3)]
+    gb = 2 * sum(err) / BATCH
+    vw = [MOMENTUM * v + g for v, g in zip(vw, gw)]
+    vb = MOMENTUM * vb + gb
+    w = [wi - LR * v for wi, v in zip(w, vw)]
+    b -= LR * vb
+    step += 1
+    if FLAW == "digits":
+        print(f"iter {step}: loss {loss:.4f}", flush=True)
+    elif FLAW == "pipe":
+        print(f"step {step} | loss {loss!r}", flush=True)
+    else:
+        print(json.dumps({"step": step, "loss": loss}), flush=True)
+    if FLAW != "never" and step % EVERY == 0:
+        save()
+    time.sleep(0.03)
+'''
+
+ITER_REGEX = r"iter (?P<step>\d+): loss (?P<loss>\S+)"
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("toy") / "toy_train.py"
+    path.write_text(TOY)
+    return path
+
+
+def verify(toy: Path, tmp_path: Path, flaw: str, *opts: str) -> tuple[int, dict[str, Any], str]:
+    out = tmp_path / "report.json"
+    cmd = [sys.executable, "-m", "crashdrill.drill", "--json", str(out), *opts]
+    cmd += ["--", sys.executable, str(toy), flaw]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=100)
+    assert out.is_file(), f"no report; exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc.returncode, json.loads(out.read_text()), proc.stdout
+
+
+def codes(report: dict[str, Any]) -> list[str]:
+    return [d["code"] for d in report["diagnosis"] if d["fails"]]
+
+
+@pytest.mark.parametrize(("seed", "kills"), [(1, 2), (2, 3), (5, 2)])
+def test_a_correct_script_passes(toy: Path, tmp_path: Path, seed: int, kills: int) -> None:
+    rc, rep, out = verify(toy, tmp_path, "none", "--seed", str(seed), "--kills", str(kills))
+    assert rc == 0, out
+    assert rep["verdict"] == "pass" and len(rep["resumes"]) == kills
+    assert all(r["bit_identical"] for r in rep["resumes"])
+    assert any(k["in_checkpoint_write"] for k in rep["kills"])
+    assert rep["kills"][0]["planned_step"] < 8  # before the first checkpoint
+    assert "PASS" in out
+
+
+def test_the_same_seed_replays_the_same_kills(toy: Path, tmp_path: Path) -> None:
+    _, a, _ = verify(toy, tmp_path, "none", "--seed", "11", "--kills", "3")
+    _, b, _ = verify(toy, tmp_path, "none", "--seed", "11", "--kills", "3")
+    # The first checkpoint's step is observed from the reference: on a busy machine it can
+    # read a step early, which moves a kill by at most one step.
+    for ka, kb in zip(a["kills"], b["kills"], strict=True):
+        assert ka["during_write"] == kb["during_write"]
+        assert abs(ka["planned_step"] - kb["planned_step"]) <= 1
+
+
+def test_rng_not_saved_diverges_at_the_first_recomputed_step(toy: Path, tmp_path: Path) -> None:
+    rc, rep, out = verify(toy, tmp_path, "rng", "--seed", "1")
+    assert rc == 1 and codes(rep) == ["state-missing"], out
+    bad = [r for r in rep["resumes"] if not r["bit_identical"]]
+    assert bad and bad[0]["first_divergent_step"] == bad[0]["first_step"]
+    assert "RNG state" in rep["diagnosis"][0]["text"]
+
+
+def test_optimizer_not_saved_diverges_one_step_later(toy: Path, tmp_path: Path) -> None:
+    rc, rep, out = verify(toy, tmp_path, "optimizer", "--seed", "1")
+    assert rc == 1 and codes(rep) == ["state-missing"], out
+    bad = [r for r in rep["resumes"] if not r["bit_identical"]]
+    assert bad and bad[0]["first_divergent_step"] == bad[0]["first_step"] + 1
+    assert "optimizer state" in rep["diagnosis"][0]["text"]
+
+
+def test_ignoring_the_checkpoint_is_a_silent_fresh_start(toy: Path, tmp_path: Path) -> None:
+    rc, rep, out = verify(toy, tmp_path, "fresh", "--seed", "1")
+    assert rc == 1 and codes(rep) == ["silent-fresh-start"], out
+    assert any(r["restarted_from_start"] and r["checkpoint_existed"] for r in rep["resumes"])
+
+
+def test_never_checkpointing_loses_everything(toy: Path, tmp_path: Path) -> None:
+    rc, rep, out = verify(toy, tmp_path, "never", "--seed", "1")
+    assert rc == 1 and codes(rep) == ["never-checkpoints"], out
+    assert all(r["restarted_from_start"] for r in rep["resumes"]) and rep["resumes"]
+
+
+def test_an_in_place_write_killed_mid_write_is_a_torn_checkpoint(toy: Path, tmp_path: Path) -> None:
+    rc, rep, out = verify(toy, tmp_path, "inplace", "--seed", "1")
+    assert rc == 1 and codes(rep) == ["torn-checkpoint"], out
+    text = rep["diagnosis"][0]["text"]
+    assert "ckpt.json" in text and "in place" in text and "JSONDecodeError" in text
+
+
+def test_too_few_digits_cannot_prove_bit_identity(toy: Path, tmp_path: Path) -> None:
+    rc, rep, out = verify(toy, tmp_path, "digits", "--seed", "1", "--loss-regex", ITER_REGEX)
+    assert rc == 1 and codes(rep) == ["too-few-digits"], out
+    assert rep["precision"] == {
+        "kind": "rounded",
+        "digits": 5,
+        "exact": False,
+        "text": rep["precision"]["text"],
+    }
+    assert all(r["verdict"] == "equal at 5 digits" for r in rep["resumes"])
+
+
+def test_a_regex_reads_pipe_lines_at_full_precision(toy: Path, tmp_path: Path) -> None:
+    regex = r"step (?P<step>\d+) \| loss (?P<loss>\S+)"
+    rc, rep, out = verify(toy, tmp_path, "pipe", "--seed", "3", "--loss-regex", regex)
+    assert rc == 0 and rep["precision"]["exact"], out
+
+
+def test_an_unseeded_script_is_nondeterministic(toy: Path, tmp_path: Path) -> None:
+    rc, rep, out = verify(toy, tmp_path, "unseeded", "--seed", "1")
+    assert rc == 1 and codes(rep) == ["nondeterministic"], out
+    assert "before any kill" in rep["diagnosis"][0]["text"]
+
+
+def test_a_script_that_crashes_on_resume_shows_its_stderr(toy: Path, tmp_path: Path) -> None:
+    rc, rep, out = verify(toy, tmp_path, "crash", "--seed", "1")
+    assert rc == 1 and codes(rep) == ["crashed"], out
+    assert "unsupported format" in rep["diagnosis"][0]["text"]
+
+
+def test_a_script_that_hangs_on_resume_times_out(toy: Path, tmp_path: Path) -> None:
+    rc, rep, out = verify(toy, tmp_path, "hang", "--seed", "1", "--timeout", "4")
+    assert rc == 1 and codes(rep) == ["hung"], out
+
+
+def test_steps_the_parser_cannot_read_are_bad_input(toy: Path, tmp_path: Path) -> None:
+    rc, rep, out = verify(toy, tmp_path, "digits", "--seed", "1")  # no --loss-regex
+    assert rc == 2 and codes(rep) == ["no-steps"], out
+    assert "iter 1: loss" in rep["diagnosis"][0]["text"]
+
+
+def test_resume_args_are_appended_on_restarts_only(toy: Path, tmp_path: Path) -> None:
+    wrapper = tmp_path / "wrapper.py"
+    log = tmp_path / "argv.log"
+    wrapper.write_text(
+        "import os, sys\n"
+        f"open({str(log)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+        f"os.execv(sys.executable, [sys.executable, {str(toy)!r}, 'none'])\n"
+    )
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "crashdrill.drill", "--seed", "1", "--json", str(out)]
+    cmd += ["--resume-args=--resume --from {ckpt_dir}", "--", sys.executable, str(wrapper), "a"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calls = log.read_text().splitlines()
+    assert calls[0] == "a" and calls[1] == "a"  # reference, then the crashed run's first start
+    assert all(c.startswith("a --resume --from ") and "crashed" in c for c in calls[2:])
+    assert len(calls) == 4

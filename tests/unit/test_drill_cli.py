@@ -1,0 +1,56 @@
+"""`crashdrill verify` options: usage errors exit 2, and the parser the lead's CLI mounts."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from crashdrill.drill import cli
+from crashdrill.drill.engine import Segment
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["--preset", "quick", "--", "python", "train.py"],
+        ["--preset", "no-such-preset"],
+        ["--preset", "quick", "--kills", "-1"],
+        ["--preset", "quick", "--timeout", "0"],
+        ["--preset", "quick", "--loss-regex", "x"],
+        ["--run", "B", "--", "python", "train.py"],
+        ["--loss-regex", "iter (\\d+)", "--", "python", "train.py"],
+        ["--loss-regex", "(?P<step>", "--", "python", "train.py"],
+        ["--", "/no/such/program-crashdrill"],
+    ],
+)
+def test_bad_usage_exits_2_with_a_message(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(argv) == 2
+    assert "crashdrill verify:" in capsys.readouterr().err
+
+
+def test_argparse_errors_exit_2() -> None:
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--kills", "many"])
+    assert e.value.code == 2
+
+
+def test_add_parser_registers_verify_on_subparsers() -> None:
+    top = argparse.ArgumentParser(prog="crashdrill")
+    sub = top.add_subparsers(dest="command")
+    cli.add_parser(sub)
+    args = top.parse_args(
+        ["verify", "--kills", "3", "--resume-args=--resume", "--", "python", "t.py", "--lr", "3"]
+    )
+    assert args.script == ["python", "t.py", "--lr", "3"] and args.kills == 3
+    assert args.resume_args == "--resume"
+
+
+def test_segment_helpers() -> None:
+    seg = Segment(0, ["x"], None, 0.0)
+    assert seg.first_step is None and seg.last_step is None and not seg.crashed
+    seg.exit_code = 1
+    assert seg.crashed

@@ -1,0 +1,74 @@
+"""The drill's report: the JSON schema (documented field by field) and the table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from crashdrill.drill import report
+from crashdrill.drill.compare import Evidence, FinalParams, analyse
+from crashdrill.drill.plan import KillPoint
+from crashdrill.drill.trace import StepPoint
+from crashdrill.drill.verify import DrillResult
+from tests.unit.test_drill_compare import CKPT, FakeTarget, _seg
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "verify.md"
+
+
+def _result() -> DrillResult:
+    crashed = [
+        _seg(0, range(1, 4), killed=True, before={}),
+        _seg(1, range(1, 23), killed=True, before=CKPT, in_write=True),
+        _seg(2, range(16, 41)),
+    ]
+    plan = [KillPoint(3), KillPoint(20, during_write=True)]
+    ref = _seg(0, range(1, 41))
+    ev = Evidence(FakeTarget(), ref, CKPT, crashed, plan, FinalParams(True, 4, method="bytes"))
+    return DrillResult(FakeTarget(), "command", 7, 2, plan, ev, analyse(ev), 0.0, 3.21)
+
+
+SCHEMA_KEYS = {
+    "schema", "mode", "target", "seed", "kills_requested", "kills", "resumes", "reference",
+    "crashed", "precision", "final_state", "verdict", "exit_code", "diagnosis", "wall_seconds",
+}  # fmt: skip
+RESUME_KEYS = {
+    "index", "killed_at_step", "kill_in_checkpoint_write", "from_step", "first_step",
+    "recomputed", "points", "max_abs_delta", "mean_abs_delta", "first_divergent_step",
+    "bit_identical", "restarted_from_start", "checkpoint_existed", "latency_s", "outcome",
+    "verdict",
+}  # fmt: skip
+KILL_KEYS = {"index", "planned_step", "during_write", "landed", "t", "step", "in_checkpoint_write"}
+
+
+def test_json_report_has_the_documented_fields(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    report.write_json(_result(), path)
+    data = json.loads(path.read_text())
+    assert set(data) == SCHEMA_KEYS and data["schema"] == "crashdrill.verify/1"
+    assert data["seed"] == 7 and data["verdict"] == "pass" and data["exit_code"] == 0
+    assert all(set(k) == KILL_KEYS for k in data["kills"]) and len(data["kills"]) == 2
+    assert data["kills"][1]["in_checkpoint_write"] and data["kills"][1]["step"] == 22
+    assert all(set(r) == RESUME_KEYS for r in data["resumes"])
+    assert data["resumes"][1]["recomputed"] == {"first": 16, "last": 22, "steps": 7}
+    assert data["final_state"]["method"] == "bytes"
+
+
+def test_every_json_field_is_documented() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    for key in SCHEMA_KEYS | RESUME_KEYS | KILL_KEYS:
+        assert f"`{key}`" in text, f"docs/verify.md does not document {key}"
+
+
+def test_json_has_no_bare_infinity() -> None:
+    res = _result()
+    res.evidence.crashed[2].points[0] = StepPoint(16, "NaN", float("nan"), None, 21.0)
+    res.analysis = analyse(res.evidence)
+    text = json.dumps(report.to_json(res), allow_nan=False)
+    assert '"max_abs_delta": "inf"' in text
+
+
+def test_table_names_each_resume_and_the_verdict() -> None:
+    text = report.table(_result())
+    assert "inside a checkpoint write after step 22" in text
+    assert "bit-identical" in text and text.splitlines()[-1].startswith("PASS")
+    assert "--seed 7" in text
