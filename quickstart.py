@@ -70,9 +70,12 @@ def install_torch() -> None:
         pip(TORCH)
     else:
         say("no NVIDIA GPU: installing a CPU build of torch")
-        # A local wheel (pip's find-links) first: no download at all where one exists.
-        if pip("--no-index", TORCH, check=False) != 0:
-            pip(TORCH, "--index-url", CPU_INDEX)
+        # A local wheel (pip's find-links) first: then torch's own dependencies come from
+        # the regular index and torch is already satisfied, so nothing big is downloaded.
+        if pip("--no-index", "--no-deps", TORCH, check=False) == 0:
+            pip(TORCH)
+        else:
+            pip(TORCH, "--index-url", CPU_INDEX)  # that index also serves torch's dependencies
 
 
 def setup(test: bool) -> None:

@@ -78,6 +78,7 @@ async def follow(port: int, pair: str, client: Client) -> None:
     except (OSError, asyncio.IncompleteReadError) as e:
         client.error = repr(e)
 
+
 STAND_IN = Path(__file__).resolve().parents[1] / "tests" / "support" / "stand_in_trainer.py"
 
 
