@@ -40,7 +40,14 @@ def plain_loop(cfg: TrainConfig) -> float:
     data = load_dataset(cfg)
     torch.manual_seed(cfg.seed)
     model = GPT(cfg, data.vocab_size)
-    opt = model.configure_optimizer(cfg)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0}],
+        lr=cfg.lr,
+        betas=(cfg.beta1, cfg.beta2),
+        foreach=False,
+    )
     sampler = BatchSampler(data.train, cfg)
     t0 = 0.0
     for step in range(cfg.steps):

@@ -22,6 +22,7 @@ Teaching modes (never the default) switch parts of this off, through the same wr
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -193,12 +194,17 @@ class CheckpointWriter:
         entries = {}
         for stem, state in files.items():
             path = work / f"{stem}.pt"
+            # Serialise to memory once, hash those bytes, write them: no read-back pass.
+            buf = io.BytesIO()
+            torch.save(state, buf)
+            data = buf.getbuffer()
             with open(path, "wb") as f:
-                torch.save(state, f)
+                f.write(data)
                 if self.write == "atomic":
                     f.flush()
                     os.fsync(f.fileno())
-            entries[path.name] = {"sha256": _sha256(path), "bytes": path.stat().st_size}
+            entries[path.name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+            del data, buf
         pause = _pause_for(step)
         if pause:
             print(f"crashdrill: paused inside checkpoint write at step {step}", file=sys.stderr)

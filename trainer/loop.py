@@ -25,6 +25,7 @@ from crashdrill.trainer import determinism, evaluate, metrics
 from crashdrill.trainer.config import TrainConfig
 from crashdrill.trainer.data import BatchSampler, Dataset, load_dataset
 from crashdrill.trainer.model import GPT, lr_at
+from crashdrill.trainer.optim import AdamW
 from crashdrill.trainer.records import RecordWriter, float32_bits
 
 EXIT_NO_CHECKPOINT = 3
@@ -103,7 +104,7 @@ def _start_run_dir(run_dir: Path, label: str, preset: str, cfg: TrainConfig) -> 
 def _train_files(
     cfg: TrainConfig,
     model: GPT,
-    opt: torch.optim.Optimizer,
+    opt: AdamW,
     sampler: BatchSampler,
     st: TrainState,
     fingerprints: dict[str, str],
@@ -133,7 +134,7 @@ def _restore(
     cfg: TrainConfig,
     fingerprints: dict[str, str],
     model: GPT,
-    opt: torch.optim.Optimizer,
+    opt: AdamW,
     sampler: BatchSampler,
     st: TrainState,
 ) -> list[str]:
@@ -232,6 +233,12 @@ def _train(
             code="resumed",
         )
 
+    rec.write("stage", stage="warmup", progress=0.0)
+    if device.type == "cuda":
+        peak, peak_src = metrics.gpu_peak(torch.cuda.get_device_name(device), cfg.precision)
+    else:
+        peak, peak_src = metrics.cpu_peak(cfg.threads)
+    rec.write("stage", stage="warmup", progress=1.0)
     n_params = model.num_params()
     rec.write(
         "run",
@@ -246,6 +253,8 @@ def _train(
         label=opts.label,
         preset=opts.preset,
         fingerprints=fingerprints,
+        mfu_peak_flops=peak,
+        mfu_peak_source=peak_src,
     )
     if info is None:
         rec.event(
@@ -253,13 +262,6 @@ def _train(
             f"({cfg.precision}, batch {cfg.batch}, ctx {cfg.ctx}, {cfg.threads} thread(s))."
         )
         rec.event(f"Expected loss before training ≈ ln(vocab) = {math.log(vocab):.2f}.")
-
-    rec.write("stage", stage="warmup", progress=0.0)
-    if device.type == "cuda":
-        peak, peak_src = metrics.gpu_peak(torch.cuda.get_device_name(device), cfg.precision)
-    else:
-        peak, peak_src = metrics.cpu_peak(cfg.threads)
-    rec.write("stage", stage="warmup", progress=1.0)
 
     def on_saved(r: ck.SaveResult) -> None:
         words = ", ".join(ck.PART_WORDS[p] for p in r.parts)
@@ -338,8 +340,6 @@ def _train(
                 tokens=st.tokens,
                 tokens_per_s=round(tps, 1),
                 mfu=round(flops_per_token * tps / peak, 5) if peak else None,
-                mfu_peak_flops=peak,
-                mfu_peak_source=peak_src,
                 mem_bytes=mem,
                 mem_kind=mem_kind,
                 dt=round(dt, 5),

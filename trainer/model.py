@@ -14,6 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from crashdrill.trainer.config import TrainConfig
+from crashdrill.trainer.optim import AdamW
 
 
 class CausalSelfAttention(nn.Module):
@@ -113,7 +114,7 @@ class GPT(nn.Module):
         c = self.cfg
         return 6 * n + 12 * c.n_layer * c.ctx * c.d_model
 
-    def configure_optimizer(self, cfg: TrainConfig) -> torch.optim.AdamW:
+    def configure_optimizer(self, cfg: TrainConfig) -> AdamW:
         # Decay matrices only; biases, LayerNorm gains and position embeddings stay free.
         decay = [p for p in self.parameters() if p.dim() >= 2]
         no_decay = [p for p in self.parameters() if p.dim() < 2]
@@ -121,10 +122,7 @@ class GPT(nn.Module):
             {"params": decay, "weight_decay": cfg.weight_decay},
             {"params": no_decay, "weight_decay": 0.0},
         ]
-        # foreach=False: one code path on every device, easier to reason about bits
-        return torch.optim.AdamW(
-            groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), foreach=False, fused=False
-        )
+        return AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:

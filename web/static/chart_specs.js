@@ -153,7 +153,7 @@ function memoryNote(pair) {
 }
 
 function mfuNote(pair) {
-  const src = pair.ordered().map((r) => r.latestStep()?.mfu_peak_source).find(Boolean);
+  const src = pair.ordered().map((r) => r.runRecord?.mfu_peak_source).find(Boolean);
   return src ? `share of the peak: ${src}` : "share of this precision's peak FLOP/s";
 }
 
