@@ -138,7 +138,10 @@ class PresetTarget(Target):
             writes = list(range(self.ckpt_every, self.steps, self.ckpt_every)) or [self.steps]
         else:  # "end": the only write is the last one
             first, writes = self.steps, [self.steps]
-        return draw_kills(rng, kills, range(1, self.steps), first, writes)
+        # Plain kills stay out of the last tenth: a kill decided on reading step N must
+        # land before the run ends, even when the drill reads its output late.
+        last = max(2, self.steps - max(1, self.steps // 10))
+        return draw_kills(rng, kills, range(1, last), first, writes)
 
     def describe(self) -> dict[str, object]:
         return {

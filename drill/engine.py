@@ -236,6 +236,10 @@ def run_segment(
         _kill_group(proc)  # a no-op when it has exited; children left behind die with it
         proc.wait()
         _LIVE.discard(proc)
+    if seg.killed and seg.exit_code is not None and seg.exit_code >= 0:
+        # It exited on its own before the SIGKILL reached it (the kill came too late on a
+        # busy machine): no crash happened, so there is nothing to resume from it.
+        seg.killed = False
     if seg.killed:
         seg.snapshot_after_kill = target.snapshot(ckpt_dir)
     return seg

@@ -10,7 +10,6 @@ Without Chromium or Playwright the tests skip, except under CI=true, where they 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.support.lab import free_port
 
 CHROMIUM = os.environ.get("CRASHDRILL_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -41,12 +42,6 @@ def _missing(what: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{what} (CI must install it: see .ci/run)")
     pytest.skip(what)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -5,7 +5,6 @@ and one SSE stream that carries it all."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,18 +13,11 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
-from crashdrill.server.app import create_app
 from crashdrill.server.settings import Settings
+from tests.support.lab import free_port, serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -37,20 +29,8 @@ def base_url(tmp_path: Path) -> Iterator[str]:
         stop_runs_on_exit=True,
         telemetry_interval_s=0.5,
     )
-    config = uvicorn.Config(
-        create_app(settings), host="127.0.0.1", port=settings.port, log_level="warning"
-    )
-    config.timeout_graceful_shutdown = 2
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{settings.port}"
-    server.should_exit = True
-    thread.join(30)
+    with serving(settings) as url:
+        yield url
 
 
 class Stream:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,13 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.lab import free_port
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Server:

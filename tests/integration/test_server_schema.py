@@ -4,36 +4,21 @@ every answer matches the schema it declares."""
 from __future__ import annotations
 
 import os
-import socket
-import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 import schemathesis
-import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis.generation import GenerationMode
 from schemathesis.schemas import BaseSchema
 
-from crashdrill.server.app import create_app
 from crashdrill.server.settings import Settings
+from tests.support.lab import STAND_IN, free_port, serving
 
-STAND_IN = (
-    sys.executable,
-    str(Path(__file__).resolve().parents[1] / "support" / "stand_in_trainer.py"),
-)
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -49,17 +34,8 @@ def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BaseSchema]
         stream_heartbeat_s=0.2,
         instructor_token="schemathesis",
     )
-    config = uvicorn.Config(create_app(lab), host="127.0.0.1", port=lab.port, log_level="error")
-    config.timeout_graceful_shutdown = 2
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        assert thread.is_alive(), "the server did not start"
-        time.sleep(0.05)
-    yield schemathesis.openapi.from_url(f"http://127.0.0.1:{lab.port}/openapi.json")
-    server.should_exit = True
-    thread.join(30)
+    with serving(lab) as url:
+        yield schemathesis.openapi.from_url(f"{url}/openapi.json")
     if saved is None:
         del os.environ["CRASHDRILL_STANDIN_STEPS"]
     else:

@@ -5,30 +5,17 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
-from crashdrill.server.app import create_app
 from crashdrill.server.settings import Settings
+from tests.support.lab import STAND_IN, free_port, serving
 
-STAND_IN = (
-    sys.executable,
-    str(Path(__file__).resolve().parents[1] / "support" / "stand_in_trainer.py"),
-)
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -44,19 +31,8 @@ def base_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         telemetry=False,
         stream_max_pending_records=100,
     )
-    config = uvicorn.Config(
-        create_app(settings), host="127.0.0.1", port=settings.port, log_level="warning"
-    )
-    config.timeout_graceful_shutdown = 2
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        assert thread.is_alive(), "the server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{settings.port}"
-    server.should_exit = True
-    thread.join(30)
+    with serving(settings) as url:
+        yield url
 
 
 def test_a_client_that_stops_reading_gets_latest_values_and_a_gap(base_url: str) -> None:

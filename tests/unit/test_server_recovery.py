@@ -4,7 +4,6 @@ trainers): live runs are adopted, finished ones are recognised, the queue is kep
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,11 +15,8 @@ from fastapi.testclient import TestClient
 
 from crashdrill.server.app import create_app
 from crashdrill.server.settings import Settings
+from tests.support.lab import STAND_IN
 
-STAND_IN = (
-    sys.executable,
-    str(Path(__file__).resolve().parents[1] / "support" / "stand_in_trainer.py"),
-)
 pytestmark = pytest.mark.timeout(90)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,11 +12,8 @@ from fastapi.testclient import TestClient
 
 from crashdrill.server.app import create_app
 from crashdrill.server.settings import Settings
+from tests.support.lab import STAND_IN
 
-STAND_IN = (
-    sys.executable,
-    str(Path(__file__).resolve().parents[1] / "support" / "stand_in_trainer.py"),
-)
 pytestmark = pytest.mark.timeout(90)
 
 

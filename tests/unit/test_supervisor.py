@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -15,11 +14,8 @@ import pytest
 
 from crashdrill.workers.run_dir import RunDir
 from crashdrill.workers.supervisor import Change, Launch, NotRunning, Supervisor
+from tests.support.lab import STAND_IN
 
-STAND_IN = (
-    sys.executable,
-    str(Path(__file__).resolve().parents[1] / "support" / "stand_in_trainer.py"),
-)
 pytestmark = pytest.mark.timeout(60)
 
 
