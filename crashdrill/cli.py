@@ -5,6 +5,8 @@
     crashdrill verify --preset quick --kills 2        the kill-and-resume drill
     crashdrill verify -- python train.py              the drill on any training script
     crashdrill presets list|show NAME|validate FILE
+    crashdrill doctor gcs gs://BUCKET/PREFIX          check a checkpoint mirror bucket
+    crashdrill doctor supabase                        check a Supabase project's Realtime
 
 Exit codes: 0 ok, 1 a check failed, 2 bad usage or input, 3 a run was told a checkpoint
 must exist and none did.
@@ -170,6 +172,13 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         command == "verify",
     )
     _optional("crashdrill.server.cli", "serve", "the lab in a browser", sub, command == "serve")
+    _optional(
+        "crashdrill.doctor",
+        "doctor",
+        "check a production part (gcs, supabase) against your own account",
+        sub,
+        command == "doctor",
+    )
     return parser
 
 
