@@ -1,17 +1,38 @@
 """The database: plain SQL with `?` parameters behind one function, `Database.run`.
 
-SQLite (a file in the data dir) is the embedded default. Everything above this module
-speaks SQL that SQLite and Postgres both accept (`INSERT ... ON CONFLICT DO NOTHING`,
-`?` placeholders that a Postgres driver's `%s` replaces in `run`), so the Postgres port
-is a second connection type here and a dialect switch in the migrations, nothing more.
+Two backends, one interface (`run`, `run_many`, `one`, `transaction`, `migrate`, `close`):
 
-Migrations are numbered files in `migrations/` (`0001_initial.sql`, ...), applied in order
-inside a transaction each and remembered in `schema_migrations`.
+- `Database(path)`: SQLite, a file in the data dir. The embedded default.
+- `PostgresDatabase(url)`: Postgres through psycopg 3 (`pip install 'crashdrill[postgres]'`)
+  when `CRASHDRILL_DATABASE_URL=postgresql://…` is set; a Supabase project's connection
+  string works as it is (`?sslmode=require` and the rest go to libpq untouched).
+
+`open_database(settings)` picks one. Everything above this module speaks SQL that both
+accept: `?` placeholders (translated to psycopg's `%s` outside string literals, quoted
+names and comments), `INSERT … ON CONFLICT DO NOTHING RETURNING id`, TEXT, INTEGER,
+BIGINT and DOUBLE PRECISION columns (no NUMERIC: psycopg would return Decimal; BIGINT
+where a value comes from a file, as SQLite's INTEGER is 64-bit), no `IN ()` with an empty
+list, no booleans stored in INTEGER columns. Postgres text cannot hold a NUL character:
+one in a parameter becomes U+FFFD there.
+
+Both backends serialise statements through one connection and a lock: record ids must
+become visible in id order, or a reader paging with `id > after` could skip a row that
+commits late. A transaction holds the lock until it ends, so it is the calling thread's
+alone; transactions do not nest.
+
+Migrations are numbered files in `migrations/` (`0001_initial.sql`, ...), applied in
+order inside a transaction each and remembered in `schema_migrations`. A line that starts
+with `-- sqlite:` or `-- postgres:` is SQL for that dialect only (the rest of the line),
+and a comment for the other; write the two variants on adjacent lines:
+
+    -- sqlite: id INTEGER PRIMARY KEY AUTOINCREMENT,
+    -- postgres: id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import sqlite3
 import threading
@@ -19,16 +40,31 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from crashdrill.server.settings import Settings
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 _MIGRATION = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_DIALECT_LINE = re.compile(r"^\s*--\s*(sqlite|postgres):(.*)$")
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+CONNECT_TIMEOUT_S = 10
 
 Row = dict[str, Any]
 
 
+class DatabaseUnavailable(Exception):
+    """The configured database cannot be used; the message says why (password masked)."""
+
+
 class Database:
     """One SQLite connection shared by the server's threads, one statement at a time."""
+
+    dialect = "sqlite"
 
     def __init__(self, path: Path | str) -> None:
         self.path = str(path)
@@ -55,6 +91,10 @@ class Database:
                 target=self._checkpoint_loop, name="sqlite-checkpoint", daemon=True
             )
             self._checkpointer.start()
+
+    def describe(self) -> str:
+        """Where the data lives, safe to print."""
+        return f"SQLite at {self.path}"
 
     def _checkpoint_loop(self, every_s: float = 1.0) -> None:
         """Copy the WAL into the database file, off the event loop's thread."""
@@ -122,7 +162,7 @@ class Database:
         for version, name, path in available_migrations(directory):
             if version <= current:
                 continue
-            statements = split_sql(path.read_text(encoding="utf-8"))
+            statements = split_sql(path.read_text(encoding="utf-8"), self.dialect)
             with self.transaction():
                 for statement in statements:
                     self.run(statement)
@@ -132,6 +172,224 @@ class Database:
                 )
             applied.append(version)
         return applied
+
+
+class PostgresDatabase(Database):
+    """The same interface over one psycopg connection (autocommit between transactions).
+
+    A connection that broke while idle (a pooler or the server closed it) is replaced on
+    the next statement; a read that failed on it is retried once, a write never (it may
+    have been applied). Prepared statements are off, so Supabase's transaction pooler
+    (port 6543) works as well as the session pooler and the direct connection.
+    """
+
+    dialect = "postgres"
+
+    def __init__(self, url: str, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+        check_postgres_url(url)
+        self.url = url
+        self.path = mask_url(url)  # what a person may see: never the password
+        self._timeout = connect_timeout_s
+        self._lock = threading.RLock()
+        self._in_transaction = False
+        self._closed = False
+        self._pg: psycopg.Connection[Row] = self._connect()
+
+    def describe(self) -> str:
+        return f"Postgres at {self.path}"
+
+    def _connect(self) -> psycopg.Connection[Row]:
+        try:
+            import psycopg
+            from psycopg.conninfo import conninfo_to_dict
+            from psycopg.rows import dict_row
+        except ImportError:
+            raise DatabaseUnavailable(
+                f"the database URL {self.path} needs psycopg: pip install 'crashdrill[postgres]'"
+            ) from None
+        try:
+            given = conninfo_to_dict(self.url)
+            extra: dict[str, Any] = {}
+            if "connect_timeout" not in given:
+                extra["connect_timeout"] = max(1, round(self._timeout))
+            if "application_name" not in given:
+                extra["application_name"] = "crashdrill"
+            conn = psycopg.connect(
+                self.url, autocommit=True, row_factory=dict_row, prepare_threshold=None, **extra
+            )
+        except psycopg.Error as e:
+            raise DatabaseUnavailable(
+                f"cannot connect to the database at {self.path}: {self._scrub(str(e))}"
+            ) from None
+        return conn
+
+    def _scrub(self, text: str) -> str:
+        """`text` on one line, without the password should a driver message ever quote it."""
+        text = "; ".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
+        for secret in _passwords(self.url):
+            text = text.replace(secret, "***")
+        return text
+
+    def _execute(self, sql: str, params: Sequence[Any], many: bool = False) -> list[Row]:
+        import psycopg
+
+        query = to_pyformat(sql)
+        with self._lock:
+            if self._closed:
+                raise DatabaseUnavailable(f"the connection to {self.path} was closed")
+            for attempt in (1, 2):
+                if not self._in_transaction and (self._pg.closed or self._pg.broken):
+                    self._pg = self._connect()
+                conn = self._pg
+                try:
+                    with conn.cursor() as cur:
+                        if many:
+                            cur.executemany(query, [_without_nul(p) for p in params])
+                            return []
+                        cur.execute(query, _without_nul(params))
+                        return cur.fetchall() if cur.description is not None else []
+                except psycopg.OperationalError:
+                    retry = attempt == 1 and conn.broken and not self._in_transaction
+                    if not (retry and _is_read(sql)):
+                        raise
+        raise AssertionError("unreachable")
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        return self._execute(sql, params)
+
+    def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._execute(sql, rows, many=True)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Database]:
+        """BEGIN … COMMIT, or ROLLBACK when the block raises; other threads wait."""
+        with self._lock:
+            if self._in_transaction:
+                raise RuntimeError("transactions do not nest (SQLite's do not either)")
+            self.run("BEGIN")
+            self._in_transaction = True
+            try:
+                yield self
+            except BaseException:
+                self._in_transaction = False
+                if not self._pg.broken:
+                    with contextlib.suppress(Exception):  # keep the error that got us here
+                        self.run("ROLLBACK")
+                raise
+            self._in_transaction = False
+            self.run("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._pg.close()
+
+
+def open_database(settings: Settings) -> Database:
+    """Postgres when `settings.database_url` is set, else SQLite in the data dir."""
+    if settings.database_url:
+        return PostgresDatabase(settings.database_url)
+    return Database(settings.db_path)
+
+
+# ---- URLs -----------------------------------------------------------------------------
+
+
+def check_postgres_url(url: str, name: str = "database URL") -> None:
+    """ValueError naming the (masked) URL unless it is a postgresql:// or postgres:// URL."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in POSTGRES_SCHEMES:
+        allowed = " or ".join(f"{s}://" for s in POSTGRES_SCHEMES)
+        raise ValueError(
+            f"{name} = {mask_url(url)!r}: the scheme must be {allowed}"
+            " (leave it unset for SQLite in the data dir)"
+        )
+
+
+def mask_url(url: str) -> str:
+    """`url` with its password replaced by `***`: postgresql://user:***@host:5432/db.
+
+    Errs on the side of hiding: a password with an unencoded `@` or `/` is still masked.
+    """
+    masked = re.sub(r"^([^:/?#]+://[^:/?#@]*):.*@", r"\1:***@", url)
+    return re.sub(r"([?&]password=)[^&#]*", r"\1***", masked, flags=re.IGNORECASE)
+
+
+def _passwords(url: str) -> list[str]:
+    """Every reading of the password in `url` (long enough to replace without garbling)."""
+    found = re.findall(r"^[^:/?#]+://[^:/?#@]*:(.*)@", url)  # up to the last @
+    found += re.findall(r"^[^:/?#]+://[^:/?#@]*:([^@]*)@", url)  # up to the first @
+    found += re.findall(r"[?&]password=([^&#]+)", url, flags=re.IGNORECASE)
+    found += [unquote(p) for p in found]
+    return sorted({p for p in found if len(p) >= 4}, key=len, reverse=True)
+
+
+def _without_nul(params: Sequence[Any]) -> tuple[Any, ...]:
+    """Postgres text cannot hold NUL: it is stored and compared as U+FFFD instead."""
+    return tuple(
+        p.replace("\x00", "\ufffd") if isinstance(p, str) and "\x00" in p else p for p in params
+    )
+
+
+def _is_read(sql: str) -> bool:
+    return sql.lstrip().upper().startswith(("SELECT", "WITH", "SHOW"))
+
+
+@functools.lru_cache(maxsize=1024)
+def to_pyformat(sql: str) -> str:
+    """`?` placeholders → psycopg's `%s`, and every literal `%` → `%%`.
+
+    A `?` inside a string literal ('…', E'…', $tag$…$tag$), a quoted name ("…") or a
+    comment stays as it is.
+    """
+    out: list[str] = []
+    i, n = 0, len(sql)
+    while i < n:
+        c = sql[i]
+        end = i + 1
+        if c == "'":
+            prefix = sql[max(0, i - 2) : i]
+            backslash = prefix[-1:] in ("e", "E") and not (
+                prefix[:1].isalnum() or prefix[:1] == "_"
+            )
+            end = _string_end(sql, i, backslash)
+        elif c == '"':
+            end = _string_end(sql, i, False, quote='"')
+        elif sql.startswith("--", i):
+            end = sql.find("\n", i)
+            end = n if end < 0 else end
+        elif sql.startswith("/*", i):
+            end = sql.find("*/", i + 2)
+            end = n if end < 0 else end + 2
+        elif c == "$" and (m := re.match(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$", sql[i:])):
+            close = sql.find(m.group(0), i + len(m.group(0)))
+            end = n if close < 0 else close + len(m.group(0))
+        elif c == "?":
+            out.append("%s")
+            i += 1
+            continue
+        out.append(sql[i:end].replace("%", "%%"))
+        i = end
+    return "".join(out)
+
+
+def _string_end(sql: str, start: int, backslash: bool, quote: str = "'") -> int:
+    """Index just past the literal that opens at `start` (doubled quotes stay inside)."""
+    i = start + 1
+    while i < len(sql):
+        if backslash and sql[i] == "\\":
+            i += 2
+            continue
+        if sql[i] == quote:
+            if sql.startswith(quote, i + 1):
+                i += 2
+                continue
+            return i + 1
+        i += 1
+    return len(sql)
+
+
+# ---- migrations -----------------------------------------------------------------------
 
 
 def available_migrations(directory: Path = MIGRATIONS_DIR) -> list[tuple[int, str, Path]]:
@@ -147,7 +405,14 @@ def available_migrations(directory: Path = MIGRATIONS_DIR) -> list[tuple[int, st
     return found
 
 
-def split_sql(text: str) -> list[str]:
-    """Statements of a migration file (no `;` inside strings or triggers, by rule)."""
-    lines = [line.split("--", 1)[0] for line in text.splitlines()]
+def split_sql(text: str, dialect: str = "sqlite") -> list[str]:
+    """Statements of a migration file for `dialect` (no `;` inside strings, by rule)."""
+    if dialect not in ("sqlite", "postgres"):
+        raise ValueError(f"dialect = {dialect!r}: 'sqlite' or 'postgres'")
+    lines = []
+    for line in text.splitlines():
+        variant = _DIALECT_LINE.match(line)
+        if variant:
+            line = variant.group(2) if variant.group(1) == dialect else ""
+        lines.append(line.split("--", 1)[0])
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]

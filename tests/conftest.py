@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)
+
 _CACHE = tempfile.mkdtemp(prefix="crashdrill-test-cache-")
 os.environ.setdefault("CRASHDRILL_CACHE_DIR", _CACHE)
 

@@ -1,6 +1,6 @@
 -- crashdrill schema, version 1. Plain SQL that SQLite and Postgres both accept, except
--- where marked: the Postgres port swaps `INTEGER PRIMARY KEY AUTOINCREMENT` for
--- `BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY`.
+-- the id columns: a line starting with "-- sqlite:" or "-- postgres:" is SQL for that
+-- dialect only (server/db.py, split_sql).
 
 CREATE TABLE pairs (
     id TEXT PRIMARY KEY,
@@ -25,8 +25,8 @@ CREATE TABLE runs (
     exit_code INTEGER,
     stage TEXT,
     stage_progress DOUBLE PRECISION,
-    step INTEGER,
-    segment INTEGER NOT NULL DEFAULT 0,
+    step BIGINT,
+    segment BIGINT NOT NULL DEFAULT 0,
     crashes INTEGER NOT NULL DEFAULT 0,
     ingest_offset BIGINT NOT NULL DEFAULT 0,
     latest_json TEXT NOT NULL DEFAULT '{}',
@@ -39,12 +39,13 @@ CREATE INDEX runs_state ON runs (state, queued_at);
 -- One row per line of a run's records.jsonl. dedup_key makes ingest idempotent:
 -- "segment:step:kind" for step-bearing kinds, "@byte_offset" for the others.
 CREATE TABLE records (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, -- Postgres: BIGINT GENERATED ALWAYS AS IDENTITY
+    -- sqlite: id INTEGER PRIMARY KEY AUTOINCREMENT,
+    -- postgres: id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     run_id TEXT NOT NULL REFERENCES runs (id),
     dedup_key TEXT NOT NULL,
-    segment INTEGER NOT NULL,
+    segment BIGINT NOT NULL,
     kind TEXT NOT NULL,
-    step INTEGER,
+    step BIGINT,
     t DOUBLE PRECISION,
     data TEXT NOT NULL,
     UNIQUE (run_id, dedup_key)
@@ -53,7 +54,8 @@ CREATE TABLE records (
 CREATE INDEX records_run_kind ON records (run_id, kind, id);
 
 CREATE TABLE telemetry (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, -- Postgres: BIGINT GENERATED ALWAYS AS IDENTITY
+    -- sqlite: id INTEGER PRIMARY KEY AUTOINCREMENT,
+    -- postgres: id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     t DOUBLE PRECISION NOT NULL,
     data TEXT NOT NULL
 );

@@ -1,43 +1,179 @@
-"""The database layer: migrations and the one `run` function."""
+"""The database layer: migrations and the one `run` function, on SQLite and on a real
+Postgres (tests/support/postgres.py starts one; `-k sqlite` runs without it)."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from crashdrill.server.db import Database, available_migrations, split_sql
+from crashdrill.server.db import (
+    Database,
+    available_migrations,
+    mask_url,
+    split_sql,
+    to_pyformat,
+)
+from tests.support.postgres import open_test_database, table_names
+
+BACKENDS = ["sqlite", "postgres"]
 
 
-def test_migrate_applies_every_migration_once(tmp_path: Path) -> None:
-    db = Database(tmp_path / "lab.sqlite3")
+@pytest.fixture(params=BACKENDS)
+def new_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Database]]:
+    """Opens the test's database (the same one each call), closed after the test."""
+    opened: list[Database] = []
+
+    def open_() -> Database:
+        opened.append(open_test_database(request.param, tmp_path, request))
+        return opened[-1]
+
+    yield open_
+    for db in opened:
+        db.close()
+
+
+def test_migrate_applies_every_migration_once(new_db: Callable[[], Database]) -> None:
+    db = new_db()
     applied = db.migrate()
     assert applied == [v for v, _, _ in available_migrations()]
     assert db.migrate() == []
     assert db.schema_version() == applied[-1]
-    tables = {r["name"] for r in db.run("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert {"pairs", "runs", "records", "telemetry", "schema_migrations"} <= tables
+    assert {"pairs", "runs", "records", "telemetry", "schema_migrations"} <= table_names(db)
+    assert new_db().migrate() == [], "a second connection sees the migrated schema"
 
 
-def test_migrations_resume_where_the_schema_stands(tmp_path: Path) -> None:
+def test_migrations_resume_where_the_schema_stands(
+    new_db: Callable[[], Database], tmp_path: Path
+) -> None:
     d = tmp_path / "migrations"
     d.mkdir()
     (d / "0001_first.sql").write_text("CREATE TABLE a (x INTEGER);")
-    db = Database(tmp_path / "lab.sqlite3")
+    db = new_db()
     assert db.migrate(d) == [1]
     (d / "0002_second.sql").write_text("-- a comment; with a semicolon\nCREATE TABLE b (y TEXT);")
     assert db.migrate(d) == [2]
 
 
-def test_a_failing_migration_leaves_the_schema_as_it_was(tmp_path: Path) -> None:
+def test_a_failing_migration_leaves_the_schema_as_it_was(
+    new_db: Callable[[], Database], tmp_path: Path
+) -> None:
     d = tmp_path / "migrations"
     d.mkdir()
     (d / "0001_bad.sql").write_text("CREATE TABLE a (x INTEGER);\nNOT SQL AT ALL;")
-    db = Database(tmp_path / "lab.sqlite3")
+    db = new_db()
     with pytest.raises(Exception, match="syntax"):
         db.migrate(d)
     assert db.schema_version() == 0
-    assert db.run("SELECT name FROM sqlite_master WHERE name = 'a'") == []
+    assert "a" not in table_names(db)
+
+
+def test_dialect_lines_pick_the_sql_of_each_backend(
+    new_db: Callable[[], Database], tmp_path: Path
+) -> None:
+    d = tmp_path / "migrations"
+    d.mkdir()
+    (d / "0001_ids.sql").write_text(
+        "CREATE TABLE a (\n"
+        "    -- sqlite: id INTEGER PRIMARY KEY AUTOINCREMENT,\n"
+        "    -- postgres: id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,\n"
+        "    x TEXT\n"
+        ");\n"
+        "-- sqlite: CREATE TABLE only_sqlite (x TEXT);\n"
+        "-- postgres: CREATE TABLE only_postgres (x TEXT);\n"
+    )
+    db = new_db()
+    db.migrate(d)
+    ids = [db.run("INSERT INTO a (x) VALUES (?) RETURNING id", (s,))[0]["id"] for s in "pq"]
+    assert ids == [1, 2]
+    other = "postgres" if db.dialect == "sqlite" else "sqlite"
+    assert f"only_{db.dialect}" in table_names(db)
+    assert f"only_{other}" not in table_names(db)
+
+
+def test_rows_are_dicts_with_the_types_both_backends_agree_on(
+    new_db: Callable[[], Database],
+) -> None:
+    db = new_db()
+    db.migrate()
+    db.run(
+        "INSERT INTO pairs (id, owner, preset, preset_json, created_at) VALUES (?, ?, ?, ?, ?)",
+        ("p1", "o", "quick", "{}", 1.5),
+    )
+    row = db.one(
+        "SELECT id, created_at, COUNT(*) AS n, '50%' AS pct, 'why?' AS q FROM pairs"
+        " WHERE id = ? GROUP BY id, created_at",
+        ("p1",),
+    )
+    assert row == {"id": "p1", "created_at": 1.5, "n": 1, "pct": "50%", "q": "why?"}
+    assert db.one("SELECT id FROM pairs WHERE id = ?", ("nope",)) is None
+    big = 2**40  # step and segment hold 64-bit values on both
+    db.run(
+        "INSERT INTO runs (id, pair_id, label, preset, run_dir, state, queued_at, step)"
+        " VALUES (?, ?, 'A', 'quick', '/r', 'queued', 1.0, ?)",
+        ("r1", "p1", big),
+    )
+    assert db.one("SELECT step FROM runs")["step"] == big  # type: ignore[index]
+
+
+def test_a_nul_character_in_a_parameter_finds_nothing_and_breaks_nothing(
+    new_db: Callable[[], Database],
+) -> None:
+    db = new_db()
+    db.migrate()
+    assert db.one("SELECT id FROM pairs WHERE id = ?", ("a\x00b",)) is None
+
+
+def test_run_many_inserts_every_row(new_db: Callable[[], Database]) -> None:
+    db = new_db()
+    db.migrate()
+    db.run_many(
+        "INSERT INTO telemetry (t, data) VALUES (?, ?)", [(float(i), "{}") for i in range(5)]
+    )
+    assert db.one("SELECT COUNT(*) AS n FROM telemetry") == {"n": 5}
+
+
+def test_a_transaction_commits_or_rolls_back_as_a_whole(new_db: Callable[[], Database]) -> None:
+    db = new_db()
+    db.migrate()
+    insert = "INSERT INTO telemetry (t, data) VALUES (?, ?)"
+    with pytest.raises(RuntimeError, match="boom"), db.transaction():
+        db.run(insert, (1.0, "{}"))
+        raise RuntimeError("boom")
+    assert db.one("SELECT COUNT(*) AS n FROM telemetry") == {"n": 0}
+    with db.transaction():
+        db.run(insert, (2.0, "{}"))
+    assert db.one("SELECT COUNT(*) AS n FROM telemetry") == {"n": 1}
+    with pytest.raises(Exception, match="transaction"), db.transaction(), db.transaction():
+        pass
+    db.run(insert, (3.0, "{}"))  # the connection is usable after all that
+    assert db.one("SELECT COUNT(*) AS n FROM telemetry") == {"n": 2}
+
+
+def test_other_threads_wait_for_a_transaction_and_never_see_half_of_it(
+    new_db: Callable[[], Database],
+) -> None:
+    db = new_db()
+    db.migrate()
+    seen: list[int] = []
+    inside = threading.Event()
+
+    def count() -> None:
+        inside.wait(5)
+        seen.append(db.one("SELECT COUNT(*) AS n FROM telemetry")["n"])  # type: ignore[index]
+
+    reader = threading.Thread(target=count)
+    reader.start()
+    with db.transaction():
+        db.run("INSERT INTO telemetry (t, data) VALUES (?, ?)", (1.0, "{}"))
+        inside.set()
+        reader.join(0.3)
+        assert reader.is_alive(), "the reader ran inside another thread's transaction"
+        db.run("INSERT INTO telemetry (t, data) VALUES (?, ?)", (2.0, "{}"))
+    reader.join(5)
+    assert seen == [2]
 
 
 def test_migration_numbers_without_gaps_are_required(tmp_path: Path) -> None:
@@ -48,3 +184,49 @@ def test_migration_numbers_without_gaps_are_required(tmp_path: Path) -> None:
 
 def test_split_sql_drops_comments_and_empty_statements() -> None:
     assert split_sql("-- x;\nSELECT 1;\n\n;SELECT 2 -- two\n") == ["SELECT 1", "SELECT 2"]
+
+
+def test_split_sql_keeps_the_lines_of_its_dialect_only() -> None:
+    text = "SELECT 1;\n-- sqlite: SELECT 2;\n  -- postgres: SELECT 3;\n-- Postgres: prose\n"
+    assert split_sql(text, "sqlite") == ["SELECT 1", "SELECT 2"]
+    assert split_sql(text, "postgres") == ["SELECT 1", "SELECT 3"]
+    with pytest.raises(ValueError, match="dialect = 'mysql'"):
+        split_sql(text, "mysql")
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("SELECT a WHERE a = ? AND b IN (?, ?)", "SELECT a WHERE a = %s AND b IN (%s, %s)"),
+        ("SELECT '?', 'it''s ?', ? FROM t", "SELECT '?', 'it''s ?', %s FROM t"),
+        ('SELECT "odd?name" FROM t WHERE x = ?', 'SELECT "odd?name" FROM t WHERE x = %s'),
+        ("SELECT 1 -- why?\n, ?", "SELECT 1 -- why?\n, %s"),
+        ("SELECT /* ? */ ?", "SELECT /* ? */ %s"),
+        ("SELECT E'\\' ?', ?", "SELECT E'\\' ?', %s"),
+        ("SELECT 'a\\', ?", "SELECT 'a\\', %s"),  # standard strings: backslash is plain
+        ("SELECT $$ ? $$, $q$ ? $q$, ?", "SELECT $$ ? $$, $q$ ? $q$, %s"),
+        ("SELECT '50%' || ? || 100 % 7", "SELECT '50%%' || %s || 100 %% 7"),
+    ],
+)  # fmt: skip
+def test_placeholders_become_psycopgs_outside_literals(sql: str, expected: str) -> None:
+    assert to_pyformat(sql) == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgresql://u:s3cret@h:5432/db", "postgresql://u:***@h:5432/db"),
+        (
+            "postgres://postgres.abcd:p%40ss@aws-0-eu.pooler.supabase.com:5432/postgres"
+            "?sslmode=require",
+            "postgres://postgres.abcd:***@aws-0-eu.pooler.supabase.com:5432/postgres"
+            "?sslmode=require",
+        ),
+        ("postgresql://u:p@ss/w@rd@h/db", "postgresql://u:***@h/db"),  # unencoded: still hidden
+        ("postgresql://u@h/db?password=s3cret&ssl=1", "postgresql://u@h/db?password=***&ssl=1"),
+        ("postgresql://h:5432/db", "postgresql://h:5432/db"),
+        ("postgresql:///db", "postgresql:///db"),
+    ],
+)  # fmt: skip
+def test_urls_are_shown_with_the_password_masked(url: str, expected: str) -> None:
+    assert mask_url(url) == expected

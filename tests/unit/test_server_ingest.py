@@ -3,28 +3,30 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from crashdrill.server.db import Database
 from crashdrill.server.ingest import ingest_run, parse_lines
-from crashdrill.server.store import Store
+from crashdrill.server.store import NewRecord, Store
+from tests.support.postgres import open_test_database
 
 
 def line(kind: str, segment: int = 0, **fields: Any) -> str:
     return json.dumps({"v": 1, "kind": kind, "t": 1.0, "segment": segment, **fields}) + "\n"
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    db = Database(tmp_path / "lab.sqlite3")
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Store]:
+    db = open_test_database(request.param, tmp_path, request)
     db.migrate()
     s = Store(db)
     s.create_pair("p1", "owner", "quick", {"knob": {}}, [("r1", "A", str(tmp_path / "r1"))])
     (tmp_path / "r1").mkdir()
-    return s
+    yield s
+    db.close()
 
 
 def append(store: Store, text: str) -> None:
@@ -88,3 +90,17 @@ def test_parse_lines_reports_consumed_bytes_and_bad_lines() -> None:
     assert [p.value["kind"] for p in parsed] == ["x"]
     assert consumed == chunk.rindex(b"\n") + 1 and bad == 2
     assert parsed[0].record.dedup_key == "@100"
+
+
+def test_a_big_batch_with_a_repeated_key_is_stored_once_in_file_order(store: Store) -> None:
+    def rec(step: int, loss: float) -> NewRecord:
+        return NewRecord(f"0:{step}:step", 0, "step", step, 1.0, json.dumps({"loss": loss}))
+
+    batch = [rec(s, 1.0) for s in range(1, 1201)] + [rec(7, 2.0)]  # over INSERT_BATCH
+    inserted = store.insert_records("r1", batch, 123, {})
+    assert [r.step for _, r in inserted] == list(range(1, 1201))
+    assert [i for i, _ in inserted] == sorted(i for i, _ in inserted)
+    assert store.insert_records("r1", batch[:10], 456, {}) == []  # all there already
+    rows = store.records("r1", ["step"], 0, 5000)
+    assert len(rows) == 1200 and json.loads(rows[6]["data"]) == {"loss": 1.0}
+    assert store.run("r1")["ingest_offset"] == 456  # type: ignore[index]
