@@ -1,12 +1,14 @@
-"""Set up the lab page's only third-party code: uPlot, from the npm registry.
+"""Set up the lab page's third-party code from the npm registry: uPlot (the charts) and
+supabase-js (only loaded when the server has Supabase Realtime configured).
 
     python scripts/build_web.py               # npm ci when needed, copy to web/static/vendor/
     python scripts/build_web.py --no-install  # copy only (node_modules/ already there)
 
 No bundler, no build step beyond the copy: the page is plain JS modules in web/static/.
-uPlot's version is pinned in package.json (and package-lock.json); node_modules/ and
+Versions are pinned in package.json (and package-lock.json); node_modules/ and
 web/static/vendor/ are gitignored, never committed. Without the vendor files the page
-still works and says that the charts are missing.
+still works: it says that the charts are missing, and follows the server's SSE stream
+instead of Realtime.
 """
 
 from __future__ import annotations
@@ -20,16 +22,26 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VENDOR = ROOT / "web" / "static" / "vendor"
-FILES = ("uPlot.iife.min.js", "uPlot.min.css")
+# npm package -> (file in the package, name in web/static/vendor/)
+VENDORED: dict[str, tuple[tuple[str, str], ...]] = {
+    "uplot": (
+        ("dist/uPlot.iife.min.js", "uPlot.iife.min.js"),
+        ("dist/uPlot.min.css", "uPlot.min.css"),
+    ),
+    # The browser (UMD) bundle: a classic script that defines window.supabase.
+    "@supabase/supabase-js": (("dist/umd/supabase.js", "supabase.js"),),
+}
+FILES = tuple(name for files in VENDORED.values() for _, name in files)
 
 
-def pinned_version() -> str:
-    return json.loads((ROOT / "package.json").read_text(encoding="utf-8"))["dependencies"]["uplot"]
+def pinned_version(package: str = "uplot") -> str:
+    deps = json.loads((ROOT / "package.json").read_text(encoding="utf-8"))["dependencies"]
+    return str(deps[package])
 
 
-def installed_version() -> str | None:
+def installed_version(package: str = "uplot") -> str | None:
     try:
-        meta = json.loads((ROOT / "node_modules" / "uplot" / "package.json").read_text("utf-8"))
+        meta = json.loads((ROOT / "node_modules" / package / "package.json").read_text("utf-8"))
     except FileNotFoundError:
         return None
     return str(meta.get("version"))
@@ -49,17 +61,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-install", action="store_true", help="copy only; never run npm")
     args = parser.parse_args(argv)
-    want = pinned_version()
-    if installed_version() != want:
+    stale = [p for p in VENDORED if installed_version(p) != pinned_version(p)]
+    if stale:
         if args.no_install:
-            print(f"build_web: node_modules/uplot is not {want}; run without --no-install")
+            wanted = ", ".join(f"{p} {pinned_version(p)}" for p in stale)
+            print(f"build_web: node_modules lacks {wanted}; run without --no-install")
             return 2
         npm_install()
-    dist = ROOT / "node_modules" / "uplot" / "dist"
     VENDOR.mkdir(parents=True, exist_ok=True)
-    for name in FILES:
-        shutil.copyfile(dist / name, VENDOR / name)
-    print(f"build_web: uPlot {want} -> {VENDOR.relative_to(ROOT)}/ ({', '.join(FILES)})")
+    for package, files in VENDORED.items():
+        for source, name in files:
+            shutil.copyfile(ROOT / "node_modules" / package / source, VENDOR / name)
+        names = ", ".join(name for _, name in files)
+        where = VENDOR.relative_to(ROOT)
+        print(f"build_web: {package} {pinned_version(package)} -> {where}/ ({names})")
     return 0
 
 

@@ -1,9 +1,9 @@
 """Realtime fan-out to browsers, with per-client latest-value coalescing.
 
 `Fanout` is the small interface the rest of the server publishes through; `LocalFanout`
-delivers to SSE streams of this process (the embedded default). Supabase Realtime
-Broadcast would be a second implementation of `publish`, with the page subscribing
-directly, and no `subscribe` here.
+delivers to SSE streams of this process (the embedded default). With Supabase configured,
+`crashdrill.server.realtime.RealtimeFanout` wraps it: SSE as here, plus one Broadcast
+message per pair per tick that the page subscribes to directly.
 
 Every subscriber holds at most one pending message per key, never a queue:
 - "replace" keys (a run's state, the machine sample, resume checks) keep only the newest;
@@ -46,6 +46,8 @@ class Message:
 
 
 class Fanout(Protocol):
+    def start(self) -> None: ...  # on the event loop, when the lab starts
+
     def publish(self, channel: str, message: Message) -> None: ...
 
     def subscribe(self, channels: Iterable[str]) -> Subscriber: ...
@@ -139,6 +141,9 @@ class LocalFanout:
     def __init__(self, max_items: int = 2000) -> None:
         self.max_items = max_items
         self._channels: dict[str, set[Subscriber]] = {}
+
+    def start(self) -> None:
+        """Nothing to start: subscribers are served by their own SSE responses."""
 
     def publish(self, channel: str, message: Message) -> None:
         for sub in self._channels.get(channel, ()):
