@@ -1,0 +1,139 @@
+"""The real trainer (preset `quick`) under the supervisor, its checkpoints mirrored (a local
+directory, and gs:// on the in-process emulator): kill it, wipe its checkpoints, and the
+restart pulls the newest mirrored one, verified, and resumes bit-identically. And the lab
+puts the mirror's sentence into a run's event log."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from crashdrill.server.resume_check import resume_checks
+from crashdrill.server.settings import Settings
+from crashdrill.workers.mirror import CheckpointMirror
+from crashdrill.workers.supervisor import Launch, Supervisor
+from tests.support.gcs_emulator import BUCKET, gcs_emulator
+from tests.support.lab import free_port, serving
+from tests.unit.test_supervisor import Changes
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def wait_until(cond: Callable[[], object], what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a torn last line
+    return out
+
+
+@pytest.mark.parametrize("kind", ["local", "gcs"])
+def test_a_wiped_run_resumes_from_the_mirror_bit_identically(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with gcs_emulator() as host:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", host)
+        url = str(tmp_path / "mirror") if kind == "local" else f"gs://{BUCKET}/lab"
+        run_dir = tmp_path / "runs" / "run1"
+        mirror = CheckpointMirror(url, poll_s=0.05)
+        mirror.start()
+        mirror.watch(run_dir)
+        try:
+            _train_kill_wipe_resume(run_dir, url)
+            mirror.release(run_dir.name)
+            wait_until(lambda: not mirror.busy(run_dir.name), "the last upload", 60)
+        finally:
+            mirror.stop()
+    records = jsonl(run_dir / "records.jsonl")
+    prefix = str(tmp_path / "mirror") if kind == "local" else url
+    (event,) = [r for r in records if r.get("code") == "lost"]
+    assert (
+        f"No checkpoint on this machine; pulled step 100 from {prefix}/run1/step-00000100"
+        " (verified) and resumed from it; 50 steps to recompute." in event["text"]
+    )
+    resume = next(r for r in records if r["kind"] == "resume" and r["segment"] == 1)
+    assert resume["from_step"] == 100
+    steps = [(r["segment"], r["step"], r) for r in records if r["kind"] == "step"]
+    (check,) = resume_checks(steps, {1: 100})
+    assert check.steps == (101, 150) and check.complete
+    assert check.bit_identical is True and check.max_abs_delta == 0.0
+    uploads = [r for r in jsonl(run_dir / "mirror.jsonl") if r["kind"] == "mirror"]
+    assert uploads[-1]["step"] == 300  # the run's last checkpoint went to the mirror too
+    print(f"mirror {kind}: uploads (step, seconds, bytes):")
+    print([(u["step"], u["seconds"], u["bytes"]) for u in uploads])
+
+
+def _train_kill_wipe_resume(run_dir: Path, url: str) -> None:
+    # The write of checkpoint 150 is held open, so the run cannot finish before the kill.
+    first = Launch(run_dir, "quick", "A", env={"CRASHDRILL_CKPT_PAUSE": "150:120"})
+    sup = Supervisor(first, Changes(), poll_s=0.05)
+    sup.start()
+    stderr = run_dir / "stderr.log"
+    wait_until(
+        lambda: "paused inside checkpoint write at step 150" in stderr.read_text(), "step 150"
+    )
+    wait_until(
+        lambda: any(
+            r["kind"] == "mirror" and r["step"] == 100 for r in jsonl(run_dir / "mirror.jsonl")
+        ),
+        "checkpoint 100 in the mirror",
+    )
+    pid = sup.pid
+    assert pid is not None
+    sup.detach()  # kill it ourselves: the machine is gone, disk and all
+    os.killpg(pid, signal.SIGKILL)
+    psutil.Process(pid).wait(10)
+    shutil.rmtree(run_dir / "ckpt")
+    changes = Changes()
+    again = Supervisor(Launch(run_dir, "quick", "A"), changes, poll_s=0.05, mirror=url)
+    again.resume("The trainer's machine was replaced")
+    changes.wait_for("finished", timeout=180)
+
+
+def test_the_lab_shows_the_mirror_copies_in_the_event_log(tmp_path: Path) -> None:
+    settings = Settings(
+        data_dir=tmp_path / "lab",
+        port=free_port(),
+        max_concurrent=2,
+        stop_runs_on_exit=True,
+        telemetry=False,
+    )
+    with serving(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
+        pair = client.post("/api/pairs", json={"preset": "quick"}).json()
+
+        def finished() -> bool:
+            runs = client.get(f"/api/pairs/{pair['pair']}").json()["runs"]
+            return all(r["state"] == "finished" for r in runs)
+
+        wait_until(finished, "both runs to finish", 180)
+        for run in pair["runs"]:
+
+            def copied(run_id: str = run["id"]) -> list[str]:
+                events = client.get(f"/api/runs/{run_id}/events").json()["events"]
+                return [e["text"] for e in events if "copied to the mirror" in e["text"]]
+
+            wait_until(lambda c=copied: any("Checkpoint step 300" in t for t in c()), "copy")  # type: ignore[misc]
+            assert all(t.endswith("(in the background; training didn't wait).") for t in copied())
+            kept = sorted(p.name for p in (tmp_path / "lab-mirror" / run["id"]).iterdir())
+            assert kept[-1] == "step-00000300" and len(kept) == 2
