@@ -95,21 +95,27 @@ def _cmd_presets(args: argparse.Namespace) -> int:
     try:
         if args.action == "list":
             for p in list_presets():
-                print(f"{p.id:<16} {p.number:<6} {p.title}  ({p.knob_text()})")
-        elif args.action == "show":
-            if not args.name:
-                print("crashdrill presets show: name a preset", file=sys.stderr)
-                return EXIT_USAGE
+                flags = "" if p.published else "  [unpublished]"
+                mode = "" if p.crash.mode == "kill" else f", crash {p.crash.mode}"
+                print(f"{p.id:<16} {p.number:<6} {p.title}  ({p.knob_text()}{mode}){flags}")
+            return EXIT_OK
+        if not args.name:
+            what = "name a preset" if args.action == "show" else "give a preset file"
+            print(f"crashdrill presets {args.action}: {what}", file=sys.stderr)
+            return EXIT_USAGE
+        if args.action == "show":
             print(json.dumps(get_preset(args.name).to_public(), indent=2))
-        else:
-            if not args.name:
-                print("crashdrill presets validate: give a preset file", file=sys.stderr)
-                return EXIT_USAGE
-            p = load_preset_file(args.name)
-            print(f"{args.name}: ok — {p.id} · {p.title} · {p.knob_text()}")
+            return EXIT_OK
+        p = load_preset_file(args.name)
     except PresetError as e:
-        print(f"crashdrill presets: {e}", file=sys.stderr)
+        if args.action == "validate":
+            print(f"{args.name}: invalid preset", file=sys.stderr)
+            for problem in e.problems:
+                print(f"  - {problem}", file=sys.stderr)
+        else:
+            print(f"crashdrill presets: {e}", file=sys.stderr)
         return EXIT_USAGE
+    print(f"{args.name}: ok — {p.id} · {p.title} · {p.knob_text()} · crash {p.crash.mode}")
     return EXIT_OK
 
 

@@ -21,6 +21,13 @@ CKPT_STATES = ("full", "weights")  # "weights" is a teaching mode: what people g
 CKPT_WRITES = ("atomic", "inplace")  # "inplace" is a teaching mode: torn writes
 CKPT_MODES = ("sync", "async")
 CKPT_POLICIES = ("every", "end")  # "end" is a teaching mode: save after the loop only
+# What a run told a checkpoint must exist does when there is none: "fail" (exit 3) or
+# "fresh", a teaching mode that trains from scratch anyway — the silent restart that
+# loses a week of quota.
+ON_MISSING_CHECKPOINT = ("fail", "fresh")
+# "on": checkpoints are copied off the machine when the lab has a mirror configured
+# (workers/mirror.py); "off": local disk only. The trainer itself never reads it.
+MIRROR_CHOICES = ("on", "off")
 
 
 class ConfigError(ValueError):
@@ -42,6 +49,8 @@ _NOT_FINGERPRINTED = frozenset(
         "ckpt_write",
         "ckpt_mode",
         "ckpt_policy",
+        "on_missing_checkpoint",
+        "mirror",
         "eval_every",
         "eval_batches",
         "probe_every",
@@ -87,6 +96,8 @@ class TrainConfig:
     ckpt_write: str = "atomic"
     ckpt_mode: str = "sync"
     ckpt_policy: str = "every"
+    on_missing_checkpoint: str = "fail"
+    mirror: str = "on"
     # what we look at while it trains
     eval_every: int = 50
     eval_batches: int = 4
@@ -152,6 +163,8 @@ class TrainConfig:
         _choice("ckpt_write", self.ckpt_write, CKPT_WRITES)
         _choice("ckpt_mode", self.ckpt_mode, CKPT_MODES)
         _choice("ckpt_policy", self.ckpt_policy, CKPT_POLICIES)
+        _choice("on_missing_checkpoint", self.on_missing_checkpoint, ON_MISSING_CHECKPOINT)
+        _choice("mirror", self.mirror, MIRROR_CHOICES)
         if not isinstance(self.data, str) or not (
             self.data == "builtin"
             or (self.data.startswith("file:") and len(self.data) > 5)

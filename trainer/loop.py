@@ -202,8 +202,9 @@ def _train(
         rec.event(text, level="warn", code="ckpt_corrupt")
 
     info = ck.find_latest(run_dir, on_corrupt=on_corrupt)
+    ignore_requirement = opts.require_checkpoint and cfg.on_missing_checkpoint == "fresh"
     if info is None:
-        if opts.require_checkpoint:
+        if opts.require_checkpoint and not ignore_requirement:
             msg = (
                 f"no checkpoint found in {ck.ckpt_root(run_dir)} and --require-checkpoint "
                 "is set; not training from scratch"
@@ -215,6 +216,9 @@ def _train(
         print("crashdrill: no checkpoint found, starting fresh", file=sys.stderr)
         if segment > 0:
             rec.write("resume", from_step=0, segment=segment, path=None)
+        if segment > 0 and not ignore_requirement:
+            # on_missing_checkpoint = "fresh" stays silent here, as the scripts it imitates
+            # do; the lab points out the loss back at ln(vocab) from the records.
             rec.event(
                 "Restarted and found no checkpoint: training again from step 0 (everything "
                 "since the start is lost).",
@@ -224,8 +228,16 @@ def _train(
     else:
         parts = _restore(info, cfg, fingerprints, model, opt, sampler, st)
         print(f"crashdrill: resumed at step {st.step} from {info.path}", file=sys.stderr)
-        rec.write("resume", from_step=st.step, segment=segment, path=str(info.path), parts=parts)
-        missing = [ck.PART_WORDS[p] for p in ck.PARTS_FULL if p not in parts]
+        absent = [p for p in ck.PARTS_FULL if p not in parts]
+        rec.write(
+            "resume",
+            from_step=st.step,
+            segment=segment,
+            path=str(info.path),
+            parts=parts,
+            missing=absent,
+        )
+        missing = [ck.PART_WORDS[p] for p in absent]
         rec.event(
             f"Resumed at step {st.step} from a checkpoint."
             + (f" It did not hold: {', '.join(missing)} — those start over." if missing else ""),

@@ -1,14 +1,40 @@
 """Lesson presets: a TOML file per lesson, with the shared run config and the one knob
 that differs between run A and run B.
 
-    id = "lesson-1.7"          # how users name it
-    number, chapter, title, question, whats_happening, what_to_watch   # lesson text
-    [run]        shared TrainConfig values
+    id = "lesson-1.7"            # how users name it: no spaces, no '/'
+    number = "1.7"               # text, also the sort key of `list_presets`
+    chapter, title, question     # text; title is required
+    whats_happening              # text: what the two runs are doing
+    what_to_watch                # text: what to press and what to look at
+    explanation                  # text: what happened and why, shown with the outcome
+    published = true             # false: the lab hides it from students (default true)
+    locked = ["knob", "n_layer"] # what a student may not change (default: see below)
+
+    [run]        shared TrainConfig values (unknown names are refused)
     [run.cuda]   overrides applied when the run executes on CUDA
-    [knob]       name = "ckpt_every", a = 100, b = 1000
+    [a], [b]     optional run settings of one side only; A and B must still end up
+                 differing in the knob alone (else the preset is refused, naming the setting)
+    [knob]       name = "ckpt_every", a = 100, b = 1000   (exactly these three keys)
+    [crash]      mode = "kill" | "during_save" | "wipe"; expect = text (what a crash shows)
+
+Crash modes (what the lab's Crash test button does for this lesson):
+  kill         SIGKILL now (the default)
+  during_save  SIGKILL while the next checkpoint is being written (the trainer holds the
+               write open for DURING_SAVE_PAUSE_S through CRASHDRILL_CKPT_PAUSE)
+  wipe         SIGKILL, and the run's local checkpoint directory is deleted, like a disk
+               that vanished with the session
+
+Locking. A student who starts a lesson may change the settings that are not locked:
+`student_overrides_allowed(preset)`; `apply_student_overrides(preset, {...})` applies
+them or raises PresetError naming the locked one. "knob" stands for the knob's two values
+(`{"knob": {"a": 50, "b": 500}}`); the knob's own setting is changed only that way. Without
+`locked`, everything is locked except STUDENT_ADJUSTABLE (steps, seed, ckpt_every, keep).
+With `locked`, exactly the names listed are locked, and `data` always is (a path on the
+lab's machine is not a student's to choose).
 
 Built-ins ship in `presets/` beside this file; an instructor's directory can be added with
-CRASHDRILL_PRESETS_DIR (searched first).
+CRASHDRILL_PRESETS_DIR (searched first). `dump_preset` writes a preset back as TOML that
+`parse_preset_text` reads to an equal preset.
 """
 
 from __future__ import annotations
@@ -16,20 +42,53 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from crashdrill.trainer.config import ConfigError, TrainConfig
+from crashdrill.trainer.preset_toml import dump_toml
 
 BUILTIN_DIR = Path(__file__).with_name("presets")
-_TEXT_FIELDS = ("number", "chapter", "title", "question", "whats_happening", "what_to_watch")
-_TOP_LEVEL = {"id", *_TEXT_FIELDS, "run", "knob"}
+_TEXT_FIELDS = (
+    "number",
+    "chapter",
+    "title",
+    "question",
+    "whats_happening",
+    "what_to_watch",
+    "explanation",
+)
+_TOP_LEVEL = (
+    "id",
+    *_TEXT_FIELDS,
+    "published",
+    "locked",
+    "run",
+    "a",
+    "b",
+    "knob",
+    "crash",
+)
+_KNOB_KEYS = ("name", "a", "b")
+_CRASH_KEYS = ("mode", "expect")
+CRASH_MODES = ("kill", "during_save", "wipe")
 LABELS = ("A", "B")
+KNOB = "knob"
+STUDENT_ADJUSTABLE = frozenset({"steps", "seed", "ckpt_every", "keep"})
+ALWAYS_LOCKED = frozenset({"data"})
+DURING_SAVE_PAUSE_S = 1.0
+SETTINGS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name != "extra")
 
 
 class PresetError(ValueError):
-    """A preset that cannot be used: names the file, the field and what is allowed."""
+    """A preset that cannot be used: names the file, the field and what is allowed.
+    `problems` holds every problem found (the message joins them)."""
+
+    def __init__(self, problems: str | list[str]) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("; ".join(self.problems))
 
 
 @dataclass(frozen=True)
@@ -40,6 +99,12 @@ class Knob:
 
     def value_for(self, label: str) -> Any:
         return self.a if label == "A" else self.b
+
+
+@dataclass(frozen=True)
+class Crash:
+    mode: str = "kill"
+    expect: str = ""
 
 
 @dataclass(frozen=True)
@@ -54,86 +119,330 @@ class Preset:
     run: dict[str, Any]
     cuda: dict[str, Any]
     knob: Knob
-    source: str = ""
+    explanation: str = ""
+    published: bool = True
+    locked: tuple[str, ...] | None = None  # None: the default rule (module docstring)
+    crash: Crash = field(default_factory=Crash)
+    a: dict[str, Any] = field(default_factory=dict)
+    b: dict[str, Any] = field(default_factory=dict)
+    source: str = field(default="", compare=False)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def config_for(self, label: str = "A", *, cuda: bool = False) -> TrainConfig:
         """The TrainConfig of run `label` ("A" or "B")."""
         if label not in LABELS:
             raise PresetError(f"run label {label!r} is not allowed: use A or B")
+        return TrainConfig.from_dict(self._values(label, cuda))
+
+    def _values(self, label: str, cuda: bool) -> dict[str, Any]:
         values = dict(self.run)
         if cuda:
             values.update(self.cuda)
+        values.update(self.a if label == "A" else self.b)
         values[self.knob.name] = self.knob.value_for(label)
-        return TrainConfig.from_dict(values)
+        return values
 
     def knob_text(self) -> str:
         return f"{self.knob.name}: A {self.knob.a} vs B {self.knob.b}"
+
+    def locked_names(self) -> frozenset[str]:
+        """Settings (and "knob") a student may not change."""
+        if self.locked is None:
+            return frozenset({KNOB, *SETTINGS}) - STUDENT_ADJUSTABLE
+        return frozenset(self.locked) | ALWAYS_LOCKED
 
     def to_public(self) -> dict[str, Any]:
         """What a page needs to show the lesson (no file paths)."""
         d = dataclasses.asdict(self)
         d.pop("source")
         d.pop("extra")
+        d["locked"] = sorted(self.locked_names())
+        d["student_adjustable"] = sorted(student_overrides_allowed(self))
         d["knob_text"] = self.knob_text()
         return d
 
 
-def parse_preset(data: dict[str, Any], source: str = "<memory>") -> Preset:
-    """Validate a preset's parsed TOML; errors name the field and the allowed values."""
-    unknown = sorted(set(data) - _TOP_LEVEL)
-    if unknown:
-        raise PresetError(
-            f"{source}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(_TOP_LEVEL))}"
-        )
+def student_overrides_allowed(preset: Preset) -> set[str]:
+    """Names a student may set when starting the lesson: run settings and/or "knob"."""
+    return {KNOB, *SETTINGS} - preset.locked_names()
+
+
+def apply_student_overrides(preset: Preset, overrides: Mapping[str, Any]) -> Preset:
+    """The preset with a student's changes applied and validated, or PresetError naming
+    the locked or invalid field. A setting applies to both runs (and to [run.cuda]);
+    {"knob": {"a": …, "b": …}} changes the knob's values."""
+    allowed = student_overrides_allowed(preset)
+    allowed_text = ", ".join(sorted(allowed)) or "nothing (every setting is locked)"
+    run, cuda, knob = dict(preset.run), dict(preset.cuda), preset.knob
+    for name, value in overrides.items():
+        if name == preset.knob.name:
+            raise PresetError(
+                f"{name} is this lesson's knob: change its two values with "
+                f'{{"knob": {{"a": …, "b": …}}}}, not {name}'
+            )
+        if name not in {KNOB, *SETTINGS}:
+            raise PresetError(f"{name!r} is not a setting; a student may change: {allowed_text}")
+        if name not in allowed:
+            raise PresetError(
+                f"{name} is locked in lesson {preset.id!r}; a student may change: {allowed_text}"
+            )
+        if name == KNOB:
+            if not isinstance(value, Mapping) or not value or set(value) - {"a", "b"}:
+                raise PresetError(f'knob = {value!r}: give {{"a": …, "b": …}} (either or both)')
+            knob = Knob(knob.name, value.get("a", knob.a), value.get("b", knob.b))
+        else:
+            run[name] = value
+            if name in cuda:
+                cuda[name] = value
+    changed = dataclasses.replace(preset, run=run, cuda=cuda, knob=knob)
+    problems = _config_problems(changed, "student settings")
+    if problems:
+        raise PresetError(problems)
+    return changed
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def _unknown(table: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> list[str]:
+    return [
+        f"{where}unknown key {k!r}; allowed: {', '.join(sorted(allowed))}"
+        for k in sorted(set(table) - set(allowed))
+    ]
+
+
+def _settings_table(data: Mapping[str, Any], name: str, problems: list[str]) -> dict[str, Any]:
+    value = data.get(name, {})
+    if not isinstance(value, dict):
+        problems.append(f"[{name}] must be a table of run settings, not {value!r}")
+        return {}
+    out = dict(value)
+    for key in sorted(set(out) - set(SETTINGS) - ({"cuda"} if name == "run" else set())):
+        problems.append(f"[{name}] unknown setting {key!r}; allowed: {', '.join(sorted(SETTINGS))}")
+        del out[key]
+    return out
+
+
+def parse_preset(data: Mapping[str, Any], source: str = "<memory>") -> Preset:
+    """Validate a preset's parsed TOML. Raises PresetError listing every problem found,
+    each naming the field, the value and what is allowed."""
+    problems = _unknown(data, _TOP_LEVEL, "")
     pid = data.get("id")
     if not isinstance(pid, str) or not pid or any(c.isspace() or c == "/" for c in pid):
-        raise PresetError(f"{source}: id = {pid!r}: a non-empty name without spaces or '/'")
-    text = {}
+        problems.append(f"id = {pid!r}: a non-empty name without spaces or '/'")
+        pid = "?"
+    text: dict[str, str] = {}
     for name in _TEXT_FIELDS:
         value = data.get(name, "")
         if not isinstance(value, str):
-            raise PresetError(f"{source}: {name} = {value!r}: must be text")
+            problems.append(f"{name} = {value!r}: must be text")
+            value = ""
         text[name] = value
     if not text["title"]:
-        raise PresetError(f"{source}: title is missing: every lesson needs a title")
-    run = dict(data.get("run", {}))
+        problems.append("title is missing: every lesson needs a title")
+    published = data.get("published", True)
+    if not isinstance(published, bool):
+        problems.append(f"published = {published!r}: true or false")
+        published = True
+    locked = _parse_locked(data, problems)
+    run = _settings_table(data, "run", problems)
     cuda = run.pop("cuda", {})
     if not isinstance(cuda, dict):
-        raise PresetError(f"{source}: [run.cuda] must be a table of settings")
-    knob_data = data.get("knob")
-    if not isinstance(knob_data, dict) or set(knob_data) != {"name", "a", "b"}:
-        raise PresetError(
-            f"{source}: [knob] needs exactly name, a and b (the one setting that differs)"
+        problems.append("[run.cuda] must be a table of settings")
+        cuda = {}
+    for key in sorted(set(cuda) - set(SETTINGS)):
+        problems.append(
+            f"[run.cuda] unknown setting {key!r}; allowed: {', '.join(sorted(SETTINGS))}"
         )
-    knob = Knob(str(knob_data["name"]), knob_data["a"], knob_data["b"])
-    fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"extra"}
-    if knob.name not in fields:
-        raise PresetError(f"{source}: knob.name = {knob.name!r} is not a run setting")
-    if knob.a == knob.b:
-        raise PresetError(f"{source}: knob {knob.name}: a and b are both {knob.a!r}")
-    preset = Preset(id=pid, run=run, cuda=cuda, knob=knob, source=source, **text)
-    for label in LABELS:
-        for on_cuda in (False, True):
-            try:
-                preset.config_for(label, cuda=on_cuda)
-            except ConfigError as e:
-                where = "[run.cuda]" if on_cuda and e.field in cuda else "[run]"
-                if e.field == knob.name:
-                    where = f"[knob] {label.lower()}"
-                raise PresetError(f"{source}: {where} {e}") from None
+        del cuda[key]
+    sides = {side: _settings_table(data, side, problems) for side in ("a", "b")}
+    knob = _parse_knob(data.get("knob"), problems)
+    crash = _parse_crash(data.get("crash", {}), problems)
+    if knob is None:
+        raise PresetError([f"{source}: {p}" for p in problems])
+    for side, values in sides.items():
+        if knob.name in values:
+            problems.append(
+                f"[{side}] sets {knob.name}, which is the knob: put its two values in [knob]"
+            )
+            del values[knob.name]
+    preset = Preset(
+        id=pid,
+        run=run,
+        cuda=cuda,
+        knob=knob,
+        published=published,
+        locked=locked,
+        crash=crash,
+        a=sides["a"],
+        b=sides["b"],
+        source=source,
+        number=text["number"],
+        chapter=text["chapter"],
+        title=text["title"],
+        question=text["question"],
+        whats_happening=text["whats_happening"],
+        what_to_watch=text["what_to_watch"],
+        explanation=text["explanation"],
+    )
+    if not problems:
+        problems.extend(_config_problems(preset, ""))
+    if problems:
+        raise PresetError([f"{source}: {p}" for p in problems])
     return preset
+
+
+def _parse_locked(data: Mapping[str, Any], problems: list[str]) -> tuple[str, ...] | None:
+    if "locked" not in data:
+        return None
+    locked = data["locked"]
+    if not isinstance(locked, list) or not all(isinstance(x, str) for x in locked):
+        problems.append(f'locked = {locked!r}: a list of setting names (or "knob")')
+        return None
+    for name in locked:
+        if name not in (KNOB, *SETTINGS):
+            problems.append(
+                f'locked: {name!r} is not a run setting; allowed: "knob" or one of '
+                + ", ".join(sorted(SETTINGS))
+            )
+    return tuple(dict.fromkeys(n for n in locked if n in (KNOB, *SETTINGS)))
+
+
+def _parse_knob(value: Any, problems: list[str]) -> Knob | None:
+    if not isinstance(value, dict):
+        problems.append("[knob] is missing: name, a and b (the one setting that differs)")
+        return None
+    problems.extend(_unknown(value, _KNOB_KEYS, "[knob] "))
+    missing = [k for k in _KNOB_KEYS if k not in value]
+    if missing:
+        problems.append(
+            f"[knob] needs name, a and b (the one setting that differs); "
+            f"missing: {', '.join(missing)}"
+        )
+        return None
+    name = value["name"]
+    if name not in SETTINGS:
+        problems.append(
+            f"[knob] name = {name!r} is not a run setting; allowed: {', '.join(sorted(SETTINGS))}"
+        )
+        return None
+    if value["a"] == value["b"]:
+        problems.append(f"[knob] {name}: a and b are both {value['a']!r}; they must differ")
+    return Knob(name, value["a"], value["b"])
+
+
+def _parse_crash(value: Any, problems: list[str]) -> Crash:
+    if not isinstance(value, dict):
+        problems.append(f"[crash] must be a table (mode, expect), not {value!r}")
+        return Crash()
+    problems.extend(_unknown(value, _CRASH_KEYS, "[crash] "))
+    mode = value.get("mode", "kill")
+    if mode not in CRASH_MODES:
+        problems.append(
+            f"[crash] mode = {mode!r} is not allowed: one of "
+            + ", ".join(repr(m) for m in CRASH_MODES)
+        )
+        mode = "kill"
+    expect = value.get("expect", "")
+    if not isinstance(expect, str):
+        problems.append(f"[crash] expect = {expect!r}: must be text")
+        expect = ""
+    return Crash(mode, expect)
+
+
+def _config_problems(preset: Preset, where: str) -> list[str]:
+    """Each side's config must validate (plain and CUDA) and A and B must differ in the
+    knob alone."""
+    problems: list[str] = []
+    configs: dict[tuple[str, bool], dict[str, Any]] = {}
+    for on_cuda in (False, True):
+        for label in LABELS:
+            try:
+                configs[label, on_cuda] = preset.config_for(label, cuda=on_cuda).to_dict()
+            except ConfigError as e:
+                if where:
+                    place = f"[{where}]"
+                elif e.field == preset.knob.name:
+                    place = f"[knob] {label.lower()}"
+                elif e.field in (preset.a if label == "A" else preset.b):
+                    place = f"[{label.lower()}]"
+                elif on_cuda and e.field in preset.cuda:
+                    place = "[run.cuda]"
+                else:
+                    place = "[run]"
+                msg = f"{place} {e}"
+                if msg not in problems:
+                    problems.append(msg)
+        if ("A", on_cuda) in configs and ("B", on_cuda) in configs:
+            a, b = configs["A", on_cuda], configs["B", on_cuda]
+            for name in sorted(k for k in a if a[k] != b[k] and k != preset.knob.name):
+                msg = (
+                    f"A and B differ in {name} (A {a[name]!r}, B {b[name]!r}) as well as in the "
+                    f"knob {preset.knob.name}: a lesson changes one thing at a time"
+                )
+                if msg not in problems:
+                    problems.append(msg)
+    return problems
+
+
+def parse_preset_text(text: str, source: str = "<text>") -> Preset:
+    """A preset from TOML text (what an instructor edits in the lab's page)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise PresetError(f"{source}: not valid TOML: {e}") from None
+    return parse_preset(data, source=source)
 
 
 def load_preset_file(path: str | Path) -> Preset:
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise PresetError(f"{path}: no such preset file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise PresetError(f"{path}: not valid TOML: {e}") from None
-    return parse_preset(data, source=str(path))
+    except (OSError, UnicodeDecodeError) as e:
+        raise PresetError(f"{path}: cannot be read: {e}") from None
+    return parse_preset_text(text, source=str(path))
+
+
+def dump_preset(preset: Preset) -> str:
+    """The preset as TOML text; `parse_preset_text` of it gives an equal preset."""
+    top: dict[str, Any] = {"id": preset.id}
+    for name in _TEXT_FIELDS:
+        value = getattr(preset, name)
+        if value or name == "title":
+            top[name] = value
+    top["published"] = preset.published
+    if preset.locked is not None:
+        top["locked"] = list(preset.locked)
+    run = dict(preset.run)
+    if preset.cuda:
+        run["cuda"] = dict(preset.cuda)
+    top["run"] = run
+    for side in ("a", "b"):
+        if getattr(preset, side):
+            top[side] = dict(getattr(preset, side))
+    top["knob"] = {"name": preset.knob.name, "a": preset.knob.a, "b": preset.knob.b}
+    crash: dict[str, Any] = {"mode": preset.crash.mode}
+    if preset.crash.expect:
+        crash["expect"] = preset.crash.expect
+    top["crash"] = crash
+    return dump_toml(top)
+
+
+def during_save_pause(preset: Preset, label: str, seconds: float = DURING_SAVE_PAUSE_S) -> str:
+    """CRASHDRILL_CKPT_PAUSE for a during_save lesson's run `label`: hold every cadence
+    checkpoint's write open (not step 0's, not the last one) so that a crash test can land
+    inside it. Covers the CPU and the CUDA config."""
+    steps: set[int] = set()
+    for cuda in (False, True):
+        cfg = preset.config_for(label, cuda=cuda)
+        if cfg.ckpt_policy == "every":
+            steps.update(range(cfg.ckpt_every, cfg.steps, cfg.ckpt_every))
+    return ",".join(f"{s}:{seconds:g}" for s in sorted(steps))
+
+
+# ---------------------------------------------------------------- finding presets
 
 
 def preset_dirs() -> list[Path]:
@@ -151,15 +460,21 @@ def list_presets() -> list[Preset]:
         for path in sorted(d.glob("*.toml")) if d.is_dir() else []:
             preset = load_preset_file(path)
             seen.setdefault(preset.id, preset)
-    return sorted(seen.values(), key=lambda p: (p.number, p.id))
+    return sorted(seen.values(), key=lambda p: (_number_key(p.number), p.id))
+
+
+def _number_key(number: str) -> tuple[tuple[int, int | str], ...]:
+    """ "1.10" after "1.9": numeric parts compare as numbers."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in number.split("."))
 
 
 def get_preset(name: str) -> Preset:
     """A preset by id, or a TOML file path."""
     if name.endswith(".toml") and Path(name).is_file():
         return load_preset_file(name)
-    for preset in list_presets():
+    presets = list_presets()
+    for preset in presets:
         if preset.id == name:
             return preset
-    known = ", ".join(p.id for p in list_presets())
+    known = ", ".join(p.id for p in presets)
     raise PresetError(f"unknown preset {name!r}; known presets: {known}")

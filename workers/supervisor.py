@@ -6,8 +6,16 @@
     sup.stop("its owner")
 
 A trainer that dies by SIGKILL (a crash test, or the out-of-memory killer) is restarted
-with `--require-checkpoint`, so it resumes from its newest complete checkpoint and writes
-the next segment; before the first checkpoint exists it starts over from step 0 instead.
+with `--require-checkpoint` once the run has saved a checkpoint, so it resumes from its
+newest complete checkpoint (or refuses, exit 3, when that is gone) and writes the next
+segment; a run that never saved one starts over from step 0, and the event says how many
+steps that lost.
+
+Crash modes (`crash(mode)`, from the lesson's `[crash] mode`): "kill" SIGKILLs now;
+"during_save" SIGKILLs as soon as the trainer says it is inside a checkpoint write (the
+lab starts such runs with CRASHDRILL_CKPT_PAUSE, which holds each write open); "wipe"
+SIGKILLs and then deletes the run's local checkpoint directory, like a disk that vanished
+with the session.
 Exit 0 is finished; every other death marks the run failed, with the stderr tail as an
 event. The supervisor writes its events into the run's records.jsonl (only while no
 trainer is alive), so the file tells the whole story in order.
@@ -20,8 +28,11 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import logging
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +44,7 @@ from typing import Any, Literal
 
 import psutil
 
+from crashdrill.workers.mirror import Restored, pull_for_restart
 from crashdrill.workers.run_dir import RunDir
 
 log = logging.getLogger(__name__)
@@ -41,6 +53,9 @@ DEFAULT_COMMAND = (sys.executable, "-m", "crashdrill", "run")
 EXIT_OK = 0
 EXIT_NO_CHECKPOINT = 3
 STOP_GRACE_S = 5.0
+CRASH_MODES = ("kill", "during_save", "wipe")
+# What the trainer prints when CRASHDRILL_CKPT_PAUSE holds a checkpoint write open.
+_PAUSED = re.compile(rb"crashdrill: paused inside checkpoint write at step (\d+)")
 
 State = Literal["running", "restarting", "finished", "failed", "stopped"]
 
@@ -168,8 +183,10 @@ class Supervisor:
         *,
         max_unrequested_kills: int = 5,
         poll_s: float = 0.2,
+        mirror: str | None = None,
     ) -> None:
         self.launch = launch
+        self._mirror = mirror  # checkpoint mirror URL: a restart with none on disk pulls one
         self.run_dir = RunDir(launch.run_dir)
         self._on_change = on_change
         self._max_unrequested = max_unrequested_kills
@@ -178,6 +195,8 @@ class Supervisor:
         self._proc: _Process | None = None
         self._thread: threading.Thread | None = None
         self._crash_requested = False
+        self._crash_mode = "kill"
+        self._crash_save_step: int | None = None
         self._stop_requested: str | None = None
         self._detached = False
         self._unrequested_kills = 0
@@ -219,19 +238,58 @@ class Supervisor:
         proc = self._proc
         return proc.pid if proc else None
 
-    def crash(self) -> int:
-        """Crash test: SIGKILL the trainer now. Returns the pid that was killed."""
+    def crash(self, mode: str = "kill") -> int:
+        """Crash test: SIGKILL the trainer (now, or for "during_save" inside its next
+        checkpoint write). Returns the pid that is killed."""
+        if mode not in CRASH_MODES:
+            raise ValueError(f"crash mode {mode!r} is not allowed: one of {', '.join(CRASH_MODES)}")
         with self._lock:
             proc = self._proc
             if proc is None or self._stop_requested:
                 raise NotRunning("the trainer is not running")
+            if self._crash_requested:
+                raise NotRunning("a crash test is already on its way")
             self._crash_requested = True
+            self._crash_mode = mode
+            self._crash_save_step = None
+            if mode == "during_save":
+                since = self.run_dir.stderr_size()
+                threading.Thread(
+                    target=self._kill_inside_save,
+                    args=(proc, since),
+                    name=f"crash-during-save-{self.launch.run_dir.name}",
+                    daemon=True,
+                ).start()
+                return proc.pid
             try:
                 proc.signal(signal.SIGKILL)
             except (ProcessLookupError, psutil.NoSuchProcess):
                 self._crash_requested = False
                 raise NotRunning("the trainer has already exited") from None
             return proc.pid
+
+    def _kill_inside_save(self, proc: _Process, since: int) -> None:
+        """Wait for the trainer to announce a paused checkpoint write, then SIGKILL it."""
+        buf = b""
+        while self._proc is proc and not self._detached:
+            try:
+                with open(self.run_dir.stderr, "rb") as f:
+                    f.seek(since)
+                    chunk = f.read()
+            except OSError:
+                chunk = b""
+            since += len(chunk)
+            buf = (buf + chunk)[-4096:]
+            match = _PAUSED.search(buf)
+            if match:
+                with self._lock:
+                    if self._proc is not proc:
+                        return
+                    self._crash_save_step = int(match.group(1))
+                    with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
+                        proc.signal(signal.SIGKILL)
+                return
+            threading.Event().wait(0.02)
 
     def stop(self, who: str) -> None:
         """Stop for good: SIGTERM, then SIGKILL after a grace period; no restart."""
@@ -291,6 +349,7 @@ class Supervisor:
         """Decide what a death means; True when a new trainer is being watched."""
         with self._lock:
             crash, stop = self._crash_requested, self._stop_requested
+            mode, save_step = self._crash_mode, self._crash_save_step
             self._crash_requested = False
             self._proc = None
         segment, step, stage = self.run_dir.last_seen()
@@ -305,7 +364,14 @@ class Supervisor:
             lead = "Crash test: killed the process with SIGKILL (no chance to save)"
             if step is not None:
                 lead += f" at step {step}"
-            return self._restart(lead, segment, step, code="crash", level="info")
+            if save_step is not None:
+                lead += f", in the middle of writing the checkpoint for step {save_step}"
+            had = self._checkpoint_step() is not None
+            if mode == "wipe":
+                lead += self._wipe_checkpoints()
+            return self._restart(
+                lead, segment, step, code="crash", level="info", had_checkpoint=had, mode=mode
+            )
         if killed:
             self._unrequested_kills += 1
             if self._unrequested_kills > self._max_unrequested:
@@ -323,20 +389,90 @@ class Supervisor:
         self._fail(self._failure_text(code), exit_code=code, segment=segment, stage=stage)
         return False
 
-    def _restart(self, lead: str, segment: int, step: int | None, *, code: str, level: str) -> bool:
-        ckpt = self.run_dir.latest_checkpoint_step()
+    def _checkpoint_step(self) -> int | None:
+        """Newest checkpoint whose manifest exists: step dirs, or the single slot that an
+        in-place writer (ckpt_write = "inplace") overwrites. Not verified here: the trainer
+        checks every sha256 before it loads one."""
+        best = self.run_dir.latest_checkpoint_step()
+        try:
+            manifest = json.loads(
+                (self.run_dir.path / "ckpt" / "latest" / "MANIFEST.json").read_text()
+            )
+            slot = int(manifest["step"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return best
+        return slot if best is None or slot > best else best
+
+    def _wipe_checkpoints(self) -> str:
+        """Delete the run's local checkpoints (crash mode "wipe"); the sentence for the event."""
+        ckpt = self._checkpoint_step()
+        shutil.rmtree(self.run_dir.path / "ckpt", ignore_errors=True)
+        gone = f", the checkpoint at step {ckpt} with it" if ckpt is not None else ""
+        return (
+            ". Its disk went with it: the run's checkpoint directory was deleted, like local"
+            f" storage that vanishes with the session{gone}"
+        )
+
+    def _restart(
+        self,
+        lead: str,
+        segment: int,
+        step: int | None,
+        *,
+        code: str,
+        level: str,
+        had_checkpoint: bool | None = None,
+        mode: str = "kill",
+    ) -> bool:
+        """Restart the trainer. Once the run has saved a checkpoint (`had_checkpoint`,
+        default: one exists now) the restart requires one: resume it or refuse, never a
+        silent fresh start. A run that never saved starts over, and the event says so."""
+        ckpt = self._checkpoint_step()
+        pulled = self._pull_from_mirror(segment) if ckpt is None else None
+        if pulled is not None:
+            ckpt = pulled.step
+        require = ckpt is not None or bool(had_checkpoint)
+        lost_steps = None
         if ckpt is not None:
             lost = ""
             if step is not None and step > ckpt:
-                lost = f"; {step - ckpt} steps to recompute"
+                lost_steps = step - ckpt
+                lost = f"; {lost_steps} steps to recompute"
             text = f"{lead}. Resuming from the checkpoint at step {ckpt}{lost}."
+            if pulled is not None:
+                text = (
+                    f"{lead}. No checkpoint on this machine; pulled step {ckpt} from"
+                    f" {pulled.url} (verified) and resumed from it{lost}."
+                )
+        elif require:
+            text = (
+                f"{lead}. No checkpoint is left to resume from; the restart requires one"
+                " (--require-checkpoint), so the trainer must find one or refuse to start."
+            )
+            lost_steps = step
         else:
-            text = f"{lead}. There is no checkpoint yet, so the run starts over from step 0."
+            lost_steps = step or 0
+            text = (
+                f"{lead}. There is no checkpoint yet, so the run starts over from step 0: "
+                f"all {lost_steps} trained steps are lost."
+            )
+            level = "warn"
         event: dict[str, Any] = {"kind": "event", "segment": segment, "level": level}
         event.update(code=code, text=text, at_step=step, resume_from=ckpt)
+        event.update(lost_steps=lost_steps, crash_mode=mode)
         self.run_dir.append_records([event])
         self._notify(Change("restarting", text=text))
-        return self._spawn(require_checkpoint=ckpt is not None)
+        return self._spawn(require_checkpoint=require)
+
+    def _pull_from_mirror(self, segment: int) -> Restored | None:
+        """No checkpoint on disk (a wiped disk, a new machine): the newest mirrored one
+        that verifies, pulled into the run dir; warnings for copies that did not verify."""
+        if self._mirror is None:
+            return None
+        pull = pull_for_restart(self._mirror, self.launch.run_dir, segment)
+        if pull.events:
+            self.run_dir.append_records(pull.events)
+        return pull.restored
 
     def _spawn(self, *, require_checkpoint: bool) -> bool:
         with self._lock:

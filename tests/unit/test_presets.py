@@ -70,3 +70,143 @@ def test_valid_preset_round_trips_to_public():
     assert pub["knob_text"] == "ckpt_every: A 2 vs B 5"
     assert "source" not in pub
     assert dataclasses.is_dataclass(p)
+
+
+# ---------------------------------------------------------------- the format of issue #7
+
+from crashdrill.trainer.presets import (  # noqa: E402
+    STUDENT_ADJUSTABLE,
+    apply_student_overrides,
+    dump_preset,
+    during_save_pause,
+    parse_preset_text,
+    student_overrides_allowed,
+)
+
+
+def test_every_builtin_preset_round_trips_through_dump_preset():
+    for preset in list_presets():
+        text = dump_preset(preset)
+        again = parse_preset_text(text)
+        assert again == preset, preset.id
+        assert dump_preset(again) == text
+
+
+def test_dump_preset_keeps_awkward_text_and_numbers_exact():
+    p = parse_preset(
+        {
+            **VALID,
+            "explanation": 'Line one\nline "two"\t\\ tab — ünïcode \x01',
+            "run": {"steps": 10, "warmup": 0, "lr": 1e-05, "min_lr": 0.0, "cuda": {"lr": 0.1}},
+            "a": {"eval_every": 3},
+            "b": {"eval_every": 3},
+            "locked": ["knob", "lr"],
+            "published": False,
+            "crash": {"mode": "wipe", "expect": "it fails"},
+        }
+    )
+    assert parse_preset_text(dump_preset(p)) == p
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"run": {"steps": 10, "flavour": 1}},
+            r"\[run\] unknown setting 'flavour'; allowed: .*batch",
+        ),
+        ({"run": {"steps": 10, "cuda": {"x": 1}}}, r"\[run.cuda\] unknown setting 'x'"),
+        ({"knob": {"name": "ckpt_every", "a": 2, "b": 5, "c": 1}}, r"\[knob\] unknown key 'c'"),
+        (
+            {"crash": {"mode": "explode"}},
+            r"\[crash\] mode = 'explode' is not allowed: one of 'kill'",
+        ),
+        (
+            {"crash": {"mode": "kill", "when": 3}},
+            r"\[crash\] unknown key 'when'; allowed: expect, mode",
+        ),
+        ({"locked": ["knob", "colour"]}, r"locked: 'colour' is not a run setting"),
+        ({"locked": "knob"}, r"locked = 'knob': a list"),
+        ({"published": "yes"}, r"published = 'yes': true or false"),
+        ({"explanation": 3}, r"explanation = 3: must be text"),
+        ({"a": {"lr": 0.1}}, r"A and B differ in lr \(A 0.1, B 0.003\)"),
+        ({"b": {"ckpt_every": 7}}, r"\[b\] sets ckpt_every, which is the knob"),
+        ({"a": {"steps": 0}}, r"\[a\] steps = 0 is not allowed"),
+    ],
+)
+def test_invalid_new_keys_say_what_is_wrong(change, message):
+    with pytest.raises(PresetError, match=message):
+        parse_preset({**VALID, **change})
+
+
+def test_every_problem_is_reported_not_only_the_first():
+    with pytest.raises(PresetError) as e:
+        parse_preset({**VALID, "colour": 1, "published": 2, "crash": {"mode": "x"}})
+    assert len(e.value.problems) == 3, e.value.problems
+
+
+def test_sides_may_differ_only_when_they_end_up_equal():
+    p = parse_preset({**VALID, "a": {"eval_every": 2}, "b": {"eval_every": 2}})
+    assert p.config_for("A").eval_every == p.config_for("B").eval_every == 2
+
+
+def test_default_lock_leaves_only_the_student_adjustable_settings_open():
+    p = parse_preset(VALID)
+    assert student_overrides_allowed(p) == set(STUDENT_ADJUSTABLE)
+    changed = apply_student_overrides(p, {"steps": 20, "seed": 7})
+    assert changed.config_for("B").steps == 20 and changed.config_for("A").seed == 7
+    assert p.config_for("A").steps == 10  # the original is untouched
+
+
+def test_a_locked_setting_is_refused_by_name():
+    p = parse_preset(VALID)
+    with pytest.raises(PresetError, match=r"n_layer is locked in lesson 't'; a student may change"):
+        apply_student_overrides(p, {"n_layer": 4})
+    with pytest.raises(PresetError, match=r"knob is locked"):
+        apply_student_overrides(p, {"knob": {"a": 3}})
+    with pytest.raises(PresetError, match=r"ckpt_every is this lesson's knob"):
+        apply_student_overrides(p, {"ckpt_every": 3})
+    with pytest.raises(PresetError, match=r"'flavour' is not a setting"):
+        apply_student_overrides(p, {"flavour": 3})
+
+
+def test_an_explicit_lock_list_opens_the_rest_but_never_data():
+    p = parse_preset({**VALID, "locked": ["n_layer"]})
+    allowed = student_overrides_allowed(p)
+    assert "knob" in allowed and "lr" in allowed and "n_layer" not in allowed
+    assert "data" not in allowed
+    changed = apply_student_overrides(p, {"knob": {"b": 9}, "lr": 0.01})
+    assert (changed.knob.a, changed.knob.b) == (2, 9) and changed.config_for("A").lr == 0.01
+
+
+def test_student_values_are_validated_with_the_field_named():
+    p = parse_preset(VALID)
+    with pytest.raises(PresetError, match=r"\[student settings\] steps = -1 is not allowed"):
+        apply_student_overrides(p, {"steps": -1})
+
+
+def test_during_save_pause_holds_every_cadence_checkpoint_but_not_step_0_or_the_last():
+    p = parse_preset({**VALID, "crash": {"mode": "during_save"}})
+    assert during_save_pause(p, "A", 1.0) == "2:1,4:1,6:1,8:1"
+    assert during_save_pause(p, "B", 0.5) == "5:0.5"
+
+
+@pytest.mark.parametrize("name", [p.id for p in list_presets()])
+def test_every_builtin_lesson_has_its_texts(name):
+    p = get_preset(name)
+    assert p.title and p.question and p.whats_happening and p.what_to_watch
+    assert len(p.explanation) > 200
+
+
+def test_presets_cli_validate_prints_every_problem(tmp_path):
+    from tests.conftest import run_cli
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('id = "x"\ntitle = "X"\ncolour = 1\n[knob]\nname = "ckpt_every"\na = 1\nb = 1\n')
+    proc = run_cli("presets", "validate", str(bad))
+    assert proc.returncode == 2
+    assert "unknown key 'colour'" in proc.stderr and "a and b are both 1" in proc.stderr
+    good = tmp_path / "good.toml"
+    good.write_text(dump_preset(get_preset("lesson-1.10")).replace("lesson-1.10", "mine"))
+    proc = run_cli("presets", "validate", str(good))
+    assert proc.returncode == 0 and "ok — mine" in proc.stdout and "during_save" in proc.stdout

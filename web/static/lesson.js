@@ -32,6 +32,8 @@ export function renderHeader(preset, knobText) {
   $("#lesson-knob").textContent = knobText || preset.knob_text || "";
   $("#whats-happening").textContent = preset.whats_happening || "";
   $("#what-to-watch").textContent = preset.what_to_watch || "";
+  const explanation = $("#lesson-explanation"); // the outcome's "what happened and why"
+  if (explanation) explanation.textContent = preset.explanation || "";
   document.title = `${preset.title} · crashdrill`;
 }
 
@@ -114,8 +116,16 @@ export function resumeCheckText(label, c) {
   const [lo, hi] = c.steps || [null, null];
   const progress = c.complete ? "" : ` (${c.points} of ${c.expected_points} lost steps recomputed so far)`;
   const line = `${head} steps ${lo}–${hi} (${c.points} points): max |Δloss| ${f.sci(c.max_abs_delta)}, mean ${f.sci(c.mean_abs_delta)}${progress}`;
+  if (c.started_over) {
+    return [line, `No checkpoint was resumed: the run trained from step 0 again and lost ${f.int(c.expected_points)} steps.`, "fresh"];
+  }
   if (c.bit_identical) {
     return [line, "Bit-identical: the resume reproduced the lost steps exactly.", "identical"];
+  }
+  if (c.missing?.length) {
+    return [line,
+      `Not bit-identical from step ${f.int(c.first_divergent_step)}: the checkpoint did not hold ${c.missing.join(", ")}, `
+      + "so those started over and the resumed run is a different run, even when its curve looks close.", "different"];
   }
   return [line,
     `Not bit-identical: the recomputed losses differ from the originals by up to ${f.sci(c.max_abs_delta)}. `

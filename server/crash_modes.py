@@ -1,0 +1,109 @@
+"""What a lesson's `[crash] mode` means to the lab, and the event the lab adds when a
+restarted run trains from step 0 again.
+
+- `crash_mode(pair)`: the mode stored with the pair's preset ("kill" when none).
+- `launch_env(preset_ref, label, mode)`: "during_save" runs start with
+  CRASHDRILL_CKPT_PAUSE holding each cadence checkpoint's write open, so that a crash test
+  (which waits for the trainer to say it paused) lands inside the write.
+- `started_over_events(store, batch)`: a run whose restarted segment begins at step 1
+  (no checkpoint was resumed: it never saved one, or the lesson's trainer silently
+  trained from scratch) gets one warning event from the lab naming its first loss next
+  to ln(vocab), the loss of an untrained model, and how many steps were lost. The event
+  lives in the database only (dedup key `lab:started_over:SEGMENT`): it is derived from
+  the records file, which stays the trainer's and the supervisor's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from crashdrill.server.db import Row
+from crashdrill.server.ingest import IngestBatch
+from crashdrill.server.store import NewRecord, Store
+from crashdrill.trainer.presets import CRASH_MODES, PresetError, during_save_pause, get_preset
+
+PAUSE_ENV = "CRASHDRILL_CKPT_PAUSE"
+
+
+def crash_mode(pair: Mapping[str, Any] | None) -> str:
+    """The crash mode of a pair's lesson, from its stored preset."""
+    if pair is None:
+        return "kill"
+    try:
+        preset = json.loads(pair["preset_json"] or "{}")
+    except (TypeError, ValueError):
+        return "kill"
+    crash = preset.get("crash") if isinstance(preset, dict) else None
+    mode = crash.get("mode") if isinstance(crash, dict) else None
+    return str(mode) if mode in CRASH_MODES else "kill"
+
+
+def launch_env(preset_ref: str, label: str, mode: str) -> dict[str, str]:
+    """Environment for a run's trainer: the checkpoint pause of a during_save lesson."""
+    if mode != "during_save":
+        return {}
+    try:
+        spec = during_save_pause(get_preset(preset_ref), label)
+    except PresetError:
+        return {}  # the trainer itself reports an unreadable preset
+    return {PAUSE_ENV: spec} if spec else {}
+
+
+def started_over_events(store: Store, batch: IngestBatch) -> list[tuple[int, NewRecord]]:
+    """Insert the lab's event for each segment ≥ 1 of this batch that trained step 1."""
+    out: list[tuple[int, NewRecord]] = []
+    for _rid, rec in batch.inserted:
+        if rec.kind != "step" or rec.segment < 1 or rec.step != 1:
+            continue
+        row = store.run(batch.run_id)
+        if row is None:
+            return out
+        event = _started_over(store, row, rec)
+        key = f"lab:started_over:{rec.segment}"
+        new = NewRecord(key, rec.segment, "event", None, event["t"], json.dumps(event))
+        out.extend(store.insert_records(batch.run_id, [new], int(row["ingest_offset"]), {}))
+    return out
+
+
+def _started_over(store: Store, row: Row, rec: NewRecord) -> dict[str, Any]:
+    data = json.loads(rec.data)
+    loss = data.get("loss")
+    run_rec = json.loads(row["latest_json"] or "{}").get("run") or {}
+    vocab = run_rec.get("vocab")
+    earlier = [
+        int(r["step"])
+        for r in store.step_losses(str(row["id"]))
+        if int(r["segment"]) < rec.segment and r["step"] is not None
+    ]
+    lost = max(earlier, default=0)
+    text = f"Segment {rec.segment} trained from step 0 again"
+    if isinstance(loss, int | float):
+        text += f": its first loss is {loss:.3f}"
+        if isinstance(vocab, int) and vocab > 1:
+            text += (
+                f", back at ln(vocab) = ln {vocab} = {math.log(vocab):.3f}, the loss of a"
+                " model that has never seen a token"
+            )
+    text += (
+        f". The {lost} steps trained before the crash are gone, and training from scratch"
+        " is easy to miss: the process started, printed its usual lines, and the loss curve"
+        " simply began again."
+    )
+    return {
+        "v": 1,
+        "kind": "event",
+        "t": time.time(),
+        "segment": rec.segment,
+        "level": "warn",
+        "code": "started_over",
+        "text": text,
+        "at_step": lost,
+        "lost_steps": lost,
+        "first_loss": loss,
+        "vocab": vocab,
+        "source": "lab",
+    }

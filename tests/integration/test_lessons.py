@@ -1,0 +1,322 @@
+"""Each built-in lesson, end to end: the real server in-process, the real trainer, real
+SIGKILL through the Crash test route, and the lesson's outcome asserted from what the
+lab reports (resume checks, events, records, run states)."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from crashdrill.server.settings import Settings
+from tests.support.lab import free_port, serving
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+LN_256 = math.log(256)
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[httpx.Client]:
+    settings = Settings(
+        data_dir=tmp_path / "lab",
+        port=free_port(),
+        max_concurrent=2,
+        stop_runs_on_exit=True,
+        telemetry=False,
+    )
+    with serving(settings) as url, httpx.Client(base_url=url, timeout=30) as c:
+        yield c
+
+
+@dataclass
+class Pair:
+    client: httpx.Client
+    id: str
+    runs: tuple[str, str]  # A, B
+
+    def view(self) -> list[dict[str, Any]]:
+        runs: list[dict[str, Any]] = self.client.get(f"/api/pairs/{self.id}").json()["runs"]
+        return runs
+
+    def wait(
+        self, ok: Callable[[list[dict[str, Any]]], bool], what: str, limit: float = 200
+    ) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + limit
+        while True:
+            runs = self.view()
+            if ok(runs):
+                return runs
+            states = [(r["state"], r["stage"], r["segment"], r["step"]) for r in runs]
+            assert time.monotonic() < deadline, f"timed out waiting for {what}: {states}"
+            time.sleep(0.02)
+
+    def crash_at(self, label: str, step: int) -> dict[str, Any]:
+        """Crash test run `label` once its first segment has trained `step` steps."""
+        i = "AB".index(label)
+        self.wait(
+            lambda rs: (
+                rs[i]["can_crash"] and rs[i]["segment"] == 0 and (rs[i]["step"] or 0) >= step
+            ),
+            f"{label} to reach step {step}",
+        )
+        r = self.client.post(f"/api/runs/{self.runs[i]}/crash")
+        assert r.status_code == 202, r.text
+        body: dict[str, Any] = r.json()
+        return body
+
+    def wait_ended(self) -> list[dict[str, Any]]:
+        return self.wait(
+            lambda rs: all(r["state"] in ("finished", "failed", "stopped") for r in rs),
+            "both runs to end",
+        )
+
+    def checks(self, label: str) -> list[dict[str, Any]]:
+        run = self.runs["AB".index(label)]
+        checks: list[dict[str, Any]] = self.client.get(f"/api/runs/{run}/resume-checks").json()[
+            "checks"
+        ]
+        return checks
+
+    def events(self, label: str) -> list[dict[str, Any]]:
+        run = self.runs["AB".index(label)]
+        events: list[dict[str, Any]] = self.client.get(f"/api/runs/{run}/events").json()["events"]
+        return events
+
+    def records(self, label: str, kind: str) -> list[dict[str, Any]]:
+        run = self.runs["AB".index(label)]
+        out: list[dict[str, Any]] = []
+        after = 0
+        while True:
+            page = self.client.get(
+                f"/api/runs/{run}/records", params={"kind": kind, "after": after, "limit": 20000}
+            ).json()
+            out.extend(page["records"])
+            if not page["records"] or page["next_after"] is None or page["next_after"] == after:
+                return out
+            after = page["next_after"]
+
+
+def start(client: httpx.Client, preset: str) -> Pair:
+    r = client.post("/api/pairs", json={"preset": preset})
+    assert r.status_code == 201, r.text
+    body = r.json()
+    a, b = (run["id"] for run in body["runs"])
+    return Pair(client, body["pair"], (a, b))
+
+
+def crash_event(pair: Pair, label: str) -> dict[str, Any]:
+    return next(e for e in pair.events(label) if e["code"] == "crash")
+
+
+def report(lesson: str, **numbers: Any) -> None:
+    """The measured outcome, printed for the record (pytest -s shows it)."""
+    print(f"\n{lesson}: " + json.dumps(numbers, default=str))
+
+
+def test_lesson_1_7_fast_work_lost_follows_the_cadence(client: httpx.Client) -> None:
+    pair = start(client, "lesson-1.7-fast")
+    pair.crash_at("A", 430)  # A resumes from 400, B (if before step 500) from 250
+    pair.crash_at("B", 430)
+    runs = pair.wait_ended()
+    assert [r["state"] for r in runs] == ["finished", "finished"]
+    lost = {}
+    for label, every in (("A", 50), ("B", 250)):
+        (check,) = pair.checks(label)
+        at = crash_event(pair, label)["step"]
+        assert check["from_step"] == at // every * every, (label, at, check)
+        assert check["bit_identical"] is True and check["complete"], check
+        assert check["points"] == check["expected_points"] == at - check["from_step"]
+        lost[label] = check["expected_points"]
+    assert lost["A"] < 50 and lost["B"] < 250
+    report("lesson-1.7-fast", steps_lost=lost, max_abs_delta=0.0)
+
+
+def test_lesson_1_8_weights_only_diverges_at_once_and_names_what_was_missing(
+    client: httpx.Client,
+) -> None:
+    pair = start(client, "lesson-1.8")
+    pair.crash_at("A", 120)
+    pair.crash_at("B", 120)
+    runs = pair.wait_ended()
+    assert [r["state"] for r in runs] == ["finished", "finished"]
+    (a,) = pair.checks("A")
+    (b,) = pair.checks("B")
+    assert a["bit_identical"] is True and a["missing"] == [] and a["complete"]
+    assert b["from_step"] % 100 == 0 and b["from_step"] > 0
+    assert b["bit_identical"] is False and b["max_abs_delta"] > 0
+    assert b["first_divergent_step"] == b["from_step"] + 1
+    assert b["missing"] == [
+        "AdamW state (moments and step counts)",
+        "schedule position",
+        "RNG states",
+        "data position",
+    ]
+    resumed = next(e for e in pair.events("B") if e["code"] == "resumed")
+    assert resumed["level"] == "warn"
+    assert (
+        "did not hold: AdamW state, schedule position, RNG states, data position"
+        in (resumed["text"])
+    )
+    report(
+        "lesson-1.8",
+        from_step={"A": a["from_step"], "B": b["from_step"]},
+        max_abs_delta={"A": a["max_abs_delta"], "B": b["max_abs_delta"]},
+        mean_abs_delta_B=b["mean_abs_delta"],
+        first_divergent_step_B=b["first_divergent_step"],
+    )
+
+
+def test_lesson_1_9_saving_only_at_the_end_starts_over_and_says_so(client: httpx.Client) -> None:
+    pair = start(client, "lesson-1.9")
+    pair.crash_at("A", 150)
+    pair.crash_at("B", 150)
+    runs = pair.wait_ended()
+    assert [r["state"] for r in runs] == ["finished", "finished"]
+    crash_a = crash_event(pair, "A")
+    at = crash_a["step"]
+    assert crash_a["level"] == "warn"
+    assert f"starts over from step 0: all {at} trained steps are lost" in crash_a["text"]
+    (a,) = pair.checks("A")
+    assert a["started_over"] is True and a["from_step"] in (0, None)
+    assert a["expected_points"] == at and a["complete"]
+    started_over = next(e for e in pair.events("A") if e["code"] == "started_over")
+    first_loss = float(started_over["text"].split("first loss is ")[1][:5])
+    assert abs(first_loss - LN_256) < 0.1, started_over["text"]
+    assert f"The {at} steps trained before the crash are gone" in started_over["text"]
+    (b,) = pair.checks("B")
+    assert (
+        b["started_over"] is False and b["from_step"] == crash_event(pair, "B")["step"] // 100 * 100
+    )
+    assert b["bit_identical"] is True
+    report(
+        "lesson-1.9",
+        steps_lost={"A": a["expected_points"], "B": b["expected_points"]},
+        first_loss_after_restart_A=first_loss,
+        ln_vocab=round(LN_256, 4),
+    )
+
+
+def test_lesson_1_10_a_torn_in_place_write_is_caught_and_atomic_loses_nothing_saved(
+    client: httpx.Client,
+) -> None:
+    pair = start(client, "lesson-1.10")
+    t0 = time.monotonic()
+    assert pair.crash_at("A", 110)["crash_mode"] == "during_save"
+    pair.crash_at("B", 110)
+    runs = pair.wait_ended()
+    wall = time.monotonic() - t0
+    assert [r["state"] for r in runs] == ["finished", "failed"]
+    assert runs[1]["exit_code"] == 3
+    for label in "AB":
+        text = crash_event(pair, label)["text"]
+        assert "in the middle of writing the checkpoint for step 200" in text, text
+    (a,) = pair.checks("A")
+    assert a["from_step"] == 100 and a["bit_identical"] is True and a["complete"]
+    events_b = pair.events("B")
+    rejected = next(e for e in events_b if e["code"] == "ckpt_corrupt")
+    assert "latest" in rejected["text"] and "sha256" in rejected["text"], rejected
+    refused = next(e for e in events_b if e["code"] == "no_checkpoint")
+    assert "Refused to start" in refused["text"]
+    assert any(e["code"] == "failed" and "exit status 3" in e["text"] for e in events_b)
+    report(
+        "lesson-1.10",
+        A={"resumed_from": a["from_step"], "lost": a["expected_points"], "max_abs_delta": 0.0},
+        B={"state": runs[1]["state"], "exit": runs[1]["exit_code"], "rejected": rejected["text"]},
+        wall_s=round(wall, 1),
+    )
+
+
+def test_lesson_1_12_one_run_refuses_and_the_other_silently_starts_from_scratch(
+    client: httpx.Client,
+) -> None:
+    pair = start(client, "lesson-1.12")
+    pair.crash_at("A", 150)
+    pair.crash_at("B", 150)
+    runs = pair.wait_ended()
+    assert [r["state"] for r in runs] == ["failed", "finished"]
+    assert runs[0]["exit_code"] == 3
+    for label in "AB":
+        text = crash_event(pair, label)["text"]
+        assert "checkpoint directory was deleted" in text and "the checkpoint at step 100" in text
+    events_a = pair.events("A")
+    assert any(e["code"] == "no_checkpoint" and "Refused to start" in e["text"] for e in events_a)
+    failed = next(e for e in events_a if e["code"] == "failed")
+    assert "no complete checkpoint to resume from (exit status 3)" in failed["text"]
+    events_b = pair.events("B")
+    assert not any(e["code"] == "fresh_start" for e in events_b)  # the trainer kept quiet
+    started_over = next(e for e in events_b if e["code"] == "started_over")
+    first_loss = float(started_over["text"].split("first loss is ")[1][:5])
+    assert abs(first_loss - LN_256) < 0.1
+    (b,) = pair.checks("B")
+    at_b = crash_event(pair, "B")["step"]
+    assert b["started_over"] is True and b["expected_points"] == at_b
+    report(
+        "lesson-1.12",
+        A={"state": runs[0]["state"], "exit": runs[0]["exit_code"]},
+        B={"steps_lost": at_b, "first_loss_after_restart": first_loss},
+        ln_vocab=round(LN_256, 4),
+    )
+
+
+def test_lesson_1_13_sync_saves_stall_training_and_async_resumes_bit_identically(
+    client: httpx.Client,
+) -> None:
+    pair = start(client, "lesson-1.13")
+    pair.crash_at("A", 60)
+    pair.crash_at("B", 60)
+    runs = pair.wait_ended()
+    assert [r["state"] for r in runs] == ["finished", "finished"]
+    numbers: dict[str, Any] = {}
+    for label in "AB":
+        (check,) = pair.checks(label)
+        assert check["bit_identical"] is True and check["complete"], (label, check)
+        ckpts = [r for r in pair.records(label, "ckpt") if r["step"] > 0]
+        ckpt_steps = {r["step"] for r in ckpts}
+        dts = {(r["segment"], r["step"]): r["dt"] for r in pair.records(label, "step")}
+        after = [dt for (_, s), dt in dts.items() if s - 1 in ckpt_steps]
+        other = [dt for (_, s), dt in dts.items() if s - 1 not in ckpt_steps and s > 1]
+        numbers[label] = {
+            "blocked_s": statistics.median(r["seconds"] for r in ckpts),
+            "dt_after_ckpt": statistics.median(after),
+            "dt_other": statistics.median(other),
+            "ckpt_mb": round(ckpts[0]["bytes"] / 1e6, 1),
+        }
+    a, b = numbers["A"], numbers["B"]
+    assert a["dt_after_ckpt"] > 1.5 * a["dt_other"], numbers  # the stall shows in step time
+    assert b["blocked_s"] * 3 < a["blocked_s"], numbers  # async blocks for the snapshot only
+    report("lesson-1.13", **numbers)
+
+
+def test_lesson_1_11_only_the_mirrored_run_survives_its_disk(client: httpx.Client) -> None:
+    pair = start(client, "lesson-1.11")
+    deadline = time.monotonic() + 120
+    while not any(r["step"] >= 100 for r in pair.records("B", "mirror")):
+        assert time.monotonic() < deadline, "B's checkpoint at step 100 never reached the mirror"
+        time.sleep(0.05)
+    pair.crash_at("A", 150)
+    pair.crash_at("B", 150)
+    runs = pair.wait_ended()
+    assert [r["state"] for r in runs] == ["failed", "finished"]
+    assert runs[0]["exit_code"] == 3
+    assert not pair.records("A", "mirror")  # mirror = "off": nothing left the machine
+    text_b = crash_event(pair, "B")["text"]
+    assert "checkpoint directory was deleted" in text_b and "pulled step" in text_b, text_b
+    (b,) = pair.checks("B")
+    at_b = crash_event(pair, "B")["step"]
+    assert b["from_step"] >= 100 and b["bit_identical"] is True and b["complete"]
+    failed = next(e for e in pair.events("A") if e["code"] == "failed")
+    assert "exit status 3" in failed["text"]
+    report(
+        "lesson-1.11",
+        A={"state": runs[0]["state"], "exit": runs[0]["exit_code"], "steps_lost": "all"},
+        B={"resumed_from_mirror": b["from_step"], "steps_lost": at_b - b["from_step"]},
+    )
