@@ -1,16 +1,43 @@
-"""Lessons and pairs: what a student may start, starting a pair, and its state."""
+"""Lessons and pairs: what a student may start, starting a pair, and its state.
+
+A student sees only published presets (an unpublished one answers 404, as if it did not
+exist) and may change only the settings a preset leaves unlocked: the server enforces both,
+whatever the page shows.
+"""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import APIRouter, Request
+from pydantic import Field
 
+from crashdrill.server.catalog import Catalog, Lesson
+from crashdrill.server.errors import BadInput, Forbidden
 from crashdrill.server.runs import Lab
 from crashdrill.server.schemas import NewPair, PairCreated, PairStatus, problems
 from crashdrill.server.sessions import is_instructor, session_of
+from crashdrill.trainer.presets import (
+    KNOB,
+    SETTINGS,
+    Preset,
+    PresetError,
+    apply_student_overrides,
+    dump_preset,
+    student_overrides_allowed,
+)
 
 router = APIRouter(prefix="/api", tags=["pairs"])
+
+MAX_OVERRIDES = 20
+
+
+class NewPairWithSettings(NewPair):
+    overrides: dict[str, Any] | None = Field(
+        default=None,
+        description='unlocked settings to change, e.g. {"steps": 600, "knob": {"a": 50}}',
+    )
 
 
 def lab_of(request: Request) -> Lab:
@@ -18,9 +45,77 @@ def lab_of(request: Request) -> Lab:
     return lab
 
 
-@router.get("/presets", summary="Lesson presets a student may start")
+def catalog_of(request: Request) -> Catalog:
+    catalog: Catalog = request.app.state.catalog
+    return catalog
+
+
+def instructor_of(request: Request) -> bool:
+    return is_instructor(request, request.app.state.settings.instructor_token)
+
+
+def lesson_public(lesson: Lesson, preset: Preset | None = None) -> dict[str, Any]:
+    """What a page shows of a lesson (optionally with a student's settings applied)."""
+    p = preset or lesson.preset
+    return {
+        **p.to_public(),
+        "origin": lesson.origin,
+        "share_path": f"/lesson/{lesson.preset.id}",
+    }
+
+
+def with_overrides(preset: Preset, overrides: dict[str, Any]) -> Preset:
+    """The preset with a student's settings: 403 for a locked one, 422 for a bad one."""
+    if len(overrides) > MAX_OVERRIDES:
+        raise BadInput(f"overrides: {len(overrides)} settings; at most {MAX_OVERRIDES}")
+    allowed = student_overrides_allowed(preset)
+    for name in overrides:
+        if name in (KNOB, *SETTINGS) and name != preset.knob.name and name not in allowed:
+            may = ", ".join(sorted(allowed)) or "nothing (every setting is locked)"
+            raise Forbidden(
+                f"{name} is locked by the instructor in lesson {preset.id!r}; a student may"
+                f" change: {may}"
+            )
+    try:
+        return apply_student_overrides(preset, overrides)
+    except PresetError as e:
+        raise BadInput(f"overrides: {e}") from None
+
+
+def query_overrides(params: dict[str, str]) -> dict[str, Any]:
+    """`?steps=600&knob.a=50` → {"steps": 600, "knob": {"a": 50}} (numbers and booleans as
+    such, anything else as text)."""
+    out: dict[str, Any] = {}
+    for key, raw in params.items():
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        if isinstance(value, (dict, list)):
+            value = raw
+        if key.startswith(f"{KNOB}."):
+            out.setdefault(KNOB, {})[key[len(KNOB) + 1 :]] = value
+        else:
+            out[key] = value
+    return out
+
+
+@router.get("/presets", summary="Lesson presets a student may start (published ones)")
 async def presets(request: Request) -> list[dict[str, Any]]:
-    return lab_of(request).presets()
+    lessons = catalog_of(request).visible(instructor=False)
+    return [lesson_public(x) for x in lessons]
+
+
+@router.get(
+    "/presets/{preset}",
+    summary="One lesson, with optional unlocked settings from the query (?steps=600&knob.a=50)",
+    responses=problems(403, 404, 422),
+)
+async def one_preset(preset: str, request: Request) -> dict[str, Any]:
+    lesson = catalog_of(request).get(preset, instructor=instructor_of(request))
+    overrides = query_overrides(dict(request.query_params))
+    changed = with_overrides(lesson.preset, overrides) if overrides else None
+    return {**lesson_public(lesson, changed), "overrides": overrides}
 
 
 @router.post(
@@ -28,11 +123,27 @@ async def presets(request: Request) -> list[dict[str, Any]]:
     status_code=201,
     response_model=PairCreated,
     summary="Start a pair of runs (A and B) of a preset; they start or queue together",
-    responses=problems(400, 404, 413, 422, 429),
+    responses=problems(400, 403, 404, 413, 422, 429),
 )
-async def create_pair(body: NewPair, request: Request) -> dict[str, Any]:
-    instructor = is_instructor(request, request.app.state.settings.instructor_token)
-    return lab_of(request).create_pair(body.preset, session_of(request), instructor)
+async def create_pair(body: NewPairWithSettings, request: Request) -> dict[str, Any]:
+    instructor = instructor_of(request)
+    lesson = catalog_of(request).get(body.preset, instructor=instructor)
+    preset = lesson.preset
+    frozen: str | None = None
+    if body.overrides:
+        preset = with_overrides(preset, body.overrides)
+    if body.overrides or lesson.origin == "instructor":
+        # The runs train exactly this text, even when the instructor edits the lesson
+        # later or a crash restarts them: a resume must see the same config.
+        frozen = dump_preset(preset)
+    return lab_of(request).create_pair(
+        body.preset,
+        session_of(request),
+        instructor,
+        preset=preset,
+        public=lesson_public(lesson, preset),
+        frozen_text=frozen,
+    )
 
 
 @router.get(

@@ -5,12 +5,17 @@ Every browser gets a random session id in a cookie signed with the server's key
 A pair belongs to the session that created it. An instructor presents
 CRASHDRILL_INSTRUCTOR_TOKEN as `Authorization: Bearer TOKEN` (or `X-Instructor-Token`).
 
+A browser logs in as instructor once (POST /api/instructor/login with the token): it
+gets a second signed cookie, `crashdrill_instructor`, holding a fingerprint of the token,
+so the page needs no header and a new token logs every instructor out.
+
 Also here: the request-body cap, so that an oversized body is refused before any route
 reads it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import secrets
@@ -22,6 +27,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 COOKIE = "crashdrill_session"
 COOKIE_MAX_AGE = 365 * 24 * 3600
+INSTRUCTOR_COOKIE = "crashdrill_instructor"
+INSTRUCTOR_COOKIE_MAX_AGE = 12 * 3600
 
 
 class SessionMiddleware:
@@ -30,6 +37,7 @@ class SessionMiddleware:
     def __init__(self, app: ASGIApp, secret_key: str, *, https_only: bool = False) -> None:
         self.app = app
         self.signer = URLSafeSerializer(secret_key, salt="crashdrill-session")
+        self.instructor_signer = URLSafeSerializer(secret_key, salt="crashdrill-instructor")
         self.https_only = https_only
 
     def _read(self, scope: Scope) -> str | None:
@@ -58,7 +66,10 @@ class SessionMiddleware:
         new = sid is None
         if sid is None:
             sid = secrets.token_urlsafe(18)
-        scope.setdefault("state", {})["session"] = sid
+        state = scope.setdefault("state", {})
+        state["session"] = sid
+        state["instructor_signer"] = self.instructor_signer
+        state["instructor_proof"] = _signed_cookie(scope, INSTRUCTOR_COOKIE, self.instructor_signer)
 
         async def send_with_cookie(message: Message) -> None:
             if new and message["type"] == "http.response.start":
@@ -82,13 +93,52 @@ def session_of(request: Request) -> str:
 
 
 def is_instructor(request: Request, token: str | None) -> bool:
+    """The token in a header, else the login cookie holding the token's fingerprint."""
     if not token:
         return False
     offered = request.headers.get("x-instructor-token", "")
     auth = request.headers.get("authorization", "")
     if auth.lower().startswith("bearer "):
         offered = auth[7:].strip()
-    return bool(offered) and hmac.compare_digest(offered.encode(), token.encode())
+    if offered:
+        return hmac.compare_digest(offered.encode(), token.encode())
+    proof = request.scope.get("state", {}).get("instructor_proof")
+    return isinstance(proof, str) and hmac.compare_digest(proof, token_fingerprint(token))
+
+
+def token_fingerprint(token: str) -> str:
+    return hashlib.sha256(b"crashdrill-instructor:" + token.encode()).hexdigest()
+
+
+def instructor_cookie(request: Request, token: str, *, https_only: bool = False) -> str:
+    """The Set-Cookie value that logs this browser in as instructor."""
+    signer: URLSafeSerializer = request.scope["state"]["instructor_signer"]
+    value = signer.dumps(token_fingerprint(token))
+    cookie = (
+        f"{INSTRUCTOR_COOKIE}={value}; Path=/; Max-Age={INSTRUCTOR_COOKIE_MAX_AGE};"
+        " HttpOnly; SameSite=Lax"
+    )
+    return cookie + ("; Secure" if https_only else "")
+
+
+def _signed_cookie(scope: Scope, name: str, signer: URLSafeSerializer) -> str | None:
+    for header, value in scope.get("headers", ()):
+        if header != b"cookie":
+            continue
+        cookie: SimpleCookie = SimpleCookie()
+        try:
+            cookie.load(value.decode("latin-1"))
+        except Exception:  # a malformed Cookie header carries nothing
+            return None
+        morsel = cookie.get(name)
+        if morsel is None:
+            continue
+        try:
+            loaded = signer.loads(morsel.value)
+        except BadSignature:
+            return None
+        return loaded if isinstance(loaded, str) else None
+    return None
 
 
 class BodyLimitMiddleware:

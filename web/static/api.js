@@ -8,7 +8,7 @@ export class ApiError extends Error {
   }
 }
 
-async function request(method, url, body) {
+export async function request(method, url, body) {
   const init = { method, headers: { Accept: "application/json" }, credentials: "same-origin" };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
@@ -38,7 +38,10 @@ const enc = encodeURIComponent;
 
 export const api = {
   presets: () => request("GET", "/api/presets"),
-  createPair: (preset) => request("POST", "/api/pairs", { preset }),
+  createPair: (preset, overrides) => request("POST", "/api/pairs",
+    overrides && Object.keys(overrides).length ? { preset, overrides } : { preset }),
+  /** One lesson; `query` ("?steps=600") sets unlocked settings, validated by the server. */
+  lesson: (id, query = "") => request("GET", `/api/presets/${enc(id)}${query}`),
   pair: (id) => request("GET", `/api/pairs/${enc(id)}`),
   crash: (run) => request("POST", `/api/runs/${enc(run)}/crash`),
   resumeChecks: (run) => request("GET", `/api/runs/${enc(run)}/resume-checks`),

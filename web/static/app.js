@@ -3,13 +3,16 @@
 //
 // The pair shown is the one in the URL (?pair=ID), else the last one this browser started.
 
-import { api, followStream } from "./api.js";
+import { api } from "./api.js";
+import { CadencePanel } from "./cadence.js";
 import { RunCard, StageList } from "./cards.js";
 import { createCharts } from "./chart_specs.js";
 import { uPlotLoaded } from "./charts.js";
 import { renderEvents, renderHeader, renderProbes, renderResumeChecks, renderSamples } from "./lesson.js";
+import { LessonSettings, ShareLink, lessonFromPath } from "./lesson_link.js";
 import { EnergyLedger, MachinePanel } from "./machine.js";
 import { PairModel } from "./model.js";
+import { followLive } from "./realtime.js";
 
 const $ = (sel) => document.querySelector(sel);
 const TERMINAL = new Set(["finished", "failed", "stopped"]);
@@ -28,6 +31,9 @@ const page = {
   lastRender: 0,
   eventCount: -1,
   loaded: false,
+  cadence: null, // the cadence calculator (cadence.js)
+  settings: null, // the settings a student may change (lesson_link.js)
+  share: null, // the lesson's link and Copy button
 };
 
 function status(text, kind = "info") {
@@ -67,6 +73,7 @@ function render() {
   const total = pair.ordered().reduce((n, r) => n + r.events.length, 0);
   if (total !== page.eventCount) page.eventCount = renderEvents(pair);
   if (page.charts) page.charts.update(pair);
+  page.cadence.update(pair);
   const done = pair.ordered().every((r) => TERMINAL.has(r.view.state));
   $("#again").hidden = !done;
   document.body.dataset.pairState = done ? "done" : "running";
@@ -86,37 +93,67 @@ async function showStart(message) {
     status(`Could not load the lessons: ${e.message}`, "error");
     return;
   }
-  const wanted = new URLSearchParams(location.search).get("preset");
+  const lessonId = lessonFromPath(location.pathname);
+  const linked = lessonId ? await loadLinked(lessonId) : null;
+  if (linked && !presets.some((p) => p.id === linked.id)) presets.push(linked); // an instructor's preview
+  const wanted = lessonId || new URLSearchParams(location.search).get("preset");
   select.replaceChildren(...presets.map((p) => {
     const o = document.createElement("option");
     o.value = p.id;
     o.textContent = `${p.number} · ${p.title}`;
     return o;
   }));
-  const pick = presets.find((p) => p.id === wanted) || presets.find((p) => p.id === "lesson-1.7") || presets[0];
+  const pick = linked || presets.find((p) => p.id === wanted) || presets.find((p) => p.id === "lesson-1.7") || presets[0];
   if (pick) {
     select.value = pick.id;
-    renderHeader(pick, pick.knob_text);
+    showLesson(pick, Boolean(lessonId));
   }
   select.onchange = () => {
     const p = presets.find((x) => x.id === select.value);
-    if (p) renderHeader(p, p.knob_text);
+    if (!p) return;
+    if (lessonId) history.replaceState(null, "", `/lesson/${encodeURIComponent(p.id)}`);
+    showLesson(p, false);
   };
+  page.settings.onchange = () => page.share.show(select.value, page.settings.overrides());
   $("#start").disabled = !presets.length;
   $("#start-form").onsubmit = async (ev) => {
     ev.preventDefault();
     $("#start").disabled = true;
     status("Starting both runs…");
     try {
-      const created = await api.createPair(select.value);
+      const created = await api.createPair(select.value, page.settings.overrides());
       localStorage.setItem(STORE_KEY, created.pair);
-      history.replaceState(null, "", `?pair=${encodeURIComponent(created.pair)}`);
+      history.replaceState(null, "", `/?pair=${encodeURIComponent(created.pair)}`);
       await openPair(created.pair);
     } catch (e) {
       status(`Could not start the lesson: ${e.message}`, "error");
       $("#start").disabled = false;
     }
   };
+}
+
+/** The lesson of a /lesson/ID link with the link's settings (checked by the server);
+ * without them when they are refused, null when the lesson cannot be seen. */
+async function loadLinked(id) {
+  try {
+    return await api.lesson(id, location.search);
+  } catch (e) {
+    if (location.search && (e.status === 403 || e.status === 422)) {
+      status(`The link's settings were not applied: ${e.message}`, "error");
+      return api.lesson(id).catch(() => null);
+    }
+    status(e.status === 404 ? `There is no lesson “${id}” here (or it is not published yet).`
+      : `Could not load the lesson: ${e.message}`, "error");
+    return null;
+  }
+}
+
+/** The start view of one lesson: header, its settings, its link, the calculator. */
+function showLesson(preset, open) {
+  renderHeader(preset, preset.knob_text);
+  page.settings.show(preset, open);
+  page.share.show(preset.id, page.settings.overrides());
+  page.cadence.setPreset(preset);
 }
 
 // ---- following a pair ---------------------------------------------------------------
@@ -139,6 +176,7 @@ async function openPair(pairId) {
   page.pair = pair;
   page.ledger = new EnergyLedger(pair.id);
   renderHeader(view.preset, view.knob?.text);
+  if (view.preset?.id) page.share.show(view.preset.id);
   const cards = $("#cards");
   const stages = $("#stage-lists");
   cards.replaceChildren();
@@ -154,7 +192,7 @@ async function openPair(pairId) {
 
   // Live first, so nothing that happens while the history loads is missed.
   page.stream?.close();
-  page.stream = followStream(pair.id, {
+  page.stream = followLive(pair.id, {
     hello: (d) => {
       if (d.pair) pair.setView(d.pair);
       if (d.machine) onTelemetry(d.machine);
@@ -170,11 +208,14 @@ async function openPair(pairId) {
       scheduleRender();
     },
     telemetry: (s) => onTelemetry(s),
-    status: (s) => {
+    status: (s, transport) => {
       $("#live").textContent = s === "live" ? "live" : "reconnecting…";
       $("#live").dataset.state = s;
+      $("#live").dataset.transport = transport || "sse";
+      $("#live").title = transport === "realtime" ? "via Supabase Realtime" : "via the server's event stream";
     },
     reopened: () => catchUpAll(),
+    live: () => !pair.ordered().every((r) => TERMINAL.has(r.view.state)),
   });
   await loadHistory(pair);
   return undefined;
@@ -258,6 +299,9 @@ async function crash(run, card) {
 
 function boot() {
   if (!uPlotLoaded()) document.body.classList.add("no-charts");
+  page.cadence = new CadencePanel($("#cadence"));
+  page.settings = new LessonSettings($("#lesson-settings"));
+  page.share = new ShareLink();
   $("#again").addEventListener("click", () => {
     localStorage.removeItem(STORE_KEY);
     page.stream?.close();
@@ -265,7 +309,8 @@ function boot() {
   });
   setInterval(() => page.pair && scheduleRender(), 1000); // clocks: elapsed, "sampled 2 s ago"
   const params = new URLSearchParams(location.search);
-  const pairId = params.get("pair") || (params.has("new") ? null : localStorage.getItem(STORE_KEY));
+  const linked = lessonFromPath(location.pathname) !== null; // a lesson link opens that lesson
+  const pairId = params.get("pair") || (params.has("new") || linked ? null : localStorage.getItem(STORE_KEY));
   if (pairId) {
     if (!params.get("pair")) history.replaceState(null, "", `?pair=${encodeURIComponent(pairId)}`);
     openPair(pairId);

@@ -1,0 +1,259 @@
+"""The lessons the lab offers: built-in presets (read-only, with any CRASHDRILL_PRESETS_DIR)
+and instructor presets, TOML files in `settings.instructor_presets_dir` that an instructor
+creates, edits, duplicates, locks and publishes through /api/instructor.
+
+Students see only published presets (a preset is published unless it says
+`published = false`). An instructor preset
+is one file, `<id>.toml`; the lab rewrites its top-level `published` and `locked` keys in
+place (comments and layout stay as the instructor wrote them).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from crashdrill.server.errors import BadInput, Conflict, Forbidden, NotFound
+from crashdrill.trainer.presets import (
+    Preset,
+    PresetError,
+    list_presets,
+    parse_preset_text,
+    student_overrides_allowed,
+)
+
+log = logging.getLogger(__name__)
+
+Origin = Literal["builtin", "instructor"]
+ID_RULE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+MAX_TEXT = 32 * 1024
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """A preset and where it came from."""
+
+    preset: Preset
+    origin: Origin
+    path: Path | None  # the file (None for a built-in read from the package)
+    text: str
+
+    @property
+    def published(self) -> bool:
+        return bool(self.preset.published)
+
+    def summary(self) -> dict[str, Any]:
+        p = self.preset
+        return {
+            "id": p.id,
+            "number": p.number,
+            "title": p.title,
+            "origin": self.origin,
+            "editable": self.origin == "instructor",
+            "published": self.published,
+            "locked": sorted(p.locked_names()),
+            "student_adjustable": sorted(student_overrides_allowed(p)),
+            "knob_text": p.knob_text(),
+        }
+
+
+def parse_text(text: str, source: str = "the preset") -> Preset:
+    """A preset from TOML text; PresetError names the field, the value and what is allowed."""
+    if len(text) > MAX_TEXT:
+        raise PresetError(f"{source}: {len(text)} characters; at most {MAX_TEXT}")
+    preset = parse_preset_text(text, source=source)
+    if not ID_RULE.match(preset.id):
+        raise PresetError(
+            f"{source}: id = {preset.id!r}: 1–64 letters, digits, '.', '_' or '-',"
+            " starting with a letter or digit"
+        )
+    return preset
+
+
+class Catalog:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    # ---- reading ----------------------------------------------------------------------
+
+    def lessons(self) -> dict[str, Lesson]:
+        """Every lesson by id: built-ins first (an instructor file never shadows one)."""
+        out: dict[str, Lesson] = {}
+        try:
+            builtins = list_presets()
+        except PresetError as e:
+            raise BadInput(f"the lesson presets cannot be read: {e}") from None
+        for preset in builtins:
+            path = Path(preset.source) if preset.source else None
+            text = _read(path) if path else ""
+            out[preset.id] = Lesson(preset, "builtin", path, text)
+        for lesson in self._instructor_lessons():
+            out.setdefault(lesson.preset.id, lesson)
+        return out
+
+    def _instructor_lessons(self) -> list[Lesson]:
+        found = []
+        for path in sorted(self.directory.glob("*.toml")) if self.directory.is_dir() else []:
+            try:
+                text = path.read_text(encoding="utf-8")
+                preset = parse_text(text, source=path.name)
+            except (OSError, UnicodeDecodeError, PresetError) as e:
+                log.warning("skipping the instructor preset %s: %s", path, e)
+                continue
+            if preset.id != path.stem:
+                log.warning("skipping %s: its id %r differs from its file name", path, preset.id)
+                continue
+            found.append(Lesson(preset, "instructor", path, text))
+        return found
+
+    def get(self, preset_id: str, *, instructor: bool) -> Lesson:
+        """A lesson a student may start (published), or any for an instructor; else 404."""
+        lessons = self.lessons()
+        lesson = lessons.get(preset_id)
+        if lesson is None or not (instructor or lesson.published):
+            known = ", ".join(sorted(k for k, x in lessons.items() if instructor or x.published))
+            raise NotFound(
+                f"unknown preset {preset_id!r} (or not published); known presets: {known}"
+            )
+        return lesson
+
+    def visible(self, *, instructor: bool) -> list[Lesson]:
+        lessons = [x for x in self.lessons().values() if instructor or x.published]
+        return sorted(lessons, key=lambda x: (x.preset.number, x.preset.id))
+
+    # ---- writing (instructor presets only) --------------------------------------------
+
+    def create(self, text: str) -> Lesson:
+        """A new instructor preset; unpublished unless its text says `published = true`."""
+        preset = _checked(text)
+        if preset.id in self.lessons():
+            raise Conflict(f"a preset with id {preset.id!r} exists already: choose another id")
+        if "published" not in tomllib.loads(text):
+            text = set_top_level(text, "published", False)
+        return self._write(preset.id, text)
+
+    def update(self, preset_id: str, text: str) -> Lesson:
+        self._editable(preset_id)
+        preset = _checked(text)
+        if preset.id != preset_id:
+            raise BadInput(
+                f"id = {preset.id!r}: the text must keep the id {preset_id!r} (duplicate the"
+                " preset to give it another id)"
+            )
+        return self._write(preset_id, text)
+
+    def duplicate(self, preset_id: str, new_id: str | None) -> Lesson:
+        source = self.get(preset_id, instructor=True)
+        taken = self.lessons()
+        if new_id is None:
+            new_id = f"{preset_id}-copy"
+            n = 2
+            while new_id in taken:
+                new_id, n = f"{preset_id}-copy{n}", n + 1
+        elif new_id in taken:
+            raise Conflict(f"a preset with id {new_id!r} exists already: choose another id")
+        if not ID_RULE.match(new_id):
+            raise BadInput(
+                f"new_id = {new_id!r}: 1–64 letters, digits, '.', '_' or '-', starting with a"
+                " letter or digit"
+            )
+        header = f"# Duplicated from {preset_id!r} ({source.origin}).\n"
+        text = set_top_level(source.text, "id", new_id)
+        text = set_top_level(text, "published", False)
+        return self._write(new_id, header + text)
+
+    def set_published(self, preset_id: str, published: bool) -> Lesson:
+        lesson = self._editable(preset_id)
+        return self._write(preset_id, set_top_level(lesson.text, "published", published))
+
+    def set_locked(self, preset_id: str, locked: list[str]) -> Lesson:
+        lesson = self._editable(preset_id)
+        text = set_top_level(lesson.text, "locked", sorted(set(locked)))
+        _checked(text)  # the preset's own rules say which names may be locked
+        return self._write(preset_id, text)
+
+    def delete(self, preset_id: str) -> None:
+        lesson = self._editable(preset_id)
+        assert lesson.path is not None
+        lesson.path.unlink(missing_ok=True)
+
+    def _editable(self, preset_id: str) -> Lesson:
+        lesson = self.get(preset_id, instructor=True)
+        if lesson.origin != "instructor":
+            raise Forbidden(
+                f"{preset_id!r} is a built-in preset and read-only: duplicate it to change it"
+            )
+        return lesson
+
+    def _write(self, preset_id: str, text: str) -> Lesson:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / f"{preset_id}.toml"
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{preset_id}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text if text.endswith("\n") else text + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return Lesson(
+            parse_text(path.read_text(encoding="utf-8"), path.name), "instructor", path, text
+        )
+
+
+def _checked(text: str) -> Preset:
+    try:
+        return parse_text(text)
+    except PresetError as e:
+        raise BadInput(str(e)) from None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return ""
+
+
+def toml_value(value: bool | str | list[str]) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value, ensure_ascii=False)  # JSON strings and string lists are TOML
+
+
+def set_top_level(text: str, key: str, value: bool | str | list[str]) -> str:
+    """`text` with top-level `key = value` set, keeping every other line as it was."""
+    lines = text.splitlines()
+    first_table = next(
+        (i for i, line in enumerate(lines) if line.lstrip().startswith("[")), len(lines)
+    )
+    pattern = re.compile(rf"^\s*{re.escape(key)}\s*=")
+    new_line = f"{key} = {toml_value(value)}"
+    start = next((i for i in range(first_table) if pattern.match(lines[i])), None)
+    if start is None:
+        out = lines[:first_table]
+        while out and not out[-1].strip():
+            out.pop()
+        out += [new_line, "", *lines[first_table:]] if first_table < len(lines) else [new_line]
+    else:
+        end = start + 1  # a value may span lines (an array): extend until it parses
+        while end <= first_table:
+            try:
+                tomllib.loads("\n".join(lines[start:end]))
+                break
+            except tomllib.TOMLDecodeError:
+                end += 1
+        out = [*lines[:start], new_line, *lines[end:]]
+    result = "\n".join(out) + "\n"
+    if tomllib.loads(result).get(key) != value:
+        raise BadInput(f"could not set {key} in the preset text: fix the file by hand")
+    return result

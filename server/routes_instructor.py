@@ -1,0 +1,257 @@
+"""Instructor mode: log in with CRASHDRILL_INSTRUCTOR_TOKEN, write lesson presets (create,
+validate as you type, edit, duplicate, lock knobs, publish), and watch the whole class.
+
+Every route but login/logout/me needs an instructor: the token in a header, or the
+`crashdrill_instructor` cookie that login sets (server/sessions.py). The class view's
+crash and stop buttons call the ordinary run routes, which let an instructor act on any
+run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from hmac import compare_digest
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from crashdrill.server.catalog import MAX_TEXT, Catalog, Lesson, parse_text
+from crashdrill.server.errors import BadInput, Forbidden, LabError
+from crashdrill.server.routes_pairs import lab_of, lesson_public
+from crashdrill.server.schemas import problems
+from crashdrill.server.sessions import (
+    INSTRUCTOR_COOKIE,
+    instructor_cookie,
+    is_instructor,
+    session_of,
+)
+from crashdrill.server.store import ACTIVE_STATES, TERMINAL_STATES
+from crashdrill.server.views import pair_view, queue_positions
+from crashdrill.trainer.presets import ALWAYS_LOCKED, KNOB, SETTINGS, PresetError
+
+router = APIRouter(prefix="/api/instructor", tags=["instructor"])
+
+WRONG_TOKEN_DELAY_S = 0.5  # slows down guessing; the token itself should be long
+CLASS_PAIRS = 200  # newest pairs shown in the class view
+
+
+class Unauthorized(LabError):
+    status = 401
+
+
+class Login(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    token: str = Field(min_length=1, max_length=500)
+
+
+class PresetText(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(max_length=MAX_TEXT, description="the preset as TOML")
+
+
+class Duplicate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    new_id: str | None = Field(default=None, max_length=64, description="default: ID-copy")
+
+
+class Locked(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    locked: list[str] = Field(max_length=100, description="settings a student may not change")
+
+
+class Published(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    published: bool
+
+
+def catalog_of(request: Request) -> Catalog:
+    catalog: Catalog = request.app.state.catalog
+    return catalog
+
+
+def require_instructor(request: Request) -> None:
+    token = request.app.state.settings.instructor_token
+    if not token:
+        raise Forbidden(
+            "instructor mode is off on this server: start it with CRASHDRILL_INSTRUCTOR_TOKEN set"
+        )
+    if not is_instructor(request, token):
+        raise Unauthorized("log in as an instructor first (POST /api/instructor/login)")
+
+
+def detail(lesson: Lesson) -> dict[str, Any]:
+    return {**lesson.summary(), "text": lesson.text, "public": lesson_public(lesson)}
+
+
+# ---- who ----------------------------------------------------------------------------
+
+
+@router.get("/me", summary="Whether instructor mode is on and this browser is logged in")
+async def me(request: Request) -> dict[str, bool]:
+    token = request.app.state.settings.instructor_token
+    return {"enabled": bool(token), "instructor": is_instructor(request, token)}
+
+
+@router.post(
+    "/login",
+    summary="Log this browser in as instructor (sets an HttpOnly cookie)",
+    responses=problems(401, 403, 422),
+)
+async def login(body: Login, request: Request, response: Response) -> dict[str, bool]:
+    token = request.app.state.settings.instructor_token
+    if not token:
+        raise Forbidden(
+            "instructor mode is off on this server: start it with CRASHDRILL_INSTRUCTOR_TOKEN set"
+        )
+    if not compare_digest(body.token.encode(), token.encode()):
+        await asyncio.sleep(WRONG_TOKEN_DELAY_S)
+        raise Unauthorized("token: that is not the instructor token of this server")
+    response.headers.append("set-cookie", instructor_cookie(request, token))
+    return {"instructor": True}
+
+
+@router.post("/logout", summary="Log this browser out of instructor mode")
+async def logout(response: Response) -> dict[str, bool]:
+    response.headers.append(
+        "set-cookie", f"{INSTRUCTOR_COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax"
+    )
+    return {"instructor": False}
+
+
+# ---- presets ------------------------------------------------------------------------
+
+
+@router.get("/presets", summary="Every preset, published or not", responses=problems(401, 403))
+async def all_presets(request: Request) -> dict[str, Any]:
+    require_instructor(request)
+    return {
+        "presets": [x.summary() for x in catalog_of(request).visible(instructor=True)],
+        "lockable": [KNOB, *SETTINGS],
+        "always_locked": sorted(ALWAYS_LOCKED),
+    }
+
+
+@router.get(
+    "/presets/{preset}",
+    summary="One preset: its TOML text, state and what a student sees",
+    responses=problems(401, 403, 404),
+)
+async def one_preset(preset: str, request: Request) -> dict[str, Any]:
+    require_instructor(request)
+    return detail(catalog_of(request).get(preset, instructor=True))
+
+
+@router.post(
+    "/presets/validate",
+    summary="Check preset text as the instructor types: 200 or 422 naming field, value, allowed",
+    responses=problems(401, 403, 422),
+)
+async def validate(body: PresetText, request: Request) -> dict[str, Any]:
+    require_instructor(request)
+    try:
+        preset = parse_text(body.text)
+    except PresetError as e:
+        raise BadInput(str(e)) from None
+    return {"ok": True, "id": preset.id, "knob_text": preset.knob_text()}
+
+
+@router.post(
+    "/presets",
+    status_code=201,
+    summary="Create an instructor preset from TOML text (unpublished unless it says so)",
+    responses=problems(401, 403, 409, 422),
+)
+async def create(body: PresetText, request: Request) -> dict[str, Any]:
+    require_instructor(request)
+    return detail(catalog_of(request).create(body.text))
+
+
+@router.put(
+    "/presets/{preset}",
+    summary="Replace an instructor preset's text (built-ins are read-only: 403)",
+    responses=problems(401, 403, 404, 422),
+)
+async def update(preset: str, body: PresetText, request: Request) -> dict[str, Any]:
+    require_instructor(request)
+    return detail(catalog_of(request).update(preset, body.text))
+
+
+@router.delete(
+    "/presets/{preset}",
+    status_code=204,
+    summary="Delete an instructor preset (running pairs keep their copy)",
+    responses=problems(401, 403, 404),
+)
+async def delete(preset: str, request: Request) -> Response:
+    require_instructor(request)
+    catalog_of(request).delete(preset)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/presets/{preset}/duplicate",
+    status_code=201,
+    summary="Copy a built-in or instructor preset into a new, unpublished instructor preset",
+    responses=problems(401, 403, 404, 409, 422),
+)
+async def duplicate(preset: str, body: Duplicate, request: Request) -> dict[str, Any]:
+    require_instructor(request)
+    return detail(catalog_of(request).duplicate(preset, body.new_id))
+
+
+@router.put(
+    "/presets/{preset}/locked",
+    summary='The settings a student may not change ("knob" = the A/B values)',
+    responses=problems(401, 403, 404, 422),
+)
+async def set_locked(preset: str, body: Locked, request: Request) -> dict[str, Any]:
+    require_instructor(request)
+    return detail(catalog_of(request).set_locked(preset, body.locked))
+
+
+@router.put(
+    "/presets/{preset}/published",
+    summary="Publish (students see it) or unpublish a preset",
+    responses=problems(401, 403, 404, 422),
+)
+async def set_published(preset: str, body: Published, request: Request) -> dict[str, Any]:
+    require_instructor(request)
+    return detail(catalog_of(request).set_published(preset, body.published))
+
+
+# ---- the class ----------------------------------------------------------------------
+
+
+def owner_tag(owner: str) -> str:
+    """A short stable name for a browser session (the session id itself stays private)."""
+    return "browser " + hashlib.sha256(owner.encode()).hexdigest()[:6]
+
+
+@router.get(
+    "/class",
+    summary="Every pair, newest first: owner, preset, and each run's state and step",
+    responses=problems(401, 403),
+)
+async def class_view(request: Request) -> dict[str, Any]:
+    require_instructor(request)
+    lab = lab_of(request)
+    me_ = session_of(request)
+    runs = lab.store.runs_in(["queued", *ACTIVE_STATES, *TERMINAL_STATES])
+    positions = queue_positions([r for r in runs if r["state"] == "queued"])
+    by_pair: dict[str, list[Any]] = {}
+    for row in runs:
+        by_pair.setdefault(row["pair_id"], []).append(row)
+    pairs = []
+    for pair_id, rows in by_pair.items():
+        pair = lab.store.pair(pair_id)
+        if pair is None:
+            continue
+        view = pair_view(pair, sorted(rows, key=lambda r: r["label"]), positions, is_owner=False)
+        view["owner_tag"] = "you" if pair["owner"] == me_ else owner_tag(pair["owner"])
+        view["preset_id"] = pair["preset"]
+        view["active"] = any(r["state"] == "queued" or r["state"] in ACTIVE_STATES for r in rows)
+        pairs.append(view)
+    pairs.sort(key=lambda p: (not p["active"], -p["created_at"]))
+    return {"pairs": pairs[:CLASS_PAIRS], "total": len(pairs)}

@@ -1,0 +1,102 @@
+// The class view: every pair in the lab, refreshed every two seconds, with Crash test and
+// Stop on each run (the ordinary run routes; the instructor cookie lets them act on any run).
+
+import { request } from "./api.js";
+import * as f from "./format.js";
+
+const $ = (sel) => document.querySelector(sel);
+const enc = encodeURIComponent;
+const REFRESH_MS = 2000;
+const ENDED = new Set(["finished", "failed", "stopped"]);
+
+function status(text, kind = "info") {
+  const s = $("#status");
+  s.textContent = text;
+  s.dataset.kind = kind;
+}
+
+function el(tag, props = {}, text) {
+  const e = Object.assign(document.createElement(tag), props);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function runCell(run) {
+  const td = el("td", { className: `class-run run-${run.label}` });
+  td.dataset.run = run.id;
+  td.dataset.state = run.state;
+  const steps = f.isNum(run.steps) ? ` / ${f.int(run.steps)}` : "";
+  const stage = run.stage && run.stage !== run.state ? ` (${run.stage})` : "";
+  td.append(el("span", { className: "run-state" }, `${run.state}${stage}`));
+  td.append(el("span", { className: "run-step" }, ` · step ${f.int(run.step ?? 0)}${steps}`));
+  if (run.crashes) td.append(el("span", { className: "run-crashes" }, ` · ${run.crashes} crash${run.crashes === 1 ? "" : "es"}`));
+  const crash = el("button", { type: "button", className: "crash", disabled: !run.can_crash }, "Crash test");
+  crash.addEventListener("click", () => act(run, "crash"));
+  const stop = el("button", { type: "button", className: "stop", disabled: ENDED.has(run.state) }, "Stop");
+  stop.addEventListener("click", () => act(run, "stop"));
+  const buttons = el("span", { className: "class-buttons" });
+  buttons.append(crash, stop);
+  td.append(buttons);
+  return td;
+}
+
+function render(data) {
+  $("#class-count").textContent = `· ${data.total} pair${data.total === 1 ? "" : "s"}`;
+  const rows = data.pairs.map((p) => {
+    const tr = el("tr");
+    tr.dataset.pair = p.pair;
+    tr.dataset.active = String(p.active);
+    tr.append(el("td", {}, p.owner_tag));
+    const lesson = el("td");
+    lesson.append(el("a", { href: `/?pair=${enc(p.pair)}` }, `${p.preset?.title || p.preset_id}`));
+    lesson.append(el("span", { className: "muted" }, ` ${p.preset_id}`));
+    tr.append(lesson, el("td", {}, f.clock(p.created_at)));
+    for (const run of p.runs) tr.append(runCell(run));
+    return tr;
+  });
+  if (!rows.length) {
+    const tr = el("tr");
+    tr.append(el("td", { colSpan: 5, className: "muted" }, "No pairs yet: nobody has started a lesson."));
+    rows.push(tr);
+  }
+  $("#class-rows").replaceChildren(...rows);
+}
+
+async function act(run, what) {
+  try {
+    const res = await request("POST", `/api/runs/${enc(run.id)}/${what}`);
+    status(what === "crash" ? `Crash test: killed process ${res.killed_pid} of run ${run.label} at step ${res.at_step ?? "?"}.`
+      : `Stopping run ${run.label}.`);
+  } catch (e) {
+    status(`Could not ${what} run ${run.label}: ${e.message}`, "error");
+  }
+  refresh();
+}
+
+async function refresh() {
+  try {
+    render(await request("GET", "/api/instructor/class"));
+    document.body.dataset.auth = "in";
+    $("#need-login").hidden = true;
+  } catch (e) {
+    if (e.status === 401 || e.status === 403) {
+      document.body.dataset.auth = "out";
+      $("#need-login").hidden = false;
+      if (e.status === 403) status(e.message, "error");
+      return false;
+    }
+    status(`Could not load the class: ${e.message}`, "warn");
+  }
+  document.body.dataset.loaded = "true";
+  return true;
+}
+
+async function boot() {
+  if ((await refresh()) === false) {
+    document.body.dataset.loaded = "true";
+    return;
+  }
+  setInterval(refresh, REFRESH_MS);
+}
+
+boot();

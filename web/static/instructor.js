@@ -1,0 +1,264 @@
+// The instructor's presets page: log in with the token, then create, edit (checked by the
+// server as you type), duplicate, lock and publish lesson presets.
+
+import { request } from "./api.js";
+
+const $ = (sel) => document.querySelector(sel);
+const enc = encodeURIComponent;
+const VALIDATE_DELAY_MS = 250;
+
+const NEW_PRESET = `# A new lesson: two runs that differ in the knob alone.
+id = "new-lesson"
+number = "9.1"
+chapter = "Checkpointing"
+title = "New lesson"
+question = "What does a crash cost?"
+whats_happening = "Two tiny GPTs learn the built-in corpus; they differ only in how often they checkpoint."
+what_to_watch = "Press Crash test on both runs and compare the work each one loses."
+published = false
+
+[run]
+n_layer = 2
+d_model = 64
+n_head = 4
+ctx = 64
+batch = 8
+steps = 300
+warmup = 20
+threads = 1
+
+[knob]
+name = "ckpt_every"
+a = 50
+b = 150
+`;
+
+const state = {
+  presets: [],
+  lockable: [],
+  alwaysLocked: [],
+  current: null, // the preset open in the editor (null: a new one, not saved yet)
+  validated: false,
+  timer: null,
+  seq: 0,
+};
+
+function status(text, kind = "info") {
+  const s = $("#status");
+  s.textContent = text;
+  s.dataset.kind = kind;
+}
+
+function el(tag, props = {}, text) {
+  const e = Object.assign(document.createElement(tag), props);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+// ---- logging in ---------------------------------------------------------------------
+
+async function checkLogin() {
+  const me = await request("GET", "/api/instructor/me");
+  if (!me.enabled) {
+    document.body.dataset.auth = "off";
+    $("#login-error").textContent = "Instructor mode is off on this server: start it with CRASHDRILL_INSTRUCTOR_TOKEN set.";
+    $("#login-form").hidden = true;
+    return false;
+  }
+  document.body.dataset.auth = me.instructor ? "in" : "out";
+  return me.instructor;
+}
+
+async function login(ev) {
+  ev.preventDefault();
+  $("#login-error").textContent = "";
+  try {
+    await request("POST", "/api/instructor/login", { token: $("#token").value });
+  } catch (e) {
+    $("#login-error").textContent = e.message;
+    return;
+  }
+  $("#token").value = "";
+  document.body.dataset.auth = "in";
+  await loadPresets();
+}
+
+// ---- the list -----------------------------------------------------------------------
+
+async function loadPresets() {
+  const data = await request("GET", "/api/instructor/presets");
+  state.presets = data.presets;
+  state.lockable = data.lockable;
+  state.alwaysLocked = data.always_locked;
+  const rows = state.presets.map((p) => {
+    const tr = el("tr");
+    tr.dataset.preset = p.id;
+    tr.append(el("td", {}, `${p.number} · ${p.title}`), el("td", { className: "mono" }, p.id));
+    tr.append(el("td", {}, p.origin === "builtin" ? "built-in" : "yours"));
+    tr.append(el("td", { className: p.published ? "published" : "unpublished" }, p.published ? "published" : "hidden"));
+    const actions = el("td", { className: "row-actions" });
+    const open = el("button", { type: "button", className: "open" }, p.editable ? "Edit" : "View");
+    open.addEventListener("click", () => openPreset(p.id));
+    const dup = el("button", { type: "button", className: "dup" }, "Duplicate");
+    dup.addEventListener("click", () => duplicate(p.id));
+    actions.append(open, dup);
+    tr.append(actions);
+    return tr;
+  });
+  $("#preset-rows").replaceChildren(...rows);
+}
+
+// ---- the editor ---------------------------------------------------------------------
+
+function showEditor(preset, text) {
+  state.current = preset;
+  const editable = !preset || preset.editable;
+  $("#editor").hidden = false;
+  $("#editor-h").textContent = preset ? `Preset ${preset.id}` : "New preset";
+  $("#editor-note").textContent = !preset ? "Write the lesson as TOML; it is checked as you type. Save creates it, unpublished."
+    : editable ? "Your preset: edit, save, lock settings, publish."
+      : "A built-in preset is read-only: duplicate it to change it.";
+  const area = $("#preset-text");
+  area.value = text;
+  area.readOnly = !editable;
+  $("#save").hidden = !editable;
+  $("#publish").hidden = !preset || !editable;
+  $("#publish").textContent = preset?.published ? "Unpublish" : "Publish";
+  $("#duplicate").hidden = !preset;
+  const link = $("#open-lesson");
+  link.hidden = !preset;
+  if (preset) link.href = `/lesson/${enc(preset.id)}`;
+  renderLocks(preset, editable);
+  validateSoon(0);
+}
+
+function renderLocks(preset, editable) {
+  $("#locks").hidden = !preset;
+  if (!preset) return;
+  const locked = new Set(preset.locked);
+  const always = new Set(state.alwaysLocked);
+  const boxes = state.lockable.map((name) => {
+    const label = el("label", { className: "lock-box" });
+    const box = el("input", { type: "checkbox", name, checked: locked.has(name), disabled: !editable || always.has(name) });
+    box.dataset.setting = name;
+    label.append(box, document.createTextNode(` ${name}`));
+    if (name === "knob") label.classList.add("lock-knob");
+    return label;
+  });
+  $("#lock-boxes").replaceChildren(...boxes);
+  $("#save-locks").hidden = !editable;
+}
+
+async function openPreset(id) {
+  try {
+    const p = await request("GET", `/api/instructor/presets/${enc(id)}`);
+    showEditor(p, p.text);
+    status("");
+  } catch (e) {
+    status(`Could not open ${id}: ${e.message}`, "error");
+  }
+}
+
+function validateSoon(delay = VALIDATE_DELAY_MS) {
+  clearTimeout(state.timer);
+  state.validated = false;
+  $("#save").disabled = true;
+  state.timer = setTimeout(validate, delay);
+}
+
+async function validate() {
+  const seq = ++state.seq;
+  const out = $("#validation");
+  let result;
+  try {
+    result = await request("POST", "/api/instructor/presets/validate", { text: $("#preset-text").value });
+  } catch (e) {
+    if (seq !== state.seq) return;
+    out.dataset.state = "error";
+    out.textContent = e.status === 422 ? e.message : `Could not check it: ${e.message}`;
+    return;
+  }
+  if (seq !== state.seq) return; // an older answer after a newer keystroke
+  out.dataset.state = "ok";
+  out.textContent = `✓ Valid: ${result.id} · ${result.knob_text}`;
+  state.validated = true;
+  $("#save").disabled = false;
+}
+
+async function save() {
+  const text = $("#preset-text").value;
+  try {
+    const p = state.current
+      ? await request("PUT", `/api/instructor/presets/${enc(state.current.id)}`, { text })
+      : await request("POST", "/api/instructor/presets", { text });
+    status(`Saved ${p.id}${p.published ? "" : " (not published yet)"}.`);
+    showEditor(p, p.text);
+    await loadPresets();
+  } catch (e) {
+    $("#validation").dataset.state = "error";
+    $("#validation").textContent = e.message;
+    status(`Not saved: ${e.message}`, "error");
+  }
+}
+
+async function duplicate(id) {
+  try {
+    const p = await request("POST", `/api/instructor/presets/${enc(id)}/duplicate`, {});
+    status(`Duplicated ${id} as ${p.id} (not published).`);
+    await loadPresets();
+    showEditor(p, p.text);
+  } catch (e) {
+    status(`Could not duplicate ${id}: ${e.message}`, "error");
+  }
+}
+
+async function togglePublish() {
+  const p = state.current;
+  if (!p) return;
+  try {
+    const q = await request("PUT", `/api/instructor/presets/${enc(p.id)}/published`, { published: !p.published });
+    status(q.published ? `Published ${q.id}: students see it at /lesson/${q.id}.` : `${q.id} is hidden from students.`);
+    showEditor(q, q.text);
+    await loadPresets();
+  } catch (e) {
+    status(`Could not change ${p.id}: ${e.message}`, "error");
+  }
+}
+
+async function saveLocks() {
+  const p = state.current;
+  if (!p) return;
+  const always = new Set(state.alwaysLocked);
+  const locked = [...document.querySelectorAll("#lock-boxes input:checked")]
+    .map((b) => b.dataset.setting).filter((n) => !always.has(n));
+  try {
+    const q = await request("PUT", `/api/instructor/presets/${enc(p.id)}/locked`, { locked });
+    status(`Locked for students in ${q.id}: ${q.locked.join(", ") || "nothing"}.`);
+    showEditor(q, q.text);
+    await loadPresets();
+  } catch (e) {
+    status(`Could not save the locks: ${e.message}`, "error");
+  }
+}
+
+async function boot() {
+  $("#login-form").addEventListener("submit", login);
+  $("#logout").addEventListener("click", async () => {
+    await request("POST", "/api/instructor/logout");
+    location.reload();
+  });
+  $("#new-preset").addEventListener("click", () => showEditor(null, NEW_PRESET));
+  $("#preset-text").addEventListener("input", () => validateSoon());
+  $("#save").addEventListener("click", save);
+  $("#duplicate").addEventListener("click", () => state.current && duplicate(state.current.id));
+  $("#publish").addEventListener("click", togglePublish);
+  $("#save-locks").addEventListener("click", saveLocks);
+  try {
+    if (await checkLogin()) await loadPresets();
+  } catch (e) {
+    status(`Could not reach the server: ${e.message}`, "error");
+  }
+  document.body.dataset.loaded = "true";
+}
+
+boot();
