@@ -2,6 +2,7 @@
 
     crashdrill doctor gcs gs://bucket/prefix     write, read back, checksum, delete
     crashdrill doctor supabase                   publish, subscribe, round trip, diagnosis
+    crashdrill doctor postgres                   connect, round trip, write, schema version
 
 Each part lives beside the code it checks, in a module with `add_arguments(parser)` and
 `run(args) -> int`; the module imports its optional client library inside `run`, so a
@@ -18,12 +19,13 @@ from typing import Any
 PARTS: dict[str, tuple[str, str]] = {
     "gcs": ("crashdrill.workers.mirror_doctor", "check a checkpoint mirror bucket (gs://…)"),
     "supabase": ("crashdrill.server.realtime_doctor", "check a Supabase project's Realtime"),
+    "postgres": ("crashdrill.server.db_doctor", "check a Postgres database (Supabase's too)"),
 }
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = sub.add_parser(
-        "doctor", help="check a production part (gcs, supabase) against your own account"
+        "doctor", help="check a production part (gcs, supabase, postgres) against your own account"
     )
     parts = p.add_subparsers(dest="part", required=True, parser_class=type(p))
     for name, (module, help_text) in PARTS.items():

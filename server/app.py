@@ -19,8 +19,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 import crashdrill
-from crashdrill.server import routes_live, routes_pairs, routes_runs
+from crashdrill.server import routes_instructor, routes_live, routes_pairs, routes_runs
+from crashdrill.server.catalog import Catalog
 from crashdrill.server.errors import LabError
+from crashdrill.server.realtime import page_config
 from crashdrill.server.runs import Lab
 from crashdrill.server.sessions import BodyLimitMiddleware, SessionMiddleware
 from crashdrill.server.settings import Settings
@@ -57,9 +59,11 @@ def create_app(
     )
     app.state.lab = lab
     app.state.settings = settings
+    app.state.catalog = Catalog(settings.instructor_presets_dir)
     app.include_router(routes_pairs.router)
     app.include_router(routes_runs.router)
     app.include_router(routes_live.router)
+    app.include_router(routes_instructor.router)
     app.add_exception_handler(LabError, _lab_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_middleware(SessionMiddleware, secret_key=settings.resolve_secret_key())
@@ -109,10 +113,34 @@ def _mount_web(app: FastAPI) -> None:
         from fastapi.templating import Jinja2Templates
 
         templates = Jinja2Templates(directory=index.parent)
+        # What the page may know of the setup (Realtime: URL and anon key, never the
+        # service key), as JSON in <script id="lab-config"> of index.html.
+        templates.env.globals["lab_config"] = page_config(app.state.settings)
 
         @app.get("/", include_in_schema=False)
         async def page(request: Request) -> Any:
             return templates.TemplateResponse(request, "index.html", {})
+
+        @app.get("/lesson/{preset}", include_in_schema=False)
+        async def lesson_page(preset: str, request: Request) -> Any:
+            """A lesson's shareable link: the lesson, ready to start (404 when a student may
+            not see it)."""
+            try:
+                routes_pairs.catalog_of(request).get(
+                    preset, instructor=routes_pairs.instructor_of(request)
+                )
+                status = 200
+            except LabError:
+                status = 404
+            return templates.TemplateResponse(request, "index.html", {}, status_code=status)
+
+        @app.get("/instructor", include_in_schema=False)
+        async def instructor_page(request: Request) -> Any:
+            return templates.TemplateResponse(request, "instructor.html", {})
+
+        @app.get("/class", include_in_schema=False)
+        async def class_page(request: Request) -> Any:
+            return templates.TemplateResponse(request, "class.html", {})
 
     else:
 

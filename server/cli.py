@@ -43,6 +43,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         help="stop the runs when the server exits (default: they keep training and the"
         " next start adopts them)",
     )
+    p.add_argument(
+        "--mirror",
+        help="checkpoint mirror: a directory, gs://BUCKET[/PREFIX], or off (default: a"
+        " directory beside the data dir, DATA_DIR-mirror)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
@@ -50,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from crashdrill.server.app import create_app
+    from crashdrill.server.db import DatabaseUnavailable
     from crashdrill.server.settings import Settings, SettingsError
 
     try:
@@ -59,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
             data_dir=args.data_dir,
             max_concurrent=args.max_concurrent,
             stop_runs_on_exit=args.stop_runs_on_exit,
+            mirror=args.mirror,
         )
     except SettingsError as e:
         print(f"crashdrill serve: {e}", file=sys.stderr)
@@ -70,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     try:
         app = create_app(settings)
-    except SettingsError as e:
+    except (SettingsError, DatabaseUnavailable) as e:
         print(f"crashdrill serve: {e}", file=sys.stderr)
         return EXIT_USAGE
     # Everything imported so far lives as long as the process: keep it out of the
@@ -79,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     gc.freeze()
     print(
         f"crashdrill: the lab is at http://{settings.host}:{settings.port}"
-        f" (data in {settings.data_dir}; up to {settings.max_concurrent} runs at once)",
+        f" (data in {settings.data_dir}; database: {app.state.lab.db.describe()};"
+        f" up to {settings.max_concurrent} runs at once)",
         file=sys.stderr,
         flush=True,
     )

@@ -19,6 +19,7 @@ from typing import Any
 
 from crashdrill.server.db import Row
 from crashdrill.server.store import NewRecord, Store
+from crashdrill.workers.mirror import MIRROR_LOG
 from crashdrill.workers.run_dir import RECORDS
 
 log = logging.getLogger(__name__)
@@ -60,10 +61,14 @@ class IngestBatch:
     resume_segments: bool = False  # step rows of a segment ≥ 1 arrived
 
 
-def parse_lines(chunk: bytes, base_offset: int) -> tuple[list[Parsed], int, int]:
+def parse_lines(
+    chunk: bytes, base_offset: int, key_prefix: str = ""
+) -> tuple[list[Parsed], int, int]:
     """Records in the complete lines of `chunk`, read at byte `base_offset` of the file.
 
-    Returns (records, bytes consumed up to and including the last newline, bad lines).
+    With `key_prefix` (a file other than records.jsonl) every record is keyed by that
+    prefix and its byte offset. Returns (records, bytes consumed up to and including the
+    last newline, bad lines).
     """
     end = chunk.rfind(b"\n")
     if end < 0:
@@ -94,7 +99,9 @@ def parse_lines(chunk: bytes, base_offset: int) -> tuple[list[Parsed], int, int]
         t = value.get("t")
         if isinstance(t, bool) or not isinstance(t, int | float):
             t = None
-        if kind in STEP_KEYED_KINDS and step is not None:
+        if key_prefix:
+            key = f"{key_prefix}@{offset}"
+        elif kind in STEP_KEYED_KINDS and step is not None:
             key = f"{segment}:{step}:{kind}"
         else:
             key = f"@{offset}"
@@ -162,3 +169,42 @@ def ingest_run(store: Store, run: Row, chunk_bytes: int = CHUNK_BYTES) -> Ingest
         kinds={rec.kind for _, rec in inserted},
         resume_segments=any(rec.kind == "step" and rec.segment > 0 for _, rec in inserted),
     )
+
+
+def ingest_mirror_log(
+    store: Store, run: Row, offset: int, chunk_bytes: int = CHUNK_BYTES
+) -> tuple[IngestBatch | None, int]:
+    """Read what the run's mirror.jsonl (written by the checkpoint mirror's thread, see
+    workers/mirror.py) gained after `offset`; returns the batch and the new offset.
+
+    The offset lives in the server's memory only: after a restart the file is read from
+    0 again, and its lines, keyed "mirror@OFFSET", are not stored twice. `run` must be
+    the current row (its ingest offset and summary are written back unchanged).
+    """
+    path = Path(run["run_dir"]) / MIRROR_LOG
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size <= offset:
+                return None, min(offset, size)
+            f.seek(offset)
+            chunk = f.read(chunk_bytes)
+    except FileNotFoundError:
+        return None, 0
+    parsed, consumed, bad = parse_lines(chunk, offset, key_prefix="mirror")
+    if consumed == 0:
+        return None, offset
+    values = [p.value for p in parsed]
+    fields = run_fields_after(run, values) if values else {}
+    inserted = store.insert_records(
+        run["id"], [p.record for p in parsed], int(run["ingest_offset"]), fields
+    )
+    batch = IngestBatch(
+        run_id=run["id"],
+        inserted=inserted,
+        run_fields=fields,
+        more=offset + consumed < size,
+        bad_lines=bad,
+        kinds={rec.kind for _, rec in inserted},
+    )
+    return batch, offset + consumed

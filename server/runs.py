@@ -22,16 +22,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from crashdrill.server.db import Database, Row
+from crashdrill.server.crash_modes import crash_mode, launch_env, started_over_events
+from crashdrill.server.db import Database, Row, open_database
 from crashdrill.server.errors import BadInput, Conflict, Forbidden, NotFound, TooMany
 from crashdrill.server.fanout import Fanout, LocalFanout, Message
-from crashdrill.server.ingest import IngestBatch, ingest_run
+from crashdrill.server.ingest import IngestBatch, ingest_mirror_log, ingest_run
+from crashdrill.server.realtime import realtime_fanout
 from crashdrill.server.resume_check import checks_from_rows
-from crashdrill.server.settings import Settings, lock_data_dir
+from crashdrill.server.settings import Settings, SettingsError, lock_data_dir
 from crashdrill.server.store import ACTIVE_STATES, TERMINAL_STATES, Store
 from crashdrill.server.telemetry_feed import Sampler, TelemetryFeed, default_sampler
 from crashdrill.server.views import pair_view, queue_positions, record_json, run_view
-from crashdrill.trainer.presets import LABELS, PresetError, list_presets
+from crashdrill.trainer.presets import LABELS, Preset, PresetError, list_presets
+from crashdrill.workers.mirror import MIRROR_LOG, CheckpointMirror
+from crashdrill.workers.mirror_backends import MirrorError
 from crashdrill.workers.run_dir import RunDir
 from crashdrill.workers.supervisor import Change, Launch, NotRunning, Supervisor
 
@@ -40,6 +44,9 @@ log = logging.getLogger(__name__)
 # While a run trains, its state and resume checks are pushed at most this often (the
 # records themselves go out at once); a change of state goes out at once.
 THROTTLE_S = 0.5
+LIVE_STATES = ("queued", *ACTIVE_STATES)
+# A run whose dir holds this file trains that preset text (see create_pair).
+FROZEN_PRESET = "preset.toml"
 
 
 def new_id() -> str:
@@ -55,8 +62,21 @@ class Lab:
         sampler_factory: Callable[[Settings], Sampler | None] = default_sampler,
     ) -> None:
         self.settings = settings
+        self.mirror: CheckpointMirror | None = None  # copies checkpoints off the machine
+        if settings.mirror_url:
+            try:
+                self.mirror = CheckpointMirror(settings.mirror_url)
+            except MirrorError as e:
+                raise SettingsError(f"mirror = {settings.mirror!r}: {e}") from None
+        self._mirror_offsets: dict[str, int] = {}  # bytes of each run's mirror.jsonl read
+        # Supabase Realtime when configured (SSE stays on beside it), else SSE alone.
+        fanout = fanout or realtime_fanout(settings, self._pair_of_run, self._live_pairs)
         self._lock_fd = lock_data_dir(settings.data_dir)
-        self.db = Database(settings.db_path)
+        try:
+            self.db: Database = open_database(settings)  # SQLite, or Postgres by URL
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
         self.store = Store(self.db)
         self.fanout: Fanout = fanout or LocalFanout(settings.stream_max_pending_records)
         self.telemetry = TelemetryFeed(settings, self.store, self.fanout, sampler_factory)
@@ -76,6 +96,9 @@ class Lab:
         self.db.migrate()
         self._recover()
         self._task = asyncio.create_task(self._ingest_loop(), name="crashdrill-ingest")
+        if self.mirror is not None:
+            self.mirror.start()
+        self.fanout.start()
         self.telemetry.start(self._loop)
         self.schedule()
 
@@ -99,6 +122,10 @@ class Lab:
             self.ingest_once()
         elif sups:
             log.info("%d run(s) keep training; the next server start adopts them", len(sups))
+        if self.mirror is not None:
+            # A copy in flight is abandoned (no manifest: it does not count); the next
+            # start watches the runs again and copies their newest checkpoints.
+            await asyncio.to_thread(self.mirror.stop)
         self.fanout.close()
         self._closed = True
         self.db.close()
@@ -117,6 +144,7 @@ class Lab:
             _, _, stage = rd.last_seen()
             if stage in ("finished", "failed"):
                 self.store.update_run(row["id"], state=stage, ended_at=time.time(), pid=None)
+                self._release_mirror(row)
                 continue
             log.info("resuming run %s, whose trainer died while the server was down", row["id"])
             self.supervisors[row["id"]] = sup
@@ -125,30 +153,69 @@ class Lab:
             path = RunDir(Path(row["run_dir"])).records
             if path.exists() and path.stat().st_size > row["ingest_offset"]:
                 self._tails.add(row["id"])
+            elif (Path(row["run_dir"]) / MIRROR_LOG).exists():
+                self._tails.add(row["id"])  # mirror.jsonl's offset is not kept: read it again
+
+    def _pair_of_run(self, run_id: str) -> str | None:
+        row = self.store.run(run_id)
+        return row["pair_id"] if row else None
+
+    def _live_pairs(self) -> list[str]:
+        """Pairs with a run queued or active (for Realtime: telemetry, keepalives)."""
+        return list(dict.fromkeys(r["pair_id"] for r in self.store.runs_in(LIVE_STATES)))
 
     def _supervisor(self, row: Row) -> Supervisor:
+        if self.mirror is not None:
+            self.mirror.watch(Path(row["run_dir"]))
+        frozen = Path(row["run_dir"]) / FROZEN_PRESET
+        preset_ref = str(frozen) if frozen.is_file() else row["preset"]
+        mode = crash_mode(self.store.pair(row["pair_id"]))
         launch = Launch(
             run_dir=Path(row["run_dir"]),
-            preset=row["preset"],
+            preset=preset_ref,
             label=row["label"],
             command=self.settings.trainer_command,
+            env=launch_env(preset_ref, row["label"], mode),
         )
-        return Supervisor(launch, functools.partial(self._on_change_threadsafe, row["id"]))
+        return Supervisor(
+            launch,
+            functools.partial(self._on_change_threadsafe, row["id"]),
+            mirror=self.settings.mirror_url,
+        )
+
+    def _release_mirror(self, row: Row) -> None:
+        """The run ended: its last checkpoint still goes to the mirror, then it is dropped."""
+        if self.mirror is not None:
+            self.mirror.release(Path(row["run_dir"]).name)
 
     # ---- requests -------------------------------------------------------------------
 
     def presets(self) -> list[dict[str, Any]]:
         return [p.to_public() for p in list_presets()]
 
-    def create_pair(self, preset_name: str, owner: str, instructor: bool = False) -> dict[str, Any]:
-        try:
-            presets = {p.id: p for p in list_presets()}
-        except PresetError as e:
-            raise BadInput(f"the lesson presets cannot be read: {e}") from None
-        preset = presets.get(preset_name)
+    def create_pair(
+        self,
+        preset_name: str,
+        owner: str,
+        instructor: bool = False,
+        *,
+        preset: Preset | None = None,
+        public: dict[str, Any] | None = None,
+        frozen_text: str | None = None,
+    ) -> dict[str, Any]:
+        """`preset` (already resolved by the caller) or the built-in named `preset_name`.
+        `frozen_text`: the preset as TOML, written to each run dir as FROZEN_PRESET and
+        trained from there (instructor presets, a student's settings)."""
         if preset is None:
-            known = ", ".join(sorted(presets))
-            raise NotFound(f"unknown preset {preset_name!r}; known presets: {known}")
+            try:
+                presets = {p.id: p for p in list_presets()}
+            except PresetError as e:
+                raise BadInput(f"the lesson presets cannot be read: {e}") from None
+            found = presets.get(preset_name)
+            if found is None:
+                known = ", ".join(sorted(presets))
+                raise NotFound(f"unknown preset {preset_name!r}; known presets: {known}")
+            preset = found
         if not instructor:
             mine = self.store.active_pairs_of(owner)
             if mine >= self.settings.max_pairs_per_session:
@@ -164,9 +231,13 @@ class Lab:
             pair_id,
             owner,
             preset.id,
-            preset.to_public(),
+            public or preset.to_public(),
             [(rid, label, str(self.settings.runs_dir / rid)) for rid, label in runs],
         )
+        if frozen_text is not None:
+            for rid, _ in runs:
+                (self.settings.runs_dir / rid).mkdir(parents=True, exist_ok=True)
+                (self.settings.runs_dir / rid / FROZEN_PRESET).write_text(frozen_text, "utf-8")
         self.schedule()
         return {"pair": pair_id, "runs": [{"id": rid, "label": label} for rid, label in runs]}
 
@@ -207,15 +278,22 @@ class Lab:
         sup = self.supervisors.get(run_id)
         if sup is None:
             raise Conflict(f"cannot crash run {run_id}: no trainer process is watched")
+        mode = crash_mode(self.store.pair(row["pair_id"]))
         try:
-            pid = sup.crash()
+            pid = sup.crash(mode)
         except NotRunning as e:
             raise Conflict(f"cannot crash run {run_id}: {e}") from None
         self.store.update_run(
             run_id, state="restarting", stage="restarting", crashes=row["crashes"] + 1
         )
         self._publish_run(run_id)
-        return {"run": run_id, "killed_pid": pid, "at_step": row["step"], "state": "restarting"}
+        return {
+            "run": run_id,
+            "killed_pid": pid,
+            "at_step": row["step"],
+            "state": "restarting",
+            "crash_mode": mode,
+        }
 
     def stop_run(self, run_id: str, session: str, instructor: bool) -> dict[str, Any]:
         row = self.check_may_control(run_id, session, instructor)
@@ -296,6 +374,7 @@ class Lab:
                 fields["stage"] = "stopped"
             self.store.update_run(run_id, **fields)
             self.supervisors.pop(run_id, None)
+            self._release_mirror(row)
             self._checks_due[run_id] = 0.0
             self.schedule()
         self._publish_run(run_id)
@@ -321,17 +400,42 @@ class Lab:
             if row is None:
                 self._tails.discard(run_id)
                 continue
+            # Asked before reading mirror.jsonl: once not busy, its last line is written.
+            copying = self.mirror is not None and self.mirror.busy(Path(row["run_dir"]).name)
             batch = ingest_run(self.store, row)
             if batch is not None:
                 self._publish_batch(batch)
                 more = more or batch.more
+            mirrored = self._ingest_mirror_log(run_id, row)
+            more = more or mirrored
             done = row["state"] in TERMINAL_STATES and run_id not in self.supervisors
-            if done and (batch is None or not batch.more):
+            if done and not copying and (batch is None or not batch.more) and not mirrored:
                 self._tails.discard(run_id)
+                self._mirror_offsets.pop(run_id, None)
         return more
+
+    def _ingest_mirror_log(self, run_id: str, row: Row) -> bool:
+        """Ingest what the mirror's thread appended to DIR/mirror.jsonl (its events and
+        `mirror` records); True when the file has more to read."""
+        offset = self._mirror_offsets.get(run_id, 0)
+        try:
+            size = (Path(row["run_dir"]) / MIRROR_LOG).stat().st_size
+        except OSError:
+            return False
+        if size <= offset:
+            return False
+        fresh = self.store.run(run_id)  # ingest_run may have moved its offset and summary
+        if fresh is None:
+            return False
+        batch, self._mirror_offsets[run_id] = ingest_mirror_log(self.store, fresh, offset)
+        if batch is None:
+            return False
+        self._publish_batch(batch)
+        return batch.more
 
     def _publish_batch(self, batch: IngestBatch) -> None:
         run_id = batch.run_id
+        batch.inserted.extend(started_over_events(self.store, batch))
         if batch.inserted:
             items = [record_json(rid, run_id, rec.data) for rid, rec in batch.inserted]
             message = Message(

@@ -96,6 +96,11 @@ class CrashResult(BaseModel):
     killed_pid: int
     at_step: int | None
     state: RunState
+    crash_mode: Literal["kill", "during_save", "wipe"] = Field(
+        "kill",
+        description="the lesson's crash mode: kill now, kill during the next checkpoint write"
+        " (the kill follows when the write starts), or kill and delete the local checkpoints",
+    )
 
 
 class StopResult(BaseModel):
@@ -120,6 +125,15 @@ class ResumeCheckOut(BaseModel):
     max_abs_delta: float | None
     mean_abs_delta: float | None
     bit_identical: bool | None
+    first_divergent_step: int | None = Field(
+        None, description="the first recomputed step whose loss bits differ"
+    )
+    missing: list[str] = Field(
+        default_factory=list, description="what the resumed checkpoint did not hold"
+    )
+    started_over: bool = Field(
+        False, description="the segment trained from step 0 again (no checkpoint was resumed)"
+    )
 
 
 class ResumeChecks(BaseModel):

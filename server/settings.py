@@ -14,6 +14,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from crashdrill.server.db import check_postgres_url
+from crashdrill.workers.mirror_backends import MirrorURLError, parse_mirror_url
 from crashdrill.workers.supervisor import DEFAULT_COMMAND
 
 
@@ -78,6 +80,19 @@ class Settings:
     stop_runs_on_exit: bool = False
     stream_heartbeat_s: float = 15.0
     stream_max_pending_records: int = 2000
+    # None: SQLite in data_dir. Never in a repr or a log line: it may hold a password.
+    database_url: str | None = field(default=None, repr=False)
+    # Supabase Realtime (docs/server.md "Supabase Realtime"): on when the URL and anon key are set.
+    supabase_url: str | None = None
+    supabase_anon_key: str | None = None  # public: the page subscribes with it
+    supabase_service_key: str | None = field(default=None, repr=False)  # server only, never sent
+    supabase_tick_s: float = 1.0
+    supabase_max_payload_bytes: int = 128 * 1024
+    supabase_max_messages_per_s: float = 20.0
+    presets_dir: Path | None = None  # None: data_dir/presets (instructor presets, TOML files)
+    # Checkpoint mirror: "" = the directory DATA_DIR-mirror beside the data dir; "off";
+    # a local directory; or gs://BUCKET[/PREFIX] (needs crashdrill[gcs]).
+    mirror: str = ""
 
     def __post_init__(self) -> None:
         if not 1 <= self.port <= 65535:
@@ -92,6 +107,17 @@ class Settings:
             raise SettingsError("trainer_command is empty: give the program that trains")
         if self.ingest_interval_s <= 0 or self.telemetry_interval_s <= 0:
             raise SettingsError("ingest_interval_s and telemetry_interval_s must be > 0")
+        if self.database_url is not None:
+            try:
+                check_postgres_url(self.database_url, "CRASHDRILL_DATABASE_URL")
+            except ValueError as e:
+                raise SettingsError(str(e)) from None
+        self._check_supabase()
+        if self.mirror not in ("", "off"):
+            try:
+                parse_mirror_url(self.mirror)
+            except MirrorURLError as e:
+                raise SettingsError(f"{e}, or off") from None
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -106,12 +132,52 @@ class Settings:
             values["max_concurrent"] = _int("CRASHDRILL_MAX_CONCURRENT")
         if env.get("CRASHDRILL_TRAINER_COMMAND"):
             values["trainer_command"] = tuple(shlex.split(env["CRASHDRILL_TRAINER_COMMAND"]))
+        if env.get("CRASHDRILL_INSTRUCTOR_PRESETS_DIR"):
+            values["presets_dir"] = Path(env["CRASHDRILL_INSTRUCTOR_PRESETS_DIR"]).expanduser()
+        values.update(_supabase_env())
         if env.get("CRASHDRILL_TELEMETRY"):
             values["telemetry"] = env["CRASHDRILL_TELEMETRY"].lower() not in ("0", "false", "no")
+        if env.get("CRASHDRILL_MIRROR", "").strip():
+            values["mirror"] = env["CRASHDRILL_MIRROR"].strip()
+        if env.get("CRASHDRILL_DATABASE_URL", "").strip():
+            values["database_url"] = env["CRASHDRILL_DATABASE_URL"].strip()
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "data_dir" in values:
             values["data_dir"] = Path(str(values["data_dir"])).expanduser()
         return cls(**values)  # type: ignore[arg-type]
+
+    def _check_supabase(self) -> None:
+        if self.supabase_url is None and self.supabase_service_key is None:
+            return
+        url = self.supabase_url or ""
+        if not url.startswith(("https://", "http://")) or "?" in url:
+            raise SettingsError(
+                f"SUPABASE_URL = {url!r}: the project URL, like https://PROJECT.supabase.co"
+            )
+        if not self.supabase_anon_key:
+            raise SettingsError(
+                "SUPABASE_URL is set but SUPABASE_ANON_KEY is not: the page subscribes to"
+                " Realtime with the project's anon (publishable) key"
+            )
+        if self.supabase_service_key and self.supabase_service_key == self.supabase_anon_key:
+            raise SettingsError("SUPABASE_SERVICE_KEY is the anon key: give the service_role key")
+        if not 0.1 <= self.supabase_tick_s <= 60:
+            raise SettingsError(f"supabase_tick_s = {self.supabase_tick_s}: 0.1 to 60 seconds")
+        if not 4096 <= self.supabase_max_payload_bytes <= 3_000_000:
+            raise SettingsError(
+                f"supabase_max_payload_bytes = {self.supabase_max_payload_bytes}: 4096 to"
+                " 3000000 (Supabase allows 256 KB on the Free plan, 3,000 KB on paid plans)"
+            )
+        if not 0 < self.supabase_max_messages_per_s <= 2500:
+            raise SettingsError(
+                f"supabase_max_messages_per_s = {self.supabase_max_messages_per_s}: > 0 and"
+                " at most 2500 (Supabase allows 100 a second on the Free plan)"
+            )
+
+    @property
+    def realtime(self) -> bool:
+        """Supabase Realtime is on (else the page uses only the server's SSE stream)."""
+        return bool(self.supabase_url and self.supabase_anon_key)
 
     def with_(self, **changes: object) -> Settings:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -119,6 +185,20 @@ class Settings:
     @property
     def runs_dir(self) -> Path:
         return self.data_dir / "runs"
+
+    @property
+    def instructor_presets_dir(self) -> Path:
+        """Where instructor presets live: the `presets_dir` setting, else data_dir/presets."""
+        return self.presets_dir if self.presets_dir is not None else self.data_dir / "presets"
+
+    @property
+    def mirror_url(self) -> str | None:
+        """Where checkpoints are mirrored: the setting, else DATA_DIR-mirror; None when off."""
+        if self.mirror == "off":
+            return None
+        if self.mirror:
+            return str(parse_mirror_url(self.mirror))
+        return str(self.data_dir.with_name(self.data_dir.name + "-mirror"))
 
     @property
     def db_path(self) -> Path:
@@ -164,6 +244,30 @@ def lock_data_dir(data_dir: Path) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+def _supabase_env() -> dict[str, object]:
+    """SUPABASE_URL, SUPABASE_ANON_KEY, SUPABASE_SERVICE_KEY (the names Supabase's own
+    examples use) and the CRASHDRILL_SUPABASE_* limits."""
+    env = os.environ
+    values: dict[str, object] = {}
+    for name in ("SUPABASE_URL", "SUPABASE_ANON_KEY", "SUPABASE_SERVICE_KEY"):
+        if env.get(name):
+            values[name.lower()] = env[name].strip()
+    if env.get("CRASHDRILL_SUPABASE_TICK_S"):
+        values["supabase_tick_s"] = _float("CRASHDRILL_SUPABASE_TICK_S")
+    if env.get("CRASHDRILL_SUPABASE_MAX_PAYLOAD_BYTES"):
+        values["supabase_max_payload_bytes"] = _int("CRASHDRILL_SUPABASE_MAX_PAYLOAD_BYTES")
+    if env.get("CRASHDRILL_SUPABASE_MAX_MESSAGES_PER_S"):
+        values["supabase_max_messages_per_s"] = _float("CRASHDRILL_SUPABASE_MAX_MESSAGES_PER_S")
+    return values
+
+
+def _float(name: str) -> float:
+    try:
+        return float(os.environ[name])
+    except ValueError:
+        raise SettingsError(f"{name} = {os.environ[name]!r}: a number") from None
 
 
 def _int(name: str) -> int:
