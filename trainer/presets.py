@@ -191,6 +191,8 @@ def apply_student_overrides(preset: Preset, overrides: Mapping[str, Any]) -> Pre
                 raise PresetError(f'knob = {value!r}: give {{"a": …, "b": …}} (either or both)')
             knob = Knob(knob.name, value.get("a", knob.a), value.get("b", knob.b))
         else:
+            if name == "steps":
+                _check_student_steps(preset, value)
             run[name] = value
             if name in cuda:
                 cuda[name] = value
@@ -199,6 +201,21 @@ def apply_student_overrides(preset: Preset, overrides: Mapping[str, Any]) -> Pre
     if problems:
         raise PresetError(problems)
     return changed
+
+
+# A student may lengthen a lesson, but not by more than this: the lab's machine is shared,
+# and the instructor sized the lesson. An instructor who wants longer runs edits the preset.
+STUDENT_MAX_STEPS_FACTOR = 4
+
+
+def _check_student_steps(preset: Preset, value: Any) -> None:
+    base = preset.run.get("steps", TrainConfig().steps)
+    most = max(int(base), int(preset.cuda.get("steps", base))) * STUDENT_MAX_STEPS_FACTOR
+    if isinstance(value, int) and not isinstance(value, bool) and value > most:
+        raise PresetError(
+            f"[student settings] steps = {value!r} is not allowed: a whole number from 1 to "
+            f"{most} ({STUDENT_MAX_STEPS_FACTOR}× the lesson's {base}; ask the instructor for more)"
+        )
 
 
 # ---------------------------------------------------------------- parsing

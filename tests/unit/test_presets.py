@@ -185,6 +185,14 @@ def test_student_values_are_validated_with_the_field_named():
         apply_student_overrides(p, {"steps": -1})
 
 
+def test_a_student_may_lengthen_a_lesson_only_up_to_a_bound():
+    p = parse_preset(VALID)  # steps = 10
+    assert apply_student_overrides(p, {"steps": 40}).config_for("A").steps == 40
+    too_long = r"steps = 41 is not allowed: a whole number from 1 to 40"
+    with pytest.raises(PresetError, match=too_long):
+        apply_student_overrides(p, {"steps": 41})
+
+
 def test_during_save_pause_holds_every_cadence_checkpoint_but_not_step_0_or_the_last():
     p = parse_preset({**VALID, "crash": {"mode": "during_save"}})
     assert during_save_pause(p, "A", 1.0) == "2:1,4:1,6:1,8:1"
