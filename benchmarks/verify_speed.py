@@ -3,6 +3,7 @@ starts included, and crash-to-first-resumed-step latency.
 
     python benchmarks/verify_speed.py                       # seeds 1 2 3
     python benchmarks/verify_speed.py --seeds 1 2 3 4 5 --preset quick --kills 2
+    python benchmarks/verify_speed.py --starts both         # fork server vs exec, alternating
 
 For each seed it runs the real command in a subprocess (`python -m crashdrill verify …`,
 exactly what CI runs) and times it from outside, then reads the drill's JSON report for
@@ -13,7 +14,8 @@ first recomputed step). For scale it also times the pieces every trainer process
 
 Target (issue "crashdrill verify"): the quick drill with 2 kills under 10 s on the 2-core
 dev machine. The machine is shared: run it when it is otherwise idle, and read the load
-average it prints.
+average it prints. `--starts both` runs every seed once with the fork server (the default)
+and once with `--no-fork-server`, one after the other, so both see the same load.
 """
 
 from __future__ import annotations
@@ -54,7 +56,14 @@ def main() -> int:
     ap.add_argument("--preset", default="quick")
     ap.add_argument("--kills", type=int, default=2)
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument(
+        "--starts",
+        choices=["fork", "exec", "both"],
+        default="fork",
+        help="trainer processes forked from the fork server (default), exec'd, or both",
+    )
     args = ap.parse_args()
+    modes = ["fork", "exec"] if args.starts == "both" else [args.starts]
     py = sys.executable
     print(
         f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
@@ -93,43 +102,54 @@ def main() -> int:
     )
     print()
 
-    walls, inner, latencies, cpus, chains = [], [], [], [], []
+    walls: dict[str, list[float]] = {m: [] for m in modes}
+    latencies: dict[str, list[float]] = {m: [] for m in modes}
+    cpus: dict[str, list[float]] = {m: [] for m in modes}
+    chains: dict[str, list[float]] = {m: [] for m in modes}
     for seed in args.seeds:
-        with tempfile.TemporaryDirectory() as d:
-            out = Path(d) / "report.json"
-            cmd = [py, "-m", "crashdrill", "verify", "--preset", args.preset]
-            cmd += ["--kills", str(args.kills), "--seed", str(seed), "--json", str(out)]
-            cpu0 = _children_cpu()
-            wall, proc = _timed(cmd)
-            cpu = _children_cpu() - cpu0
-            if not out.is_file():
-                print(proc.stdout, proc.stderr, file=sys.stderr)
-                return 1
-            rep = json.loads(out.read_text())
-        walls.append(wall)
-        cpus.append(cpu)
-        chains.append(rep["crashed"]["cpu_seconds"])
-        inner.append(rep["wall_seconds"])
-        lat = [r["latency_s"] for r in rep["resumes"] if r["latency_s"] is not None]
-        latencies += lat
-        kills = ", ".join(
-            f"{'write@' if k['in_checkpoint_write'] else '@'}{k['step']}" for k in rep["kills"]
-        )
+        for mode in modes:
+            with tempfile.TemporaryDirectory() as d:
+                out = Path(d) / "report.json"
+                cmd = [py, "-m", "crashdrill", "verify", "--preset", args.preset]
+                cmd += ["--kills", str(args.kills), "--seed", str(seed), "--json", str(out)]
+                cmd += ["--no-fork-server"] if mode == "exec" else []
+                cpu0 = _children_cpu()
+                wall, proc = _timed(cmd)
+                cpu = _children_cpu() - cpu0
+                if not out.is_file():
+                    print(proc.stdout, proc.stderr, file=sys.stderr)
+                    return 1
+                rep = json.loads(out.read_text())
+            walls[mode].append(wall)
+            cpus[mode].append(cpu)
+            chains[mode].append(rep["crashed"]["cpu_seconds"])
+            lat = [r["latency_s"] for r in rep["resumes"] if r["latency_s"] is not None]
+            latencies[mode] += lat
+            kills = ", ".join(
+                f"{'write@' if k['in_checkpoint_write'] else '@'}{k['step']}" for k in rep["kills"]
+            )
+            print(
+                f"seed {seed} ({rep['target'].get('starts', mode)}): {wall:5.2f} s wall "
+                f"(drill's clock {rep['wall_seconds']:.2f} s, CPU: all {cpu:.1f} s, "
+                f"crashed chain {rep['crashed']['cpu_seconds']:.1f} s, "
+                f"reference {rep['reference']['cpu_seconds']:.1f} s), "
+                f"exit {proc.returncode}, kills {kills}, recomputed "
+                f"{sum((r['recomputed'] or {}).get('steps', 0) for r in rep['resumes'])} steps, "
+                f"latency " + ", ".join(f"{x:.2f} s" for x in lat) + f", "
+                f"load {os.getloadavg()[0]:.2f}"
+            )
+    for mode in modes:
+        print()
+        print(f"[{mode}] quick drill wall, {args.kills} kills: {_stats(walls[mode])}")
+        print(f"[{mode}] crash → first resumed step record: {_stats(latencies[mode])}")
+        print(f"[{mode}] CPU of all processes per drill:   {_stats(cpus[mode])}")
         print(
-            f"seed {seed}: {wall:5.2f} s wall (drill's clock {rep['wall_seconds']:.2f} s, "
-            f"CPU: all {cpu:.1f} s, crashed chain {rep['crashed']['cpu_seconds']:.1f} s, "
-            f"reference {rep['reference']['cpu_seconds']:.1f} s), "
-            f"exit {proc.returncode}, kills {kills}, "
-            f"recomputed {sum((r['recomputed'] or {}).get('steps', 0) for r in rep['resumes'])} "
-            f"steps, latency " + ", ".join(f"{x:.2f} s" for x in lat)
+            f"[{mode}] CPU of the crashed chain (start, restarts, recompute): "
+            f"{_stats(chains[mode])}"
         )
-    print()
-    print(f"quick drill wall, {args.kills} kills (process starts included): {_stats(walls)}")
-    print(f"crash → first resumed step record:                  {_stats(latencies)}")
-    print(f"CPU of all processes per drill:                     {_stats(cpus)}")
     print(
-        f"CPU of the crashed chain (start, restarts, recompute): {_stats(chains)} — on idle "
-        "cores the drill's wall is about this plus the drill's own start"
+        "(with the fork server the imports are paid once, by the server, and counted in "
+        "'all' but in no segment)"
     )
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0

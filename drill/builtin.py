@@ -15,7 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from crashdrill.drill.engine import Segment, Snapshot, Target, WriteWatch, scan
+from crashdrill.drill.engine import Child, Segment, Snapshot, Target, WriteWatch, scan
+from crashdrill.drill.forkserver import ForkServer
 from crashdrill.drill.plan import KillPoint, draw_kills
 from crashdrill.drill.trace import LossParser
 
@@ -63,8 +64,25 @@ class PauseWatch(WriteWatch):
         return time.monotonic() - self.seen > 0.5  # sat there that long: it is the pause
 
 
+# What the fork server imports once, so that a trainer start forked from it does not:
+# code only (torch and everything `crashdrill run` imports), never a run's state.
+FORK_SERVER_PRELOAD = [
+    "crashdrill.cli",
+    "crashdrill.trainer.presets",
+    "crashdrill.trainer.loop",
+    "numpy.random",
+]
+
+
 class PresetTarget(Target):
-    def __init__(self, preset: str, label: str = "A", *, timeout: float = 600.0) -> None:
+    def __init__(
+        self,
+        preset: str,
+        label: str = "A",
+        *,
+        timeout: float = 600.0,
+        fork_server: ForkServer | None = None,
+    ) -> None:
         from crashdrill.trainer.presets import get_preset
 
         p = get_preset(preset)  # PresetError names the known presets
@@ -83,11 +101,17 @@ class PresetTarget(Target):
         self.ckpt_policy = cfg.ckpt_policy
         self.parser = LossParser()
         self.timeout = timeout
+        self.fork_server = fork_server  # None: every trainer start is a plain exec
 
     def command(self, ckpt_dir: Path, restart: bool) -> list[str]:
         argv = [sys.executable, "-m", "crashdrill", "run", self.preset, "--run-dir"]
         argv += [str(ckpt_dir), "--label", self.label, "--jsonl", "--quiet"]
         return argv + (["--require-checkpoint"] if restart else [])
+
+    def start(self, argv: list[str], env: dict[str, str], cwd: str | None) -> Child:
+        if self.fork_server is None:
+            return super().start(argv, env, cwd)
+        return self.fork_server.spawn(argv, env, cwd)  # ForkServerError: verify falls back
 
     def environ(self, ckpt_dir: Path, kill: KillPoint | None) -> dict[str, str]:
         if kill is not None and kill.during_write:
@@ -149,6 +173,7 @@ class PresetTarget(Target):
             "run": self.label,
             "steps": self.steps,
             "ckpt_every": self.ckpt_every,
+            "starts": "fork-server" if self.fork_server else "exec",
         }
 
 

@@ -58,6 +58,12 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     p.add_argument("--work-dir", metavar="DIR", help="keep both runs' dirs here (default: temp)")
     p.add_argument(
+        "--no-fork-server",
+        action="store_true",
+        help="start every trainer process with exec, not forked from a server that has "
+        "imported torch (presets only; also CRASHDRILL_FORK_SERVER=0)",
+    )
+    p.add_argument(
         "script",
         nargs="*",
         metavar="-- COMMAND",
@@ -108,8 +114,9 @@ def run(args: argparse.Namespace) -> int:
         ]
         if extra:
             return _usage(f"{', '.join(extra)} apply to a COMMAND, not to --preset")
-    elif args.run:
-        return _usage("--run applies to --preset, not to a COMMAND")
+    elif args.run or args.no_fork_server:
+        flag = "--run" if args.run else "--no-fork-server"
+        return _usage(f"{flag} applies to --preset, not to a COMMAND")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     try:
         if args.preset:
@@ -123,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
                     seed=seed,
                     timeout=args.timeout,
                     work_dir=args.work_dir,
+                    fork_server=False if args.no_fork_server else None,
                 )
             except PresetError as e:
                 return _usage(str(e))

@@ -19,6 +19,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Protocol
 
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.trace import LossParser, StepPoint
@@ -77,6 +78,62 @@ class StartError(RuntimeError):
     """The command could not be started at all (not found, not executable)."""
 
 
+class Child(Protocol):
+    """A started process, exec'd (ExecProcess) or forked by the fork server
+    (drill/forkserver.py): its pid leads its own process group."""
+
+    pid: int
+    stdout: IO[bytes]
+    stderr: IO[bytes]
+    cpu_s: float | None  # user + system CPU seconds, once it has ended
+
+    def poll(self) -> int | None:
+        """The exit status once it has ended (negative: killed by that signal), else None."""
+        ...
+
+    def wait(self) -> int: ...
+
+
+class ExecProcess:
+    """A process started with exec (subprocess.Popen), reaped with wait4 for its CPU time."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: str | None) -> None:
+        try:
+            self._popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,  # its own process group: killpg reaches its children
+            )
+        except OSError as e:
+            raise StartError(f"cannot start {argv[0]!r}: {e.strerror or e}") from None
+        assert self._popen.stdout is not None and self._popen.stderr is not None
+        self.pid = self._popen.pid
+        self.stdout: IO[bytes] = self._popen.stdout
+        self.stderr: IO[bytes] = self._popen.stderr
+        self.cpu_s: float | None = None
+
+    def poll(self) -> int | None:
+        return self._wait(os.WNOHANG)
+
+    def wait(self) -> int:
+        code = self._wait(0)
+        assert code is not None
+        return code
+
+    def _wait(self, flags: int) -> int | None:
+        if self._popen.returncode is None:
+            pid, status, usage = os.wait4(self.pid, flags)
+            if not pid:
+                return None
+            self._popen.returncode = os.waitstatus_to_exitcode(status)  # Popen won't reap it
+            self.cpu_s = usage.ru_utime + usage.ru_stime
+        return self._popen.returncode
+
+
 class WriteWatch:
     """Tells the engine when a checkpoint write is under way, so a kill can land in it."""
 
@@ -106,6 +163,10 @@ class Target:
 
     def command(self, ckpt_dir: Path, restart: bool) -> list[str]:
         raise NotImplementedError
+
+    def start(self, argv: list[str], env: dict[str, str], cwd: str | None) -> Child:
+        """Start one process of the run (StartError when it cannot start at all)."""
+        return ExecProcess(argv, env, cwd)
 
     def environ(self, ckpt_dir: Path, kill: KillPoint | None) -> dict[str, str]:
         raise NotImplementedError
@@ -182,10 +243,10 @@ class Segment:
         return not self.killed and not self.hung and self.exit_code not in (0, None)
 
 
-_LIVE: set[subprocess.Popen[bytes]] = set()  # started and not yet reaped
+_LIVE: set[Child] = set()  # started and not yet reaped
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def _kill_group(proc: Child) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
 
@@ -214,18 +275,7 @@ def run_segment(
     if kill is None or not kill.during_write:
         env.pop("CRASHDRILL_CKPT_PAUSE", None)
     seg = Segment(index, argv, kill, started=time.monotonic())
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            cwd=target.cwd,
-            start_new_session=True,  # its own process group: killpg reaches its children
-        )
-    except OSError as e:
-        raise StartError(f"cannot start {argv[0]!r}: {e.strerror or e}") from None
+    proc = target.start(argv, env, target.cwd)
     _LIVE.add(proc)
     if nice:
         with contextlib.suppress(OSError):
@@ -246,7 +296,7 @@ def run_segment(
 
 
 def _follow(
-    proc: subprocess.Popen[bytes],
+    proc: Child,
     seg: Segment,
     target: Target,
     ckpt_dir: Path,
@@ -258,7 +308,6 @@ def _follow(
     deadline = seg.started + target.timeout
     bufs = {"out": b"", "err": b""}
     sel = selectors.DefaultSelector()
-    assert proc.stdout is not None and proc.stderr is not None
     sel.register(proc.stdout, selectors.EVENT_READ, "out")
     sel.register(proc.stderr, selectors.EVENT_READ, "err")
 
@@ -342,14 +391,14 @@ def _follow(
     seg.stderr_tail = list(tail)
 
 
-def _reap(proc: subprocess.Popen[bytes], seg: Segment, deadline: float) -> bool:
-    """Wait for the process until `deadline`, keeping its CPU time (wait4 gives it where
-    Popen.wait does not). False when it is still running."""
+def _reap(proc: Child, seg: Segment, deadline: float) -> bool:
+    """Wait for the process until `deadline`, keeping its exit status and CPU time. False
+    when it is still running."""
     while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            proc.returncode = seg.exit_code = os.waitstatus_to_exitcode(status)
-            seg.cpu_s = usage.ru_utime + usage.ru_stime
+        code = proc.poll()
+        if code is not None:
+            seg.exit_code = code
+            seg.cpu_s = proc.cpu_s
             return True
         if time.monotonic() > deadline:
             return False

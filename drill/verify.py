@@ -5,15 +5,19 @@
     result.analysis.exit_code                                   # 0 pass, 1 fail, 2 input
 
 For the built-in trainer the cadence is known from the preset, so the reference and the
-crashed run start together (one core each). For any other script the reference runs
+crashed run start together (one core each), and every trainer process is forked from a
+fork server that has imported torch once (drill/forkserver.py; `fork_server=False` or
+CRASHDRILL_FORK_SERVER=0 for plain exec). For any other script the reference runs
 first: it tells the drill how many steps there are and when the first checkpoint appears,
 which is what the kill plan needs.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -22,10 +26,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from crashdrill.drill.builtin import PresetTarget
+from crashdrill.drill import forkserver
+from crashdrill.drill.builtin import FORK_SERVER_PRELOAD, PresetTarget
 from crashdrill.drill.command import CommandTarget
 from crashdrill.drill.compare import Analysis, Evidence, FinalParams, analyse
 from crashdrill.drill.engine import Segment, Target, kill_all, run_crashed, run_segment
+from crashdrill.drill.final_state import compare_final_params, compare_final_params_forked
 from crashdrill.drill.plan import KillPoint, draw_kills
 from crashdrill.drill.trace import LossParser
 
@@ -67,6 +73,17 @@ def _work_dirs(work_dir: str | Path | None) -> Iterator[tuple[Path, Path]]:
             shutil.rmtree(root, ignore_errors=True)
 
 
+def fork_server_wanted(flag: bool | None = None) -> bool:
+    """An explicit flag wins; else CRASHDRILL_FORK_SERVER (0/off/no/false: plain exec)."""
+    if flag is not None:
+        return flag
+    return os.environ.get("CRASHDRILL_FORK_SERVER", "1").lower() not in ("0", "off", "no", "false")
+
+
+def _note(text: str) -> None:
+    print(f"crashdrill verify: note: {text}", file=sys.stderr, flush=True)
+
+
 def verify_preset(
     preset: str,
     label: str = "A",
@@ -75,9 +92,36 @@ def verify_preset(
     seed: int = 0,
     timeout: float = 600.0,
     work_dir: str | Path | None = None,
+    fork_server: bool | None = None,
 ) -> DrillResult:
+    """The drill on the built-in trainer. Its processes are forked from a fork server
+    unless `fork_server` is False (None: CRASHDRILL_FORK_SERVER decides, default on); a
+    server that cannot start, or dies during the drill, leaves the drill to plain exec:
+    run again from the start, so that one drill never mixes the two."""
     t0 = time.monotonic()
-    target = PresetTarget(preset, label, timeout=timeout)
+    target = PresetTarget(preset, label, timeout=timeout)  # PresetError before any process
+    if fork_server_wanted(fork_server) and forkserver.supported():
+        try:
+            target.fork_server = forkserver.ForkServer(FORK_SERVER_PRELOAD)
+        except forkserver.ForkServerError as e:
+            _note(f"{e}; starting every trainer process with exec")
+    if target.fork_server is not None:
+        try:
+            with target.fork_server:
+                return _verify_preset(target, kills, seed, work_dir, t0)
+        except forkserver.ForkServerError as e:
+            _note(f"{e}; running the drill again, every trainer process started with exec")
+            if work_dir is not None:
+                for sub in ("reference", "crashed"):  # made by the first try in an empty dir
+                    shutil.rmtree(Path(work_dir) / sub, ignore_errors=True)
+        target.fork_server = None
+    return _verify_preset(target, kills, seed, work_dir, t0)
+
+
+def _verify_preset(
+    target: PresetTarget, kills: int, seed: int, work_dir: str | Path | None, t0: float
+) -> DrillResult:
+    timeout = target.timeout
     plan = target.plan(random.Random(seed), kills)
     with _work_dirs(work_dir) as (ref_dir, crash_dir):
         box: dict[str, Segment] = {}
@@ -88,8 +132,9 @@ def verify_preset(
                 # The crashed run's chain of restarts is the critical path: on a busy
                 # machine the reference, which is not, yields the CPU to it.
                 box["ref"] = run_segment(target, ref_dir, 0, None, nice=REFERENCE_NICE)
-                # One core is free now: load torch for the final comparison meanwhile.
-                import crashdrill.trainer.checkpoint  # noqa: F401
+                if target.fork_server is None:
+                    # One core is free now: load torch for the final comparison meanwhile.
+                    import crashdrill.trainer.checkpoint  # noqa: F401
             except BaseException as e:  # re-raised in the main thread
                 errors.append(e)
 
@@ -107,7 +152,11 @@ def verify_preset(
         ref = box["ref"]
         final = None
         if ref.exit_code == 0 and crashed[-1].exit_code == 0 and not crashed[-1].killed:
-            final = compare_final_params(ref_dir, crash_dir)
+            if target.fork_server is None:
+                final = compare_final_params(ref_dir, crash_dir)
+            else:  # torch is imported there already: no import here, on the critical path
+                server, env = target.fork_server, dict(os.environ)
+                final = compare_final_params_forked(server, ref_dir, crash_dir, env, timeout)
         evidence = Evidence(target, ref, target.snapshot(ref_dir), crashed, plan, final)
     return _finish(target, "preset", seed, kills, plan, evidence, t0)
 
@@ -156,21 +205,6 @@ def _finish(
     analysis = analyse(evidence)
     wall = time.monotonic() - t0
     return DrillResult(target, mode, seed, kills, plan, evidence, analysis, t0, wall)
-
-
-def compare_final_params(ref_dir: Path, crash_dir: Path) -> FinalParams:
-    """The weights of both runs' final checkpoints, tensor by tensor, with torch.equal."""
-    try:
-        import torch
-
-        from crashdrill.trainer.checkpoint import load_model_state
-
-        a, b = load_model_state(ref_dir), load_model_state(crash_dir)
-    except Exception as e:  # a missing or corrupt final checkpoint is a finding
-        return FinalParams(False, 0, [], f"could not load the final weights: {e}", "torch.equal")
-    names = sorted(set(a) | set(b))
-    bad = [n for n in names if n not in a or n not in b or not torch.equal(a[n], b[n])]
-    return FinalParams(not bad, len(names), bad, None, "torch.equal")
 
 
 def compare_bytes(ref_dir: Path, crash_dir: Path, names: list[str]) -> FinalParams:

@@ -9,8 +9,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
+from crashdrill.drill import verify
+from crashdrill.drill.builtin import FORK_SERVER_PRELOAD, PresetTarget
+from crashdrill.drill.engine import run_segment
+from crashdrill.drill.forkserver import ForkServer, supported
 from tests.conftest import run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -96,3 +101,47 @@ def test_in_place_checkpoints_killed_mid_write_are_torn(tmp_path: Path) -> None:
 def test_an_unknown_preset_is_bad_usage(tmp_path: Path) -> None:
     proc = run_cli("verify", "--preset", "no-such-lesson", timeout=60)
     assert proc.returncode == 2 and "known presets" in proc.stderr
+
+
+needs_fork = pytest.mark.skipif(not supported(), reason="no fork server on this platform")
+
+
+@needs_fork
+def test_a_forked_trainer_computes_the_bits_of_an_execd_one(tmp_path: Path) -> None:
+    preset = small_preset(tmp_path, "bits")
+    execd = run_segment(PresetTarget(preset), tmp_path / "exec", 0, None)
+    with ForkServer(FORK_SERVER_PRELOAD) as server:
+        forked = run_segment(PresetTarget(preset, fork_server=server), tmp_path / "fork", 0, None)
+    assert execd.exit_code == forked.exit_code == 0
+    assert len(forked.points) == 60
+    assert [p.bits for p in forked.points] == [p.bits for p in execd.points]
+
+
+@needs_fork
+def test_the_drill_leaves_no_process_behind(tmp_path: Path) -> None:
+    result = verify.verify_preset(small_preset(tmp_path, "orphans"), kills=2, seed=3)
+    assert result.analysis.exit_code == 0
+    assert result.target.describe()["starts"] == "fork-server"
+    assert result.evidence.final_params is not None and result.evidence.final_params.equal
+    assert psutil.Process().children(recursive=True) == []
+
+
+@needs_fork
+def test_a_fork_server_that_cannot_start_falls_back_to_exec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(verify, "FORK_SERVER_PRELOAD", ["crashdrill_no_such_module"])
+    work = tmp_path / "work"
+    result = verify.verify_preset(small_preset(tmp_path, "fallback"), seed=1, work_dir=work)
+    assert result.analysis.exit_code == 0
+    assert result.target.describe()["starts"] == "exec"
+    assert "every trainer process started with exec" in capsys.readouterr().err
+    assert sorted(p.name for p in work.iterdir()) == ["crashed", "reference"]
+    assert psutil.Process().children(recursive=True) == []
+
+
+def test_no_fork_server_starts_every_process_with_exec(tmp_path: Path) -> None:
+    preset = small_preset(tmp_path, "exec")
+    rc, rep, out = drill(tmp_path, "--preset", preset, "--seed", "2", "--no-fork-server")
+    assert rc == 0, out
+    assert rep["target"]["starts"] == "exec"

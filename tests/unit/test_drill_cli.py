@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,7 @@ from crashdrill.drill.engine import Segment
         ["--preset", "quick", "--timeout", "0"],
         ["--preset", "quick", "--loss-regex", "x"],
         ["--run", "B", "--", "python", "train.py"],
+        ["--no-fork-server", "--", "python", "train.py"],
         ["--loss-regex", "iter (\\d+)", "--", "python", "train.py"],
         ["--loss-regex", "(?P<step>", "--", "python", "train.py"],
         ["--", "/no/such/program-crashdrill"],
@@ -54,3 +56,16 @@ def test_segment_helpers() -> None:
     assert seg.first_step is None and seg.last_step is None and not seg.crashed
     seg.exit_code = 1
     assert seg.crashed
+
+
+def test_every_option_is_documented() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "verify.md").read_text()
+    options = [
+        opt
+        for action in cli.configure(argparse.ArgumentParser())._actions
+        for opt in action.option_strings
+        if opt.startswith("--") and opt != "--help"
+    ]
+    assert "--no-fork-server" in options
+    for opt in options:
+        assert f"`{opt}" in text, f"docs/verify.md does not document {opt}"

@@ -1,0 +1,356 @@
+"""A fork server for the built-in trainer: one process imports torch and the trainer once,
+then forks every trainer start of a drill, so a restart does not pay ~1.5 s of imports.
+
+    server = ForkServer(preload=["crashdrill.cli", "crashdrill.trainer.loop"])
+    child = server.spawn([sys.executable, "-m", "crashdrill", "run", …], env, cwd=None)
+    child.pid, child.stdout, child.stderr   # its own pid and process group; pipes as with Popen
+    child.poll(), child.wait()              # the exit status its parent saw: -9 after SIGKILL
+    server.close()                          # SIGKILLs what it still runs, then exits
+
+Why the crash stays honest: each start is a new process, forked from a server that has
+only imported code (it never opens a run dir, never builds a model, never touches a
+tensor). The child has its own pid and process group, gets the same argv, environment,
+cwd and stdio as an exec'd `python -m crashdrill run …`, and learns everything about its
+run from the disk. The drill SIGKILLs it like any other process; the server is its parent,
+reaps it and relays the exit status and CPU time over a socket that belongs to that child
+alone. Nothing survives a kill but the files.
+
+The server holds no CUDA context (forking one is unsafe) and no thread pool: it only
+imports. It exits when the drill closes the control socket or dies, SIGKILLing whatever
+it still runs first, so no trainer outlives the drill. A server that dies or cannot start
+raises ForkServerError; the drill then runs on plain exec (drill/verify.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import json
+import os
+import select
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import IO, Any
+
+START_TIMEOUT = 120.0  # seconds the first start may wait for the server's imports
+POLL_SECONDS = 0.005  # reaping interval where pidfd_open is missing
+_MSG = 1 << 20  # the largest request (argv + environment) the server reads
+
+
+class ForkServerError(RuntimeError):
+    """The fork server could not start a process or report how one ended."""
+
+
+def supported() -> bool:
+    """fork, fd passing and SOCK_SEQPACKET Unix sockets (Linux): else the drill uses exec."""
+    return hasattr(os, "fork") and hasattr(socket, "send_fds") and hasattr(socket, "SOCK_SEQPACKET")
+
+
+def _pair() -> tuple[socket.socket, socket.socket]:
+    return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+
+# ------------------------------------------------------------------ the drill's side
+
+
+class ForkedProcess:
+    """A process the fork server started: what the engine needs of a Popen."""
+
+    def __init__(self, pid: int, status: socket.socket, stdout: IO[bytes], stderr: IO[bytes]):
+        self.pid = pid
+        self.stdout = stdout
+        self.stderr = stderr
+        self.returncode: int | None = None
+        self.cpu_s: float | None = None  # user + system CPU seconds, from the server's wait4
+        self._status = status
+        self._lost: str | None = None  # why its exit status will never come
+
+    def poll(self) -> int | None:
+        """The exit status once the process has ended (negative: the signal), else None."""
+        if self.returncode is None:
+            self._receive(0.0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self._receive(timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+        return self.returncode
+
+    def _receive(self, timeout: float | None) -> None:
+        if self._lost:
+            raise ForkServerError(self._lost)
+        if not select.select([self._status], [], [], timeout)[0]:
+            return
+        msg = self._status.recv(4096)
+        self._status.close()
+        if not msg:  # the server died before it reaped this process: kill it, say so
+            with contextlib.suppress(OSError):
+                os.killpg(self.pid, signal.SIGKILL)
+            self._lost = f"the fork server exited before reporting how process {self.pid} ended"
+            raise ForkServerError(self._lost)
+        report = json.loads(msg)
+        self.cpu_s = report["cpu"]
+        self.returncode = int(report["exit"])
+
+
+class ForkServer:
+    """The server process and the control socket to it. Thread-safe: the reference and the
+    crashed run start their processes from two threads."""
+
+    def __init__(self, preload: list[str]) -> None:
+        if not supported():
+            raise ForkServerError("this platform has no fork server (fork, SOCK_SEQPACKET)")
+        # The server's stderr: why it died, if it does. Closed in close().
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115
+        ours, theirs = _pair()
+        try:
+            self._proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "crashdrill.drill.forkserver",
+                    str(theirs.fileno()),
+                    *preload,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,  # a child's stdio is its own: dup2'ed at the fork
+                stderr=self._log,
+                pass_fds=[theirs.fileno()],
+                start_new_session=True,  # a Ctrl-C meant for the drill does not reach it
+            )
+        except OSError as e:
+            ours.close()
+            self._log.close()
+            raise ForkServerError(f"cannot start the fork server: {e}") from None
+        finally:
+            theirs.close()
+        self._control = ours
+        self._lock = threading.Lock()
+        self._spawned = 0
+        self.pid = self._proc.pid
+
+    def spawn(self, argv: list[str], env: dict[str, str], cwd: str | None) -> ForkedProcess:
+        """Start `python -m MODULE ARGS…` (argv as exec would get it) as a forked child."""
+        if argv[:2] != [sys.executable, "-m"] or len(argv) < 3:
+            raise ValueError(f"the fork server runs `{sys.executable} -m MODULE …`, not {argv}")
+        request = {"module": argv[2], "args": argv[3:], "env": env, "cwd": cwd}
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        status, status_theirs = _pair()
+        try:
+            try:
+                with self._lock:
+                    self._spawned += 1
+                    socket.send_fds(
+                        self._control,
+                        [json.dumps(request).encode()],
+                        [out_w, err_w, status_theirs.fileno()],
+                    )
+            finally:
+                # Only the server (and, in flight, its queue) holds the child's ends now: a
+                # server that dies before forking closes them, and the recv below sees EOF.
+                os.close(out_w)
+                os.close(err_w)
+                status_theirs.close()
+            status.settimeout(START_TIMEOUT)  # the first reply waits for the imports
+            reply = status.recv(4096)
+            status.settimeout(None)
+            if not reply:
+                raise OSError("it closed the child's status socket")
+            answer = json.loads(reply)
+            if "error" in answer:
+                raise OSError(answer["error"])
+        except OSError as e:  # includes a timeout and a dead server (EPIPE, ECONNRESET)
+            status.close()
+            os.close(out_r)
+            os.close(err_r)
+            why = f"the fork server did not start {argv[2]}: {e}{self.why()}"
+            raise ForkServerError(why) from None
+        return ForkedProcess(
+            int(answer["pid"]), status, os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb")
+        )
+
+    def why(self) -> str:
+        """The server's exit status and last stderr line, when it has exited (it may take
+        a moment after it closed its sockets)."""
+        try:
+            code = self._proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return ""
+        self._log.seek(0)
+        lines = self._log.read().decode("utf-8", "replace").strip().splitlines()
+        return f" (fork server exit {code}{': ' + lines[-1] if lines else ''})"
+
+    def close(self) -> None:
+        """Close the control socket: the server SIGKILLs what it still runs and exits.
+        One that never started anything is killed at once (it may still be importing)."""
+        self._control.close()
+        try:
+            self._proc.wait(timeout=10 if self._spawned else 0)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+        self._log.close()
+
+    def __enter__(self) -> ForkServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ------------------------------------------------------------------ the server's side
+
+
+@dataclass
+class _Request:
+    module: str
+    args: list[str]
+    env: dict[str, str]
+    cwd: str | None
+
+
+@dataclass
+class _Child:
+    status: socket.socket
+    pidfd: int | None
+
+
+def serve(control: socket.socket) -> _Request:
+    """Fork a child for every request. Returns only in a child, with its request; the
+    server itself exits when the control socket closes."""
+    sel = selectors.DefaultSelector()
+    sel.register(control, selectors.EVENT_READ, None)
+    children: dict[int, _Child] = {}
+    while True:
+        polling = any(c.pidfd is None for c in children.values())
+        for key, _ in sel.select(POLL_SECONDS if polling else None):
+            if key.data is not None:
+                continue  # a pidfd: the child exited, reaped below
+            msg, fds, _flags, _addr = socket.recv_fds(control, _MSG, 3)
+            if not msg:
+                _shutdown(children)
+                sys.stderr.flush()
+                os._exit(0)  # no interpreter teardown: with torch loaded it takes ~0.5 s
+            request = _Request(**json.loads(msg))
+            status = socket.socket(fileno=fds[2])
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            try:
+                with warnings.catch_warnings():
+                    # Python ≥ 3.12 warns about forking with native threads; numpy's BLAS
+                    # pool is one, and it re-creates itself after a fork (pthread_atfork).
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    pid = os.fork()
+            except OSError as e:
+                _send(status, {"error": f"fork failed: {e}"})
+                status.close()
+                for fd in fds[:2]:
+                    os.close(fd)
+                continue
+            if pid == 0:
+                # The child: none of the server's fds, stdio from the request.
+                sel.close()
+                control.close()
+                for c in children.values():
+                    c.status.close()
+                    if c.pidfd is not None:
+                        os.close(c.pidfd)
+                status.close()
+                _become(request, fds[0], fds[1])
+                return request
+            for fd in fds[:2]:
+                os.close(fd)  # only the child writes to its pipes: EOF when it (and its own) end
+            pidfd = _pidfd(pid)
+            children[pid] = _Child(status, pidfd)
+            if pidfd is not None:
+                sel.register(pidfd, selectors.EVENT_READ, pid)
+            _send(status, {"pid": pid})
+        for pid in list(children):
+            if _reap(pid, children[pid], block=False):
+                child = children.pop(pid)
+                if child.pidfd is not None:
+                    sel.unregister(child.pidfd)
+                    os.close(child.pidfd)
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # not Linux ≥ 5.3: poll instead
+        return None
+
+
+def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):  # the drill gave up on this child: nobody to tell
+        sock.send(json.dumps(msg).encode())
+
+
+def _reap(pid: int, child: _Child, *, block: bool) -> bool:
+    """wait4 the child; when it has ended, relay its exit status and CPU seconds."""
+    got, status, usage = os.wait4(pid, 0 if block else os.WNOHANG)
+    if not got:
+        return False
+    code = os.waitstatus_to_exitcode(status)
+    _send(child.status, {"exit": code, "cpu": usage.ru_utime + usage.ru_stime})
+    child.status.close()
+    return True
+
+
+def _shutdown(children: dict[int, _Child]) -> None:
+    """The drill is gone or done: nothing it started may keep running."""
+    for pid in children:
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
+    for pid, child in children.items():
+        _reap(pid, child, block=True)
+
+
+def _become(request: _Request, stdout_fd: int, stderr_fd: int) -> None:
+    """Turn the forked server into the process `python -m MODULE` would have been."""
+    os.setsid()  # its own session and process group, as with start_new_session=True
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(stdout_fd, 1)
+    os.dup2(stderr_fd, 2)
+    for fd in (devnull, stdout_fd, stderr_fd):
+        os.close(fd)
+    if request.cwd is not None:
+        os.chdir(request.cwd)
+    sys.path[0] = os.getcwd()  # what `python -m` puts first
+    os.environ.clear()
+    os.environ.update(request.env)
+    # A new interpreter seeds numpy's global RNG from the OS (Python's `random` reseeds
+    # itself after a fork): a child that forgot to restore it must not get a stream that
+    # every sibling shares. torch's default generator starts at a fixed seed either way.
+    np_random = sys.modules.get("numpy.random")  # when not imported yet, the child seeds it
+    if np_random is not None:
+        np_random.seed()
+
+
+def main(argv: list[str]) -> None:
+    control = socket.socket(fileno=int(argv[0]))
+    for module in argv[1:]:
+        importlib.import_module(module)
+    gc.freeze()  # the imported modules stay shared with the children, not copied on write
+    request = serve(control)
+    # Only a forked child gets here: run the module as `python -m` would, exit the same way.
+    import runpy
+
+    sys.argv = [request.module, *request.args]
+    runpy.run_module(request.module, run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
