@@ -54,7 +54,8 @@ def launch_env(preset_ref: str, label: str, mode: str) -> dict[str, str]:
 
 
 def started_over_events(store: Store, batch: IngestBatch) -> list[tuple[int, NewRecord]]:
-    """Insert the lab's event for each segment ≥ 1 of this batch that trained step 1."""
+    """Insert the lab's event for each segment ≥ 1 of this batch that trained step 1 without
+    resuming: its `resume` record (written before any step) names no checkpoint."""
     out: list[tuple[int, NewRecord]] = []
     for _rid, rec in batch.inserted:
         if rec.kind != "step" or rec.segment < 1 or rec.step != 1:
@@ -62,11 +63,21 @@ def started_over_events(store: Store, batch: IngestBatch) -> list[tuple[int, New
         row = store.run(batch.run_id)
         if row is None:
             return out
+        resumed = store.records_of_kind(batch.run_id, "resume")
+        if any(int(r["segment"]) == rec.segment and _from_checkpoint(r) for r in resumed):
+            continue  # resumed from a checkpoint (maybe step 0's): the resume check covers it
         event = _started_over(store, row, rec)
         key = f"lab:started_over:{rec.segment}"
         new = NewRecord(key, rec.segment, "event", None, event["t"], json.dumps(event))
         out.extend(store.insert_records(batch.run_id, [new], int(row["ingest_offset"]), {}))
     return out
+
+
+def _from_checkpoint(resume: Row) -> bool:
+    try:
+        return bool(json.loads(resume["data"]).get("path"))
+    except (TypeError, ValueError, AttributeError):
+        return False
 
 
 def _started_over(store: Store, row: Row, rec: NewRecord) -> dict[str, Any]:

@@ -15,9 +15,9 @@ from hmac import compare_digest
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from crashdrill.server.catalog import MAX_TEXT, Catalog, Lesson, parse_text
+from crashdrill.server.catalog import ID_RULE, MAX_TEXT, Catalog, Lesson, parse_text
 from crashdrill.server.errors import BadInput, Forbidden, LabError
 from crashdrill.server.routes_pairs import lab_of, lesson_public
 from crashdrill.server.schemas import problems
@@ -50,10 +50,22 @@ class PresetText(BaseModel):
     model_config = ConfigDict(extra="forbid")
     text: str = Field(max_length=MAX_TEXT, description="the preset as TOML")
 
+    @field_validator("text")
+    @classmethod
+    def _utf16_length(cls, text: str) -> str:
+        # Count as the browser's editor (and a JSON schema validator working on UTF-16)
+        # does: a character outside the BMP is two. Python's len() would let it in as one.
+        units = len(text.encode("utf-16-le", "surrogatepass")) // 2
+        if units > MAX_TEXT:
+            raise ValueError(f"{units} UTF-16 code units; at most {MAX_TEXT}")
+        return text
+
 
 class Duplicate(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    new_id: str | None = Field(default=None, max_length=64, description="default: ID-copy")
+    new_id: str | None = Field(
+        default=None, pattern=ID_RULE.pattern, description="default: ID-copy"
+    )
 
 
 class Locked(BaseModel):
@@ -97,7 +109,7 @@ async def me(request: Request) -> dict[str, bool]:
 @router.post(
     "/login",
     summary="Log this browser in as instructor (sets an HttpOnly cookie)",
-    responses=problems(401, 403, 422),
+    responses=problems(400, 401, 403, 413, 422),
 )
 async def login(body: Login, request: Request, response: Response) -> dict[str, bool]:
     token = request.app.state.settings.instructor_token
@@ -146,7 +158,7 @@ async def one_preset(preset: str, request: Request) -> dict[str, Any]:
 @router.post(
     "/presets/validate",
     summary="Check preset text as the instructor types: 200 or 422 naming field, value, allowed",
-    responses=problems(401, 403, 422),
+    responses=problems(400, 401, 403, 413, 422),
 )
 async def validate(body: PresetText, request: Request) -> dict[str, Any]:
     require_instructor(request)
@@ -161,7 +173,7 @@ async def validate(body: PresetText, request: Request) -> dict[str, Any]:
     "/presets",
     status_code=201,
     summary="Create an instructor preset from TOML text (unpublished unless it says so)",
-    responses=problems(401, 403, 409, 422),
+    responses=problems(400, 401, 403, 409, 413, 422),
 )
 async def create(body: PresetText, request: Request) -> dict[str, Any]:
     require_instructor(request)
@@ -171,7 +183,7 @@ async def create(body: PresetText, request: Request) -> dict[str, Any]:
 @router.put(
     "/presets/{preset}",
     summary="Replace an instructor preset's text (built-ins are read-only: 403)",
-    responses=problems(401, 403, 404, 422),
+    responses=problems(400, 401, 403, 404, 413, 422),
 )
 async def update(preset: str, body: PresetText, request: Request) -> dict[str, Any]:
     require_instructor(request)
@@ -194,7 +206,7 @@ async def delete(preset: str, request: Request) -> Response:
     "/presets/{preset}/duplicate",
     status_code=201,
     summary="Copy a built-in or instructor preset into a new, unpublished instructor preset",
-    responses=problems(401, 403, 404, 409, 422),
+    responses=problems(400, 401, 403, 404, 409, 413, 422),
 )
 async def duplicate(preset: str, body: Duplicate, request: Request) -> dict[str, Any]:
     require_instructor(request)
@@ -204,7 +216,7 @@ async def duplicate(preset: str, body: Duplicate, request: Request) -> dict[str,
 @router.put(
     "/presets/{preset}/locked",
     summary='The settings a student may not change ("knob" = the A/B values)',
-    responses=problems(401, 403, 404, 422),
+    responses=problems(400, 401, 403, 404, 413, 422),
 )
 async def set_locked(preset: str, body: Locked, request: Request) -> dict[str, Any]:
     require_instructor(request)
@@ -214,7 +226,7 @@ async def set_locked(preset: str, body: Locked, request: Request) -> dict[str, A
 @router.put(
     "/presets/{preset}/published",
     summary="Publish (students see it) or unpublish a preset",
-    responses=problems(401, 403, 404, 422),
+    responses=problems(400, 401, 403, 404, 413, 422),
 )
 async def set_published(preset: str, body: Published, request: Request) -> dict[str, Any]:
     require_instructor(request)

@@ -128,7 +128,7 @@ def test_an_instructor_publishes_a_locked_lesson_and_a_student_runs_it(
     teacher.locator("#preset-rows tr[data-preset=class-lesson] .published").wait_for()
 
     # The student opens the lesson's link, with an unlocked setting in the query.
-    student.goto(lab.url + "/lesson/class-lesson?steps=1500")
+    student.goto(lab.url + "/lesson/class-lesson?steps=1200")
     student.locator("#start:not([disabled])").wait_for()
     assert student.locator("#lesson-title").inner_text() == "Class lesson"
     settings = student.locator("#lesson-settings")
@@ -136,10 +136,10 @@ def test_an_instructor_publishes_a_locked_lesson_and_a_student_runs_it(
     knob_inputs = settings.locator("[data-setting=knob] input")
     assert knob_inputs.count() == 2 and all(i.is_disabled() for i in knob_inputs.all())
     assert "locked" in settings.locator("[data-setting=knob]").inner_text()
-    assert settings.locator("input[name=steps]").input_value() == "1500"
+    assert settings.locator("input[name=steps]").input_value() == "1200"
     assert settings.locator("input[name=steps]").is_enabled()
     link = student.locator("#lesson-link").input_value()
-    assert link.endswith("/lesson/class-lesson?steps=1500")
+    assert link.endswith("/lesson/class-lesson?steps=1200")
     student.locator("#copy-link").click()
     student.locator("#copy-status").filter(has_text=re.compile("Copied|Selected")).wait_for()
 
@@ -154,11 +154,11 @@ def test_an_instructor_publishes_a_locked_lesson_and_a_student_runs_it(
     assert "knob is locked" in other.locator("#status").inner_text()
     other.context.close()
 
-    # Start it: both runs train the student's 1500 steps.
+    # Start it: both runs train the student's 1200 steps.
     student.locator("#start").click()
     student.wait_for_url(re.compile(r"\?pair="))
     student.wait_for_function(
-        "() => /\\/ 1,500/.test(document.querySelector('.run-A .steps')?.textContent || '')",
+        "() => /\\/ 1,200/.test(document.querySelector('.run-A .steps')?.textContent || '')",
         timeout=RUN_MS,
     )
     pair = student.url.split("pair=")[1]

@@ -104,3 +104,28 @@ def test_a_big_batch_with_a_repeated_key_is_stored_once_in_file_order(store: Sto
     rows = store.records("r1", ["step"], 0, 5000)
     assert len(rows) == 1200 and json.loads(rows[6]["data"]) == {"loss": 1.0}
     assert store.run("r1")["ingest_offset"] == 456  # type: ignore[index]
+
+
+def started_over_after(store: Store, resume: dict[str, Any]) -> list[str]:
+    from crashdrill.server.crash_modes import started_over_events
+
+    append(store, line("run", vocab=256))
+    append(store, "".join(line("step", step=s, loss=2.0) for s in (1, 2, 3)))
+    append(store, line("resume", segment=1, **resume))
+    append(store, line("step", segment=1, step=1, loss=5.58))
+    codes = []
+    while (batch := ingest_run(store, store.run("r1"))) is not None:  # type: ignore[arg-type]
+        for _rid, rec in started_over_events(store, batch):
+            codes.append(json.loads(rec.data)["code"])
+    return codes
+
+
+def test_a_restart_that_trains_step_1_without_a_checkpoint_gets_the_labs_warning(
+    store: Store,
+) -> None:
+    assert started_over_after(store, {"from_step": 0, "path": None}) == ["started_over"]
+
+
+def test_a_resume_from_the_step_0_checkpoint_is_not_called_a_fresh_start(store: Store) -> None:
+    resumed = {"from_step": 0, "path": "/r1/ckpt/step-00000000", "missing": []}
+    assert started_over_after(store, resumed) == []
