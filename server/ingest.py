@@ -132,6 +132,24 @@ def run_fields_after(run: Row, values: list[dict[str, Any]]) -> dict[str, Any]:
     return fields
 
 
+def _store_parsed(
+    store: Store, run: Row, parsed: list[Parsed], ingest_offset: int, *, more: bool, bad: int
+) -> IngestBatch:
+    """Insert `parsed` for `run` with its summary columns and its saved ingest offset
+    (`ingest_offset`) in one transaction; `more` and `bad` are reported in the batch."""
+    values = [p.value for p in parsed]
+    fields = run_fields_after(run, values) if values else {}
+    inserted = store.insert_records(run["id"], [p.record for p in parsed], ingest_offset, fields)
+    return IngestBatch(
+        run_id=run["id"],
+        inserted=inserted,
+        run_fields=fields,
+        more=more,
+        bad_lines=bad,
+        kinds={rec.kind for _, rec in inserted},
+    )
+
+
 def ingest_run(store: Store, run: Row, chunk_bytes: int = CHUNK_BYTES) -> IngestBatch | None:
     """Read and store what the run's records.jsonl gained since the saved offset."""
     path = Path(run["run_dir"]) / RECORDS
@@ -155,20 +173,11 @@ def ingest_run(store: Store, run: Row, chunk_bytes: int = CHUNK_BYTES) -> Ingest
         return None
     if bad:
         log.warning("%s: %d line(s) that are not records skipped", path, bad)
-    values = [p.value for p in parsed]
-    fields = run_fields_after(run, values) if values else {}
-    inserted = store.insert_records(
-        run["id"], [p.record for p in parsed], offset + consumed, fields
+    batch = _store_parsed(
+        store, run, parsed, offset + consumed, more=offset + consumed < size, bad=bad
     )
-    return IngestBatch(
-        run_id=run["id"],
-        inserted=inserted,
-        run_fields=fields,
-        more=offset + consumed < size,
-        bad_lines=bad,
-        kinds={rec.kind for _, rec in inserted},
-        resume_segments=any(rec.kind == "step" and rec.segment > 0 for _, rec in inserted),
-    )
+    batch.resume_segments = any(rec.kind == "step" and rec.segment > 0 for _, rec in batch.inserted)
+    return batch
 
 
 def ingest_mirror_log(
@@ -194,17 +203,7 @@ def ingest_mirror_log(
     parsed, consumed, bad = parse_lines(chunk, offset, key_prefix="mirror")
     if consumed == 0:
         return None, offset
-    values = [p.value for p in parsed]
-    fields = run_fields_after(run, values) if values else {}
-    inserted = store.insert_records(
-        run["id"], [p.record for p in parsed], int(run["ingest_offset"]), fields
-    )
-    batch = IngestBatch(
-        run_id=run["id"],
-        inserted=inserted,
-        run_fields=fields,
-        more=offset + consumed < size,
-        bad_lines=bad,
-        kinds={rec.kind for _, rec in inserted},
+    batch = _store_parsed(
+        store, run, parsed, int(run["ingest_offset"]), more=offset + consumed < size, bad=bad
     )
     return batch, offset + consumed

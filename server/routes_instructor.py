@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from crashdrill.server.catalog import ID_RULE, MAX_TEXT, Catalog, Lesson, parse_text
 from crashdrill.server.errors import BadInput, Forbidden, LabError
-from crashdrill.server.routes_pairs import lab_of, lesson_public
+from crashdrill.server.routes_pairs import catalog_of, lab_of, lesson_public
 from crashdrill.server.schemas import problems
 from crashdrill.server.sessions import (
     INSTRUCTOR_COOKIE,
@@ -78,19 +78,25 @@ class Published(BaseModel):
     published: bool
 
 
-def catalog_of(request: Request) -> Catalog:
-    catalog: Catalog = request.app.state.catalog
-    return catalog
-
-
-def require_instructor(request: Request) -> None:
-    token = request.app.state.settings.instructor_token
+def instructor_token(request: Request) -> str:
+    """The server's instructor token; 403 when instructor mode is off."""
+    token: str | None = request.app.state.settings.instructor_token
     if not token:
         raise Forbidden(
             "instructor mode is off on this server: start it with CRASHDRILL_INSTRUCTOR_TOKEN set"
         )
-    if not is_instructor(request, token):
+    return token
+
+
+def require_instructor(request: Request) -> None:
+    if not is_instructor(request, instructor_token(request)):
         raise Unauthorized("log in as an instructor first (POST /api/instructor/login)")
+
+
+def instructor_catalog(request: Request) -> Catalog:
+    """The lesson catalog, for an instructor only (401/403 otherwise)."""
+    require_instructor(request)
+    return catalog_of(request)
 
 
 def detail(lesson: Lesson) -> dict[str, Any]:
@@ -112,11 +118,7 @@ async def me(request: Request) -> dict[str, bool]:
     responses=problems(400, 401, 403, 413, 422),
 )
 async def login(body: Login, request: Request, response: Response) -> dict[str, bool]:
-    token = request.app.state.settings.instructor_token
-    if not token:
-        raise Forbidden(
-            "instructor mode is off on this server: start it with CRASHDRILL_INSTRUCTOR_TOKEN set"
-        )
+    token = instructor_token(request)
     if not compare_digest(body.token.encode(), token.encode()):
         await asyncio.sleep(WRONG_TOKEN_DELAY_S)
         raise Unauthorized("token: that is not the instructor token of this server")
@@ -137,9 +139,8 @@ async def logout(response: Response) -> dict[str, bool]:
 
 @router.get("/presets", summary="Every preset, published or not", responses=problems(401, 403))
 async def all_presets(request: Request) -> dict[str, Any]:
-    require_instructor(request)
     return {
-        "presets": [x.summary() for x in catalog_of(request).visible(instructor=True)],
+        "presets": [x.summary() for x in instructor_catalog(request).visible(instructor=True)],
         "lockable": [KNOB, *SETTINGS],
         "always_locked": sorted(ALWAYS_LOCKED),
     }
@@ -151,8 +152,7 @@ async def all_presets(request: Request) -> dict[str, Any]:
     responses=problems(401, 403, 404),
 )
 async def one_preset(preset: str, request: Request) -> dict[str, Any]:
-    require_instructor(request)
-    return detail(catalog_of(request).get(preset, instructor=True))
+    return detail(instructor_catalog(request).get(preset, instructor=True))
 
 
 @router.post(
@@ -176,8 +176,7 @@ async def validate(body: PresetText, request: Request) -> dict[str, Any]:
     responses=problems(400, 401, 403, 409, 413, 422),
 )
 async def create(body: PresetText, request: Request) -> dict[str, Any]:
-    require_instructor(request)
-    return detail(catalog_of(request).create(body.text))
+    return detail(instructor_catalog(request).create(body.text))
 
 
 @router.put(
@@ -186,8 +185,7 @@ async def create(body: PresetText, request: Request) -> dict[str, Any]:
     responses=problems(400, 401, 403, 404, 413, 422),
 )
 async def update(preset: str, body: PresetText, request: Request) -> dict[str, Any]:
-    require_instructor(request)
-    return detail(catalog_of(request).update(preset, body.text))
+    return detail(instructor_catalog(request).update(preset, body.text))
 
 
 @router.delete(
@@ -197,8 +195,7 @@ async def update(preset: str, body: PresetText, request: Request) -> dict[str, A
     responses=problems(401, 403, 404),
 )
 async def delete(preset: str, request: Request) -> Response:
-    require_instructor(request)
-    catalog_of(request).delete(preset)
+    instructor_catalog(request).delete(preset)
     return Response(status_code=204)
 
 
@@ -209,8 +206,7 @@ async def delete(preset: str, request: Request) -> Response:
     responses=problems(400, 401, 403, 404, 409, 413, 422),
 )
 async def duplicate(preset: str, body: Duplicate, request: Request) -> dict[str, Any]:
-    require_instructor(request)
-    return detail(catalog_of(request).duplicate(preset, body.new_id))
+    return detail(instructor_catalog(request).duplicate(preset, body.new_id))
 
 
 @router.put(
@@ -219,8 +215,7 @@ async def duplicate(preset: str, body: Duplicate, request: Request) -> dict[str,
     responses=problems(400, 401, 403, 404, 413, 422),
 )
 async def set_locked(preset: str, body: Locked, request: Request) -> dict[str, Any]:
-    require_instructor(request)
-    return detail(catalog_of(request).set_locked(preset, body.locked))
+    return detail(instructor_catalog(request).set_locked(preset, body.locked))
 
 
 @router.put(
@@ -229,8 +224,7 @@ async def set_locked(preset: str, body: Locked, request: Request) -> dict[str, A
     responses=problems(400, 401, 403, 404, 413, 422),
 )
 async def set_published(preset: str, body: Published, request: Request) -> dict[str, Any]:
-    require_instructor(request)
-    return detail(catalog_of(request).set_published(preset, body.published))
+    return detail(instructor_catalog(request).set_published(preset, body.published))
 
 
 # ---- the class ----------------------------------------------------------------------

@@ -36,8 +36,9 @@ from typing import Any
 
 import torch
 
+from crashdrill.trainer.checkpoint_files import MANIFEST, fsync_dir, sha256_of, step_dir_name
+
 FORMAT_VERSION = 1
-MANIFEST = "MANIFEST.json"
 INPLACE_SLOT = "latest"
 PARTS_FULL = ("weights", "optimizer", "schedule", "rng", "data")
 PARTS_WEIGHTS = ("weights",)
@@ -73,26 +74,6 @@ class SaveResult:
 
 def ckpt_root(run_dir: str | Path) -> Path:
     return Path(run_dir) / "ckpt"
-
-
-def step_dir_name(step: int) -> str:
-    return f"step-{step:08d}"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _pause_for(step: int) -> float:
@@ -214,7 +195,7 @@ class CheckpointWriter:
             if final.exists():  # re-saving a step after a resume: replace it whole
                 shutil.rmtree(final)
             os.replace(work, final)
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
         manifest = {
             "format": FORMAT_VERSION,
             "step": step,
@@ -229,7 +210,7 @@ class CheckpointWriter:
                 os.fsync(f.fileno())
         os.replace(tmp, final / MANIFEST)
         if self.write == "atomic":
-            _fsync_dir(final)
+            fsync_dir(final)
             self._prune()
         total = sum(e["bytes"] for e in entries.values())
         persist = time.perf_counter() - t0
@@ -295,7 +276,9 @@ def read_manifest(path: Path) -> dict[str, Any]:
                 f"{path.name}: {name} is {size} bytes, "
                 f"the manifest says {entry['bytes']} (torn write)"
             )
-        if _sha256(fpath) != entry["sha256"]:
+        with open(fpath, "rb") as f:
+            digest = sha256_of(f)
+        if digest != entry["sha256"]:
             raise CorruptCheckpoint(f"{path.name}: {name} fails its sha256 check (corrupted)")
     return manifest
 

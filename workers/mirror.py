@@ -45,17 +45,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from crashdrill.trainer.checkpoint_files import MANIFEST, sha256_of, step_dir_name
 from crashdrill.workers.mirror_backends import Backend, MirrorError, RetryPolicy, open_backend
 from crashdrill.workers.mirror_restore import (
-    MANIFEST,
     STEP_DIR,
     Restored,
     check_manifest,
     mirrored_files,
     pull_for_restart,
     restore_latest,
-    sha256_of,
-    step_dir_name,
 )
 from crashdrill.workers.run_dir import RunDir
 

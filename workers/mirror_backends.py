@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol, TypeVar
 
+from crashdrill.trainer.checkpoint_files import fsync_dir
+
 T = TypeVar("T")
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
@@ -175,7 +177,7 @@ class LocalBackend:
                 os.replace(tmp, dest)
             finally:
                 tmp.unlink(missing_ok=True)
-            _fsync_dir(dest.parent)
+            fsync_dir(dest.parent)
 
         self._call(write, f"writing {dest}")
 
@@ -214,14 +216,6 @@ class LocalBackend:
                 path.parent.rmdir()  # only once it is empty
 
         self._call(remove, f"deleting {path}")
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _diagnose_local(e: BaseException) -> MirrorError:

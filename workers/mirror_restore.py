@@ -14,7 +14,6 @@ A copy that fails is reported and the next older one is tried.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -23,11 +22,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from crashdrill.trainer.checkpoint_files import MANIFEST, fsync_dir, sha256_of, step_dir_name
 from crashdrill.workers.mirror_backends import Backend, MirrorError, MirrorURLError, open_backend
 
-MANIFEST = "MANIFEST.json"
 STEP_DIR = re.compile(r"^step-(\d{8,})$")
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,200}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -35,10 +34,6 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 class CorruptCopy(Exception):
     """A mirrored checkpoint that fails verification; never used."""
-
-
-def step_dir_name(step: int) -> str:
-    return f"step-{step:08d}"
 
 
 def check_manifest(manifest: Any, step: int) -> dict[str, dict[str, Any]]:
@@ -56,22 +51,6 @@ def check_manifest(manifest: Any, step: int) -> dict[str, dict[str, Any]]:
         if not isinstance(entry.get("sha256"), str) or not _SHA256.match(entry["sha256"]):
             raise ValueError(f"its manifest has no sha256 for {name}")
     return files
-
-
-def sha256_of(f: IO[bytes]) -> str:
-    h = hashlib.sha256()
-    f.seek(0)
-    for chunk in iter(lambda: f.read(1 << 20), b""):
-        h.update(chunk)
-    return h.hexdigest()
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def mirrored_files(backend: Backend, key: str) -> dict[int, set[str]]:

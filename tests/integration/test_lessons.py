@@ -16,8 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from crashdrill.server.settings import Settings
-from tests.support.lab import free_port, serving
+from tests.support.lab import lab_client, wait_for_pair
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -26,14 +25,7 @@ LN_256 = math.log(256)
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[httpx.Client]:
-    settings = Settings(
-        data_dir=tmp_path / "lab",
-        port=free_port(),
-        max_concurrent=2,
-        stop_runs_on_exit=True,
-        telemetry=False,
-    )
-    with serving(settings) as url, httpx.Client(base_url=url, timeout=30) as c:
+    with lab_client(tmp_path / "lab") as c:
         yield c
 
 
@@ -43,21 +35,10 @@ class Pair:
     id: str
     runs: tuple[str, str]  # A, B
 
-    def view(self) -> list[dict[str, Any]]:
-        runs: list[dict[str, Any]] = self.client.get(f"/api/pairs/{self.id}").json()["runs"]
-        return runs
-
     def wait(
         self, ok: Callable[[list[dict[str, Any]]], bool], what: str, limit: float = 200
     ) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + limit
-        while True:
-            runs = self.view()
-            if ok(runs):
-                return runs
-            states = [(r["state"], r["stage"], r["segment"], r["step"]) for r in runs]
-            assert time.monotonic() < deadline, f"timed out waiting for {what}: {states}"
-            time.sleep(0.02)
+        return wait_for_pair(self.client, self.id, ok, what, timeout_s=limit, poll_s=0.02)
 
     def crash_at(self, label: str, step: int) -> dict[str, Any]:
         """Crash test run `label` once its first segment has trained `step` steps."""

@@ -14,16 +14,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 import pytest
 
 from crashdrill.server.resume_check import resume_checks
-from crashdrill.server.settings import Settings
 from crashdrill.workers.mirror import CheckpointMirror
 from crashdrill.workers.supervisor import Launch, Supervisor
 from tests.support.gcs_emulator import BUCKET, gcs_emulator
-from tests.support.lab import free_port, serving
+from tests.support.lab import lab_client
 from tests.unit.test_supervisor import Changes
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -112,14 +110,7 @@ def _train_kill_wipe_resume(run_dir: Path, url: str) -> None:
 
 
 def test_the_lab_shows_the_mirror_copies_in_the_event_log(tmp_path: Path) -> None:
-    settings = Settings(
-        data_dir=tmp_path / "lab",
-        port=free_port(),
-        max_concurrent=2,
-        stop_runs_on_exit=True,
-        telemetry=False,
-    )
-    with serving(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
+    with lab_client(tmp_path / "lab") as client:
         pair = client.post("/api/pairs", json={"preset": "quick"}).json()
 
         def finished() -> bool:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import httpx
 import pytest
 
 from crashdrill.server.settings import Settings
-from tests.support.lab import free_port, serving
+from tests.support.lab import free_port, serving, wait_for_pair
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -62,17 +63,8 @@ class Stream:
         ]
 
 
-def wait(
-    client: httpx.Client, pair: str, ok: Callable[[list[dict[str, Any]]], bool], what: str
-) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 120
-    while True:
-        runs = client.get(f"/api/pairs/{pair}").json()["runs"]
-        if ok(runs):
-            return runs
-        states = [(r["state"], r["stage"], r["segment"], r["step"]) for r in runs]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}: {states}"
-        time.sleep(0.02)
+# This test's pace: at most 120 s per wait, polled every 20 ms.
+wait = partial(wait_for_pair, timeout_s=120, poll_s=0.02)
 
 
 def training(run: dict[str, Any], segment: int, step: int) -> bool:

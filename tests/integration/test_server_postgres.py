@@ -8,9 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +15,7 @@ import httpx
 import pytest
 
 from crashdrill.server.db import PostgresDatabase
-from tests.support.lab import free_port
+from tests.support.lab import free_port, spawn_server, wait_for_pair
 from tests.support.postgres import PostgresServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -31,19 +28,6 @@ def is_step(line: str) -> bool:
         return False
 
 
-def wait(
-    client: httpx.Client, pair: str, ok: Callable[[list[dict[str, Any]]], bool], what: str
-) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 150
-    while True:
-        runs = client.get(f"/api/pairs/{pair}").json()["runs"]
-        if ok(runs):
-            return runs
-        states = [(r["state"], r["stage"], r["segment"], r["step"]) for r in runs]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}: {states}"
-        time.sleep(0.05)
-
-
 def test_a_quick_pair_on_postgres_resumes_bit_identically(
     tmp_path: Path, postgres_server: PostgresServer, postgres_url: str
 ) -> None:
@@ -54,32 +38,20 @@ def test_a_quick_pair_on_postgres_resumes_bit_identically(
         "CRASHDRILL_DATABASE_URL": postgres_url,
         "CRASHDRILL_TELEMETRY": "0",
     }
-    command = [sys.executable, "-m", "crashdrill.server", "--port", str(port)]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [*command, "--log-level", "debug"], env=env, stdout=out, stderr=subprocess.STDOUT
-        )
+    proc = spawn_server(port, env, log, "--log-level", "debug")
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"{base}/api/presets", timeout=1).raise_for_status()
-                break
-            except httpx.HTTPError:
-                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-                time.sleep(0.1)
         with httpx.Client(base_url=base, timeout=30) as client:
             created = client.post("/api/pairs", json={"preset": "quick"}).json()
             pair, run_a = created["pair"], created["runs"][0]["id"]
-            wait(
+            wait_for_pair(
                 client,
                 pair,
                 lambda rs: rs[0]["can_crash"] and (rs[0]["step"] or 0) >= 60,
                 "A to pass its checkpoint at 50",
             )
             assert client.post(f"/api/runs/{run_a}/crash").status_code == 202
-            runs = wait(
+            runs = wait_for_pair(
                 client, pair, lambda rs: all(r["state"] == "finished" for r in rs), "the end"
             )
             assert [(r["crashes"], r["step"]) for r in runs] == [(1, 300), (0, 300)]

@@ -8,17 +8,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.lab import free_port
+from tests.support.lab import free_port, spawn_server, wait_for_pair
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -35,36 +32,7 @@ class Server:
         }
         self.url = f"http://127.0.0.1:{port}"
         self.log = log
-        with open(log, "ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "crashdrill.server", "--port", str(port)],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"{self.url}/api/presets", timeout=1).raise_for_status()
-                return
-            except httpx.HTTPError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.proc.kill()
-                    raise AssertionError("no server:\n" + log.read_text()) from None
-                time.sleep(0.1)
-
-
-def wait(
-    client: httpx.Client, pair: str, ok: Callable[[list[dict[str, Any]]], bool], what: str
-) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 150
-    while True:
-        runs = client.get(f"/api/pairs/{pair}").json()["runs"]
-        if ok(runs):
-            return runs
-        states = [(r["state"], r["stage"], r["segment"], r["step"]) for r in runs]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}: {states}"
-        time.sleep(0.05)
+        self.proc = spawn_server(port, env, log)
 
 
 def file_records(run_dir: Path) -> list[dict[str, Any]]:
@@ -90,7 +58,7 @@ def test_a_server_killed_mid_run_loses_nothing_and_the_runs_finish(tmp_path: Pat
             cookies = dict(client.cookies)
             pair = created["pair"]
             run_a, run_b = (r["id"] for r in created["runs"])
-            runs = wait(
+            runs = wait_for_pair(
                 client, pair, lambda rs: all((r["step"] or 0) >= 150 for r in rs), "the pauses"
             )
             assert [r["state"] for r in runs] == ["running", "running"]
@@ -106,7 +74,7 @@ def test_a_server_killed_mid_run_loses_nothing_and_the_runs_finish(tmp_path: Pat
         with httpx.Client(base_url=server.url, timeout=30, cookies=cookies) as client:
             runs = client.get(f"/api/pairs/{pair}").json()["runs"]
             assert runs[0]["state"] == "running" and runs[0]["segment"] == 0  # adopted
-            runs = wait(
+            runs = wait_for_pair(
                 client, pair, lambda rs: all(r["state"] == "finished" for r in rs), "the end"
             )
             assert [(r["segment"], r["step"]) for r in runs] == [(0, 300), (1, 300)]

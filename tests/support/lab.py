@@ -1,15 +1,20 @@
 """Shared pieces of the server tests: a free loopback port, the stand-in trainer's
-command, and the real app served by uvicorn in a thread."""
+command, the real app served by uvicorn in a thread (and a client of it) or `crashdrill
+serve` as a subprocess, and waiting for a pair's runs to reach a state."""
 
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 STAND_IN = (sys.executable, str(Path(__file__).resolve().parent / "stand_in_trainer.py"))
 
@@ -42,3 +47,64 @@ def serving(settings: object, start_timeout: float = 30) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+@contextmanager
+def lab_client(data_dir: Path) -> Iterator[httpx.Client]:
+    """A client of the lab on `data_dir` with the real trainer (two runs at a time, no
+    telemetry), served on a free port until the block ends."""
+    from crashdrill.server.settings import Settings
+
+    settings = Settings(
+        data_dir=data_dir,
+        port=free_port(),
+        max_concurrent=2,
+        stop_runs_on_exit=True,
+        telemetry=False,
+    )
+    with serving(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
+        yield client
+
+
+def spawn_server(
+    port: int, env: Mapping[str, str], log: Path, *args: str, start_timeout: float = 60
+) -> subprocess.Popen[bytes]:
+    """`python -m crashdrill.server --port PORT ARGS…` with its output appended to `log`,
+    returned once it answers; killed, and the test failed with its log, if it does not."""
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "crashdrill.server", "--port", str(port), *args],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + start_timeout
+    while True:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/api/presets", timeout=1).raise_for_status()
+            return proc
+        except httpx.HTTPError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise AssertionError("no server:\n" + log.read_text()) from None
+            time.sleep(0.1)
+
+
+def wait_for_pair(
+    client: httpx.Client,
+    pair: str,
+    ok: Callable[[list[dict[str, Any]]], bool],
+    what: str,
+    timeout_s: float = 150,
+    poll_s: float = 0.05,
+) -> list[dict[str, Any]]:
+    """The pair's runs once `ok(runs)` holds; fails naming `what` and each run's state,
+    stage, segment and step when that takes over `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        runs: list[dict[str, Any]] = client.get(f"/api/pairs/{pair}").json()["runs"]
+        if ok(runs):
+            return runs
+        states = [(r["state"], r["stage"], r["segment"], r["step"]) for r in runs]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: {states}"
+        time.sleep(poll_s)

@@ -17,3 +17,14 @@ def test_importing_the_trainer_does_not_import_fastapi_or_the_server():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_importing_the_mirror_does_not_import_torch():
+    # workers/mirror.py promises this; the checkpoint layout it shares with the trainer
+    # lives in trainer/checkpoint_files.py for that reason.
+    code = (
+        "import sys\n"
+        "import crashdrill.workers.mirror, crashdrill.workers.mirror_restore\n"
+        "assert 'torch' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -2,24 +2,12 @@
 // Stop on each run (the ordinary run routes; the instructor cookie lets them act on any run).
 
 import { request } from "./api.js";
+import { $, el, status } from "./dom.js";
 import * as f from "./format.js";
 
-const $ = (sel) => document.querySelector(sel);
 const enc = encodeURIComponent;
 const REFRESH_MS = 2000;
 const ENDED = new Set(["finished", "failed", "stopped"]);
-
-function status(text, kind = "info") {
-  const s = $("#status");
-  s.textContent = text;
-  s.dataset.kind = kind;
-}
-
-function el(tag, props = {}, text) {
-  const e = Object.assign(document.createElement(tag), props);
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
 
 function runCell(run) {
   const td = el("td", { className: `class-run run-${run.label}` });

@@ -2,8 +2,8 @@
 // server as you type), duplicate, lock and publish lesson presets.
 
 import { request } from "./api.js";
+import { $, el, status } from "./dom.js";
 
-const $ = (sel) => document.querySelector(sel);
 const enc = encodeURIComponent;
 const VALIDATE_DELAY_MS = 250;
 
@@ -42,18 +42,6 @@ const state = {
   timer: null,
   seq: 0,
 };
-
-function status(text, kind = "info") {
-  const s = $("#status");
-  s.textContent = text;
-  s.dataset.kind = kind;
-}
-
-function el(tag, props = {}, text) {
-  const e = Object.assign(document.createElement(tag), props);
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
 
 // ---- logging in ---------------------------------------------------------------------
 
