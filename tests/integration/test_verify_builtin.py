@@ -117,13 +117,19 @@ def test_a_forked_trainer_computes_the_bits_of_an_execd_one(tmp_path: Path) -> N
     assert [p.bits for p in forked.points] == [p.bits for p in execd.points]
 
 
+def already_running() -> set[int]:
+    """Our descendants (other tests may leave shared servers running, e.g. PostgreSQL)."""
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
 @needs_fork
 def test_the_drill_leaves_no_process_behind(tmp_path: Path) -> None:
+    before = already_running()
     result = verify.verify_preset(small_preset(tmp_path, "orphans"), kills=2, seed=3)
     assert result.analysis.exit_code == 0
     assert result.target.describe()["starts"] == "fork-server"
     assert result.evidence.final_params is not None and result.evidence.final_params.equal
-    assert psutil.Process().children(recursive=True) == []
+    assert already_running() == before
 
 
 @needs_fork
@@ -131,13 +137,14 @@ def test_a_fork_server_that_cannot_start_falls_back_to_exec(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(verify, "FORK_SERVER_PRELOAD", ["crashdrill_no_such_module"])
+    before = already_running()
     work = tmp_path / "work"
     result = verify.verify_preset(small_preset(tmp_path, "fallback"), seed=1, work_dir=work)
     assert result.analysis.exit_code == 0
     assert result.target.describe()["starts"] == "exec"
     assert "every trainer process started with exec" in capsys.readouterr().err
     assert sorted(p.name for p in work.iterdir()) == ["crashed", "reference"]
-    assert psutil.Process().children(recursive=True) == []
+    assert already_running() == before
 
 
 def test_no_fork_server_starts_every_process_with_exec(tmp_path: Path) -> None:
