@@ -161,7 +161,10 @@ def test_when_realtime_is_down_ingest_goes_on_and_publishing_resumes_without_los
     for run_id, records in stored.items():
         ids = {r["id"] for r in got.get(run_id, [])}
         assert {r["id"] for r in records} <= ids
-    failures = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(failures) == 1 and "retrying with backoff" in failures[0].getMessage()
+    messages = [(r.levelno, r.getMessage()) for r in caplog.records]
+    recovered = next(i for i, (_, m) in enumerate(messages) if "publishing again" in m)
+    # One warning for the whole outage (not one per retry). The fake endpoint stops before
+    # the lab does, so a second outage may begin after the recovery: not counted here.
+    failures = [m for level, m in messages[:recovered] if level == logging.WARNING]
+    assert len(failures) == 1 and "retrying with backoff" in failures[0]
     assert SERVICE_KEY not in caplog.text
-    assert any("publishing again" in r.getMessage() for r in caplog.records)
