@@ -149,6 +149,7 @@ async function openPreset(id) {
 
 function validateSoon(delay = VALIDATE_DELAY_MS) {
   clearTimeout(state.timer);
+  state.seq++; // an answer still in flight is about text that has changed since
   state.validated = false;
   $("#save").disabled = true;
   state.timer = setTimeout(validate, delay);
@@ -162,6 +163,7 @@ async function validate() {
     result = await request("POST", "/api/instructor/presets/validate", { text: $("#preset-text").value });
   } catch (e) {
     if (seq !== state.seq) return;
+    $("#save").disabled = true;
     out.dataset.state = "error";
     out.textContent = e.status === 422 ? e.message : `Could not check it: ${e.message}`;
     return;
