@@ -15,28 +15,17 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from crashdrill.server.db import Row
+from crashdrill.server.schemas import RecordKind
 from crashdrill.server.store import NewRecord, Store
 from crashdrill.workers.mirror import MIRROR_LOG
 from crashdrill.workers.run_dir import RECORDS
 
 log = logging.getLogger(__name__)
 
-KINDS = (
-    "stage",
-    "step",
-    "val",
-    "probe",
-    "sample",
-    "ckpt",
-    "mirror",
-    "resume",
-    "event",
-    "run",
-    "telemetry",
-)
+KINDS: tuple[str, ...] = get_args(RecordKind)
 STEP_KEYED_KINDS = frozenset({"step", "val", "probe", "sample", "ckpt", "mirror"})
 LATEST_KINDS = frozenset({"step", "val", "probe", "sample", "ckpt", "mirror", "resume", "run"})
 CHUNK_BYTES = 1 << 20

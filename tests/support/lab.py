@@ -108,3 +108,21 @@ def wait_for_pair(
         states = [(r["state"], r["stage"], r["segment"], r["step"]) for r in runs]
         assert time.monotonic() < deadline, f"timed out waiting for {what}: {states}"
         time.sleep(poll_s)
+
+
+def stand_in_settings(
+    data_dir: Path, monkeypatch: Any, *, steps: int, token: str | None = None
+) -> Any:
+    """Settings of an in-process lab whose runs are the stand-in trainer (`steps` steps of
+    20 ms each), two at a time, stopped with the lab."""
+    from crashdrill.server.settings import Settings
+
+    monkeypatch.setenv("CRASHDRILL_STANDIN_STEPS", str(steps))
+    monkeypatch.setenv("CRASHDRILL_STANDIN_STEP_S", "0.02")
+    return Settings(
+        data_dir=data_dir,
+        trainer_command=STAND_IN,
+        max_concurrent=2,
+        stop_runs_on_exit=True,
+        instructor_token=token,
+    )

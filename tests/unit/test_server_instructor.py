@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from crashdrill.server.app import create_app
 from crashdrill.server.catalog import set_top_level
 from crashdrill.server.settings import Settings
-from tests.support.lab import STAND_IN
+from tests.support.lab import STAND_IN, stand_in_settings
 from tests.unit.test_server_routes import FakeSampler
 
 pytestmark = pytest.mark.timeout(90)
@@ -48,15 +48,8 @@ b = 150
 
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.setenv("CRASHDRILL_STANDIN_STEPS", "400")
-    monkeypatch.setenv("CRASHDRILL_STANDIN_STEP_S", "0.02")
-    return Settings(
-        data_dir=tmp_path / "lab",
-        trainer_command=STAND_IN,
-        max_concurrent=2,
-        stop_runs_on_exit=True,
-        instructor_token=TOKEN,
-    )
+    settings: Settings = stand_in_settings(tmp_path / "lab", monkeypatch, steps=400, token=TOKEN)
+    return settings
 
 
 @pytest.fixture

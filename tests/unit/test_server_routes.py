@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from crashdrill.server.app import create_app
 from crashdrill.server.settings import Settings
-from tests.support.lab import STAND_IN
+from tests.support.lab import stand_in_settings
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -35,15 +35,10 @@ class FakeSampler:
 
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.setenv("CRASHDRILL_STANDIN_STEPS", "60")
-    monkeypatch.setenv("CRASHDRILL_STANDIN_STEP_S", "0.02")
-    return Settings(
-        data_dir=tmp_path / "lab",
-        trainer_command=STAND_IN,
-        max_concurrent=2,
-        stop_runs_on_exit=True,
-        instructor_token="teach-me",
+    settings: Settings = stand_in_settings(
+        tmp_path / "lab", monkeypatch, steps=60, token="teach-me"
     )
+    return settings
 
 
 @pytest.fixture
