@@ -53,12 +53,17 @@ _MIGRATION = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _DIALECT_LINE = re.compile(r"^\s*--\s*(sqlite|postgres):(.*)$")
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 CONNECT_TIMEOUT_S = 10
+MIGRATION_LOCK_KEY = int.from_bytes(b"crashdri", "big") >> 1  # a signed 64-bit key
 
 Row = dict[str, Any]
 
 
 class DatabaseUnavailable(Exception):
     """The configured database cannot be used; the message says why (password masked)."""
+
+
+class MigrationError(DatabaseUnavailable):
+    """The schema could not be brought up to date; the text names the version."""
 
 
 class Database:
@@ -156,22 +161,59 @@ class Database:
         return int(row["v"]) if row and row["v"] is not None else 0
 
     def migrate(self, directory: Path = MIGRATIONS_DIR) -> list[int]:
-        """Apply the migrations newer than the schema; the versions applied."""
+        """Apply the migrations newer than the schema; the versions applied.
+
+        Each runs in its own transaction, all under the migration lock (SQLite: the
+        write lock of each BEGIN IMMEDIATE; Postgres: an advisory lock held for the
+        whole call), which reads the version again: servers sharing one database and
+        starting together apply each migration once. A database migrated by a newer
+        crashdrill, or a migration that fails, raises MigrationError naming the version
+        and the database."""
+        with self._migration_lock():
+            return self._migrate(available_migrations(directory))
+
+    def _migrate(self, available: list[tuple[int, str, Path]]) -> list[int]:
+        known = available[-1][0] if available else 0
         current = self.schema_version()
+        if current > known:
+            raise MigrationError(
+                f"{self.describe()} has schema version {current}, but this crashdrill knows"
+                f" versions up to {known}: a newer crashdrill migrated it; upgrade this one"
+                " (pip install -U crashdrill) or point it at another database"
+            )
         applied = []
-        for version, name, path in available_migrations(directory):
+        for version, name, path in available:
             if version <= current:
                 continue
             statements = split_sql(path.read_text(encoding="utf-8"), self.dialect)
-            with self.transaction():
-                for statement in statements:
-                    self.run(statement)
-                self.run(
-                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-                    (version, name, time.time()),
-                )
+            try:
+                with self.transaction():
+                    if self.schema_version() >= version:  # another server got here first
+                        continue
+                    for statement in statements:
+                        self.run(statement)
+                    self.run(
+                        "INSERT INTO schema_migrations (version, name, applied_at)"
+                        " VALUES (?, ?, ?)",
+                        (version, name, time.time()),
+                    )
+            except DatabaseUnavailable:
+                raise
+            except Exception as e:
+                raise MigrationError(
+                    f"migration {version:04d}_{name} failed on {self.describe()} and was"
+                    f" rolled back: {self._scrub(str(e))}"
+                ) from e
             applied.append(version)
         return applied
+
+    @contextmanager
+    def _migration_lock(self) -> Iterator[None]:
+        """Serialise migrations across servers (SQLite's BEGIN IMMEDIATE already does)."""
+        yield
+
+    def _scrub(self, text: str) -> str:
+        return " ".join(text.split())
 
 
 class PostgresDatabase(Database):
@@ -283,6 +325,19 @@ class PostgresDatabase(Database):
         with self._lock:
             self._closed = True
             self._pg.close()
+
+    @contextmanager
+    def _migration_lock(self) -> Iterator[None]:
+        """A session advisory lock: one server migrates, the others wait, then find the
+        schema current. The key is crashdrill's own (the first 8 bytes of its name)."""
+        with self._lock:
+            self.run("SELECT pg_advisory_lock(?)", (MIGRATION_LOCK_KEY,))
+            try:
+                yield
+            finally:
+                if not self._pg.broken:  # a broken connection dropped the lock with it
+                    with contextlib.suppress(Exception):
+                        self.run("SELECT pg_advisory_unlock(?)", (MIGRATION_LOCK_KEY,))
 
 
 def open_database(settings: Settings) -> Database:

@@ -77,7 +77,16 @@ class Lab:
         except BaseException:
             os.close(self._lock_fd)
             raise
-        self.store = Store(self.db)
+        try:
+            self.db.migrate()
+            self.store = Store(self.db, settings.resolve_lab_id())
+            claimed = self.store.claim_unowned()
+        except BaseException:
+            self.db.close()
+            os.close(self._lock_fd)
+            raise
+        if claimed:
+            log.info("%d run(s) from before schema 2 now belong to this lab", claimed)
         self.fanout: Fanout = fanout or LocalFanout(settings.stream_max_pending_records)
         self.telemetry = TelemetryFeed(settings, self.store, self.fanout, sampler_factory)
         self.supervisors: dict[str, Supervisor] = {}
@@ -93,7 +102,6 @@ class Lab:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self.db.migrate()
         self._recover()
         self._task = asyncio.create_task(self._ingest_loop(), name="crashdrill-ingest")
         if self.mirror is not None:

@@ -11,6 +11,7 @@ import os
 import secrets
 import shlex
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -208,20 +209,36 @@ class Settings:
         """The cookie-signing key: the setting, else one kept in data_dir/secret_key."""
         if self.secret_key:
             return self.secret_key
-        path = self.data_dir / "secret_key"
-        try:
-            return path.read_text(encoding="utf-8").strip()
-        except FileNotFoundError:
-            pass
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        key = secrets.token_urlsafe(32)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:  # another server created it a moment ago
-            return path.read_text(encoding="utf-8").strip()
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(key + "\n")
-        return key
+        return _kept_token(self.data_dir / "secret_key", 32)
+
+    def resolve_lab_id(self) -> str:
+        """This lab's id, kept in data_dir/lab_id: the runs it starts carry it, so labs
+        sharing one database leave each other's runs alone."""
+        return _kept_token(self.data_dir / "lab_id", 12)
+
+
+def _kept_token(path: Path, nbytes: int) -> str:
+    """A random token made once and kept in `path` (mode 0600); the first writer wins."""
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+        if text:
+            return text
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(nbytes)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another server created it a moment ago, or it is empty
+        for _ in range(50):
+            text = path.read_text(encoding="utf-8").strip()
+            if text:
+                return text
+            time.sleep(0.02)
+        raise SettingsError(f"{path} is empty: delete it and start the server again") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(token + "\n")
+    return token
 
 
 def lock_data_dir(data_dir: Path) -> int:

@@ -52,8 +52,23 @@ class NewRecord:
 
 
 class Store:
-    def __init__(self, db: Database) -> None:
+    """Queries scoped to one lab: the runs it schedules, adopts and resumes, and its
+    machine's telemetry, carry `lab` (labs sharing a database leave each other alone).
+    Lookups by id (a pair, a run, its records) are not scoped: ids are unguessable."""
+
+    def __init__(self, db: Database, lab: str = "") -> None:
         self.db = db
+        self.lab = lab
+        self._telemetry_inserts = 0
+
+    def claim_unowned(self) -> int:
+        """Give rows from before labs existed (schema 1) to this lab; how many runs."""
+        with self.db.transaction():
+            n = self.db.run("SELECT COUNT(*) AS n FROM runs WHERE lab IS NULL")[0]["n"]
+            if n:
+                self.db.run("UPDATE runs SET lab = ? WHERE lab IS NULL", (self.lab,))
+            self.db.run("UPDATE telemetry SET lab = ? WHERE lab IS NULL", (self.lab,))
+        return int(n)
 
     # ---- pairs and runs -------------------------------------------------------------
 
@@ -75,9 +90,10 @@ class Store:
             )
             for i, (run_id, label, run_dir) in enumerate(runs):
                 self.db.run(
-                    "INSERT INTO runs (id, pair_id, label, preset, run_dir, state, queued_at)"
-                    " VALUES (?, ?, ?, ?, ?, 'queued', ?)",
-                    (run_id, pair_id, label, preset, run_dir, now + i * 1e-6),
+                    "INSERT INTO runs"
+                    " (id, pair_id, label, preset, run_dir, state, queued_at, lab)"
+                    " VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)",
+                    (run_id, pair_id, label, preset, run_dir, now + i * 1e-6, self.lab),
                 )
 
     def pair(self, pair_id: str) -> Row | None:
@@ -111,7 +127,8 @@ class Store:
             return []
         marks = ", ".join("?" for _ in states)
         return self.db.run(
-            f"SELECT * FROM runs WHERE state IN ({marks}) ORDER BY queued_at, label", states
+            f"SELECT * FROM runs WHERE lab = ? AND state IN ({marks}) ORDER BY queued_at, label",
+            (self.lab, *states),
         )
 
     def update_run(self, run_id: str, **fields: Any) -> None:
@@ -195,11 +212,27 @@ class Store:
     # ---- telemetry ------------------------------------------------------------------
 
     def insert_telemetry(self, t: float, data: str, keep: int) -> int:
-        rows = self.db.run("INSERT INTO telemetry (t, data) VALUES (?, ?) RETURNING id", (t, data))
+        """Store a sample of this lab's machine; every 100th insert prunes this lab's
+        samples to the newest `keep`."""
+        rows = self.db.run(
+            "INSERT INTO telemetry (t, data, lab) VALUES (?, ?, ?) RETURNING id",
+            (t, data, self.lab),
+        )
         new_id = int(rows[0]["id"])
-        if new_id % 100 == 0:
-            self.db.run("DELETE FROM telemetry WHERE id <= ?", (new_id - keep,))
+        self._telemetry_inserts += 1
+        if self._telemetry_inserts % 100 == 0:
+            edge = self.db.one(
+                "SELECT id FROM telemetry WHERE lab = ? ORDER BY id DESC LIMIT 1 OFFSET ?",
+                (self.lab, keep),
+            )
+            if edge is not None:
+                self.db.run(
+                    "DELETE FROM telemetry WHERE lab = ? AND id <= ?", (self.lab, edge["id"])
+                )
         return new_id
 
     def latest_telemetry(self) -> Row | None:
-        return self.db.one("SELECT id, t, data FROM telemetry ORDER BY id DESC LIMIT 1")
+        return self.db.one(
+            "SELECT id, t, data FROM telemetry WHERE lab = ? ORDER BY id DESC LIMIT 1",
+            (self.lab,),
+        )

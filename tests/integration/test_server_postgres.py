@@ -4,6 +4,7 @@ in the database, and the password nowhere in the server's output."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -15,7 +16,7 @@ import httpx
 import pytest
 
 from crashdrill.server.db import PostgresDatabase
-from tests.support.lab import free_port, spawn_server, wait_for_pair
+from tests.support.lab import free_port, serving, spawn_server, stand_in_settings, wait_for_pair
 from tests.support.postgres import PostgresServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -77,3 +78,42 @@ def test_a_quick_pair_on_postgres_resumes_bit_identically(
     output = log.read_text()
     assert "database: Postgres at postgresql://crashdrill:***@127.0.0.1:" in output, output
     assert postgres_server.password not in output
+
+
+def test_two_labs_on_one_database_leave_each_other_s_runs_alone(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lab B starts on the database while lab A's pair trains: B adopts and resumes none
+    of A's runs, A's two active runs do not count against B's limit of two, and B
+    stopping its own runs on exit leaves A's training."""
+    settings = {
+        name: dataclasses.replace(
+            stand_in_settings(tmp_path / name, monkeypatch, steps=500),
+            port=free_port(),
+            database_url=postgres_url,
+            telemetry=False,
+        )
+        for name in "ab"
+    }
+    with serving(settings["a"]) as url_a, httpx.Client(base_url=url_a, timeout=30) as a:
+        pair_a = a.post("/api/pairs", json={"preset": "quick"}).json()["pair"]
+        wait_for_pair(a, pair_a, lambda rs: all(r["state"] == "running" for r in rs), "A runs")
+        with serving(settings["b"]) as url_b, httpx.Client(base_url=url_b, timeout=30) as b:
+            pair_b = b.post("/api/pairs", json={"preset": "quick"}).json()["pair"]
+            runs_b = wait_for_pair(
+                b, pair_b, lambda rs: all(r["state"] != "queued" for r in rs), "B to start", 20
+            )
+            assert {r["state"] for r in runs_b} <= {"starting", "running"}, runs_b
+        # B stopped its runs on exit; A's kept training, never crashed nor resumed.
+        runs_a = wait_for_pair(
+            a, pair_a, lambda rs: all(r["state"] == "finished" for r in rs), "A to finish"
+        )
+        assert [(r["crashes"], r["segment"], r["step"]) for r in runs_a] == [(0, 0, 500)] * 2
+        assert {r["state"] for r in a.get(f"/api/pairs/{pair_b}").json()["runs"]} == {"stopped"}
+    labs = {name: (tmp_path / name / "lab_id").read_text().strip() for name in "ab"}
+    db = PostgresDatabase(postgres_url)
+    rows = db.run("SELECT pair_id, lab FROM runs")
+    db.close()
+    assert sorted((r["pair_id"], r["lab"]) for r in rows) == sorted(
+        [(pair_a, labs["a"])] * 2 + [(pair_b, labs["b"])] * 2
+    )

@@ -11,6 +11,7 @@ import pytest
 
 from crashdrill.server.db import (
     Database,
+    MigrationError,
     available_migrations,
     mask_url,
     split_sql,
@@ -64,10 +65,54 @@ def test_a_failing_migration_leaves_the_schema_as_it_was(
     d.mkdir()
     (d / "0001_bad.sql").write_text("CREATE TABLE a (x INTEGER);\nNOT SQL AT ALL;")
     db = new_db()
-    with pytest.raises(Exception, match="syntax"):
+    with pytest.raises(MigrationError, match=r"migration 0001_bad failed on .*syntax") as e:
         db.migrate(d)
+    assert db.describe() in str(e.value) and "rolled back" in str(e.value)
     assert db.schema_version() == 0
     assert "a" not in table_names(db)
+
+
+def test_a_schema_from_a_newer_crashdrill_is_refused_by_name(
+    new_db: Callable[[], Database], tmp_path: Path
+) -> None:
+    d = tmp_path / "migrations"
+    d.mkdir()
+    (d / "0001_first.sql").write_text("CREATE TABLE a (x INTEGER);")
+    (d / "0002_second.sql").write_text("CREATE TABLE b (y TEXT);")
+    db = new_db()
+    assert db.migrate(d) == [1, 2]
+    (d / "0002_second.sql").unlink()  # this crashdrill only knows version 1
+    with pytest.raises(MigrationError, match="schema version 2, but this crashdrill knows"):
+        db.migrate(d)
+
+
+def test_servers_starting_together_apply_each_migration_once(
+    new_db: Callable[[], Database], tmp_path: Path
+) -> None:
+    d = tmp_path / "migrations"
+    d.mkdir()
+    for i in range(1, 6):
+        (d / f"{i:04d}_m{i}.sql").write_text(f"CREATE TABLE t{i} (x INTEGER);")
+    dbs = [new_db() for _ in range(3)]
+    start = threading.Barrier(len(dbs))
+    applied: list[list[int]] = []
+    errors: list[BaseException] = []
+
+    def migrate(db: Database) -> None:
+        start.wait()
+        try:
+            applied.append(db.migrate(d))
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=migrate, args=(db,)) for db in dbs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert sorted(v for a in applied for v in a) == [1, 2, 3, 4, 5]
+    assert dbs[0].run("SELECT COUNT(*) AS n FROM schema_migrations")[0]["n"] == 5
 
 
 def test_dialect_lines_pick_the_sql_of_each_backend(

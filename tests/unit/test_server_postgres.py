@@ -208,6 +208,28 @@ def test_doctor_passes_on_a_working_database_and_never_prints_the_password(
     assert proc.returncode == 0 and "up to date" in proc.stdout, proc.stdout + proc.stderr
 
 
+def test_serve_exits_2_naming_the_schema_a_newer_crashdrill_left(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    postgres_server: PostgresServer,
+    postgres_url: str,
+) -> None:
+    db = PostgresDatabase(postgres_url)
+    db.migrate()
+    db.run("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", (99, "from_the_future"))
+    db.close()
+    monkeypatch.setenv("CRASHDRILL_DATABASE_URL", postgres_url)
+    assert cli.main(["--data-dir", str(tmp_path), "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err
+    assert "has schema version 99, but this crashdrill knows versions up to" in err, err
+    assert "postgresql://crashdrill:***@127.0.0.1:" in err
+    assert postgres_server.password not in err and "Traceback" not in err
+    # The data dir's lock went with the failed start.
+    monkeypatch.delenv("CRASHDRILL_DATABASE_URL")
+    create_app(Settings(data_dir=tmp_path)).state.lab.db.close()
+
+
 def test_doctor_says_why_it_cannot_connect(postgres_server: PostgresServer) -> None:
     url = postgres_server.url().replace(postgres_server.password, SECRET)
     proc = run_cli("doctor", "postgres", env={"CRASHDRILL_DATABASE_URL": url})
