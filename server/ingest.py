@@ -5,7 +5,8 @@ byte offset, inserts them and moves the offset in one transaction, so a server k
 any moment re-reads at most what it had not committed, and duplicate rows are refused by
 their key: (segment, step, kind) for step-bearing kinds, the line's byte offset for the
 others (events, stages, resumes…). A final line without its newline (a trainer killed
-mid-write) is left for later; a line that is not a JSON object is skipped and counted.
+mid-write) is left for later; a line that is not a JSON object, or whose step, segment,
+time or text does not fit its column, is skipped and counted.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ KINDS: tuple[str, ...] = get_args(RecordKind)
 STEP_KEYED_KINDS = frozenset({"step", "val", "probe", "sample", "ckpt", "mirror"})
 LATEST_KINDS = frozenset({"step", "val", "probe", "sample", "ckpt", "mirror", "resume", "run"})
 CHUNK_BYTES = 1 << 20
+INT64 = (-(2**63), 2**63 - 1)  # BIGINT in Postgres, INTEGER in SQLite
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,9 @@ def parse_lines(
         if not isinstance(value, dict) or not isinstance(value.get("kind"), str):
             bad += 1
             continue
+        if not _storable(value):
+            bad += 1
+            continue
         kind = value["kind"]
         segment = value.get("segment")
         if not isinstance(segment, int) or isinstance(segment, bool) or segment < 0:
@@ -86,8 +91,7 @@ def parse_lines(
         if not isinstance(step, int) or isinstance(step, bool):
             step = None
         t = value.get("t")
-        if isinstance(t, bool) or not isinstance(t, int | float):
-            t = None
+        t = None if isinstance(t, bool) or not isinstance(t, int | float) else float(t)
         if key_prefix:
             key = f"{key_prefix}@{offset}"
         elif kind in STEP_KEYED_KINDS and step is not None:
@@ -97,6 +101,32 @@ def parse_lines(
         text = json.dumps(value, separators=(",", ":"))
         parsed.append(Parsed(NewRecord(key, segment, kind, step, t, text), value))
     return parsed, end + 1, bad
+
+
+def _storable(value: dict[str, Any]) -> bool:
+    """Whether the fields that go to columns fit them: integers in 64 bits, numbers in a
+    double, text without a lone UTF-16 surrogate (neither SQLite nor Postgres stores one).
+    A line that does not fit is skipped as bad: inserting it would fail the same way on
+    every ingest pass and stop the run's records for good."""
+    for name in ("kind", "stage"):
+        text = value.get(name)
+        if isinstance(text, str):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+    for name in ("segment", "step"):
+        n = value.get(name)
+        if isinstance(n, int) and not isinstance(n, bool) and not INT64[0] <= n <= INT64[1]:
+            return False
+    for name in ("t", "progress"):
+        x = value.get(name)
+        if isinstance(x, int) and not isinstance(x, bool):
+            try:
+                float(x)
+            except OverflowError:
+                return False
+    return True
 
 
 def run_fields_after(run: Row, values: list[dict[str, Any]]) -> dict[str, Any]:
@@ -161,7 +191,9 @@ def ingest_run(store: Store, run: Row, chunk_bytes: int = CHUNK_BYTES) -> Ingest
             store.update_run(run["id"], ingest_offset=offset + len(chunk))
         return None
     if bad:
-        log.warning("%s: %d line(s) that are not records skipped", path, bad)
+        log.warning(
+            "%s: %d line(s) skipped: not records, or values no database column holds", path, bad
+        )
     batch = _store_parsed(
         store, run, parsed, offset + consumed, more=offset + consumed < size, bad=bad
     )

@@ -78,6 +78,36 @@ def test_a_torn_line_is_skipped_and_the_rest_kept(store: Store) -> None:
     assert ingest_all(store) == 2
 
 
+def test_a_line_no_database_column_can_hold_is_skipped_not_retried_forever(
+    store: Store,
+) -> None:
+    """A step or segment past 64 bits, a time past a double, or text with a lone UTF-16
+    surrogate (which neither SQLite nor Postgres can store) once made every ingest pass
+    fail on the same chunk, so the run's records stopped for good."""
+    poison = [
+        line("step", step=2**63, loss=1.0),
+        line("step", 2**64, step=3, loss=1.0),
+        line("step", step=-(2**63) - 1, loss=1.0),
+        line("event", text="far future").replace('"t": 1.0', f'"t": {10**400}'),
+        line("ev\ud800nt", text="a lone surrogate in the kind"),
+        line("stage", stage="tr\udfffain", progress=0.5),
+    ]
+    append(store, line("step", step=1, loss=1.0) + "".join(poison) + line("step", step=2))
+    batches = []
+    while (batch := ingest_run(store, store.run("r1"))) is not None:  # type: ignore[arg-type]
+        batches.append(batch)
+    assert sum(len(b.inserted) for b in batches) == 2
+    assert sum(b.bad_lines for b in batches) == len(poison)
+    kept = store.records("r1", None, 0, 100)
+    assert [json.loads(r["data"])["step"] for r in kept] == [1, 2]
+    assert store.run("r1")["step"] == 2  # type: ignore[index]
+    # The largest values a column holds are kept as they are.
+    big = 2**63 - 1
+    append(store, line("step", step=big, loss=1.0) + line("event", t=1e308, text="\ud7ff"))
+    assert ingest_all(store) == 2
+    assert store.run("r1")["step"] == big  # type: ignore[index]
+
+
 def test_the_same_step_in_a_new_segment_is_a_new_row(store: Store) -> None:
     append(store, line("step", 0, step=5, loss=1.0) + line("step", 1, step=5, loss=1.0))
     assert ingest_all(store) == 2
