@@ -240,7 +240,7 @@ def owner_tag(owner: str) -> str:
     summary="Every pair, newest first: owner, preset, and each run's state and step",
     responses=problems(401, 403),
 )
-async def class_view(request: Request) -> dict[str, Any]:
+def class_view(request: Request) -> dict[str, Any]:
     require_instructor(request)
     lab = lab_of(request)
     me_ = session_of(request)
@@ -250,8 +250,9 @@ async def class_view(request: Request) -> dict[str, Any]:
     for row in runs:
         by_pair.setdefault(row["pair_id"], []).append(row)
     pairs = []
+    stored = lab.store.pairs_by_id(list(by_pair))
     for pair_id, rows in by_pair.items():
-        pair = lab.store.pair(pair_id)
+        pair = stored.get(pair_id)
         if pair is None:
             continue
         view = pair_view(pair, sorted(rows, key=lambda r: r["label"]), positions, is_owner=False)

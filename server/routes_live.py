@@ -20,7 +20,9 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
+from crashdrill.server.errors import NotFound
 from crashdrill.server.fanout import frame
 from crashdrill.server.routes_pairs import lab_of
 from crashdrill.server.runs import Lab
@@ -50,17 +52,26 @@ async def stream(
     request: Request, pair: str = Query(description="the pair to follow")
 ) -> StreamingResponse:
     lab = lab_of(request)
-    view = lab.pair(pair, session_of(request))
-    run_ids = [r["id"] for r in view["runs"]]
+    session = session_of(request)
+    # The database's reads on a worker thread (a remote one must not stall the loop).
+    # Subscribed before the view is read, so nothing published meanwhile is missed.
+    run_ids = [r["id"] for r in await run_in_threadpool(lab.store.runs_of_pair, pair)]
+    if not run_ids:
+        raise NotFound(f"no pair {pair!r}")
     after = _last_event_id(request)
     sub = lab.fanout.subscribe([*(f"run:{r}" for r in run_ids), MACHINE_CHANNEL])
+    try:
+        view = await run_in_threadpool(lab.pair, pair, session)
+    except BaseException:
+        lab.fanout.unsubscribe(sub)
+        raise
     hello = json.dumps({"pair": view, "machine": lab.telemetry.latest}, separators=(",", ":"))
 
     async def body() -> AsyncIterator[bytes]:
         try:
             yield frame("hello", hello)
             if after is not None:
-                yield _backfill(lab, run_ids, after)
+                yield await run_in_threadpool(_backfill, lab, run_ids, after)
             heartbeat = lab.settings.stream_heartbeat_s
             while not sub.closed:
                 frames = await sub.next(heartbeat)

@@ -152,5 +152,5 @@ async def create_pair(body: NewPairWithSettings, request: Request) -> dict[str, 
     summary="Both runs' state, stage, step, latest metrics and the knob that differs",
     responses=problems(404, 422),
 )
-async def get_pair(pair: str, request: Request) -> dict[str, Any]:
+def get_pair(pair: str, request: Request) -> dict[str, Any]:
     return lab_of(request).pair(pair, session_of(request))

@@ -60,7 +60,7 @@ async def stop(run: str, request: Request) -> dict[str, Any]:
     summary="Run records (history for charts), oldest first, after a record id",
     responses=problems(404, 422),
 )
-async def records(
+def records(
     run: str,
     request: Request,
     kind: Annotated[list[RecordKind] | None, Query(description="only these kinds")] = None,
@@ -82,7 +82,7 @@ async def records(
     summary="Per resume: the recomputed steps compared with the originals, bit for bit",
     responses=problems(404, 422),
 )
-async def resume_checks(run: str, request: Request) -> dict[str, Any]:
+def resume_checks(run: str, request: Request) -> dict[str, Any]:
     lab = lab_of(request)
     lab.run_row(run)
     return {"run": run, "checks": lab.resume_checks(run)}
@@ -94,7 +94,7 @@ async def resume_checks(run: str, request: Request) -> dict[str, Any]:
     summary="The human log of a run, in order",
     responses=problems(404, 422),
 )
-async def events(run: str, request: Request) -> dict[str, Any]:
+def events(run: str, request: Request) -> dict[str, Any]:
     lab = lab_of(request)
     lab.run_row(run)
     return {"run": run, "events": [event_view(r) for r in lab.store.records_of_kind(run, "event")]}

@@ -1,7 +1,9 @@
 """The lab: pairs of runs, their lifecycle, the queue, ingest and what is pushed live.
 
-Everything here runs on the event loop's thread. Supervisors watch trainers in their own
-threads and report through `call_soon_threadsafe`; so does the telemetry sampler.
+Everything here runs on the event loop's thread, except the ingest passes' database work
+(`_run_pass`, on a worker thread: a remote Postgres would stall the loop). Supervisors
+watch trainers in their own threads and report through `call_soon_threadsafe`; so does
+the telemetry sampler.
 
 Lifecycle of a run (`state`): queued → starting → running ⇄ restarting → finished |
 failed | stopped. At most `max_concurrent` runs are starting/running/restarting; the rest
@@ -17,8 +19,10 @@ import json
 import logging
 import os
 import secrets
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +51,27 @@ THROTTLE_S = 0.5
 LIVE_STATES = ("queued", *ACTIVE_STATES)
 # A run whose dir holds this file trains that preset text (see create_pair).
 FROZEN_PRESET = "preset.toml"
+
+
+@dataclass(frozen=True)
+class PassJob:
+    """What one ingest pass does, snapshotted on the loop."""
+
+    tails: list[str]  # runs whose files are read
+    supervised: frozenset[str]  # runs with a trainer still watched
+    runs_due: list[str]  # runs whose view is pushed now
+    checks_due: list[str]  # runs whose resume checks are pushed now
+
+
+@dataclass
+class PassResult:
+    """What one ingest pass built, for the loop to publish and note."""
+
+    messages: list[tuple[str, Message]] = field(default_factory=list)
+    runs_due: list[str] = field(default_factory=list)  # views to push within THROTTLE_S
+    checks_due: list[str] = field(default_factory=list)
+    untail: list[str] = field(default_factory=list)  # runs whose files are read to the end
+    more: bool = False  # some file has more to read
 
 
 def new_id() -> str:
@@ -97,6 +122,7 @@ class Lab:
         self._task: asyncio.Task[None] | None = None
         self._closing = False  # no new starts while stopping
         self._closed = False  # the database is closed: late reports are dropped
+        self._ingest_lock = threading.Lock()  # one ingest pass at a time, on any thread
 
     # ---- start and stop -------------------------------------------------------------
 
@@ -127,7 +153,7 @@ class Lab:
             await asyncio.to_thread(lambda: [s.join(10) for s in sups])
             for _ in range(3):
                 await asyncio.sleep(0)  # let the supervisors' last reports land
-            self.ingest_once()
+            self._apply_pass(await asyncio.to_thread(self._run_pass, self._next_pass(False)))
         elif sups:
             log.info("%d run(s) keep training; the next server start adopts them", len(sups))
         if self.mirror is not None:
@@ -135,7 +161,10 @@ class Lab:
             # start watches the runs again and copies their newest checkpoints.
             await asyncio.to_thread(self.mirror.stop)
         self.fanout.close()
+        # A pass whose task was cancelled may still be on its thread: let it end first.
+        await asyncio.to_thread(self._ingest_lock.acquire)
         self._closed = True
+        self._ingest_lock.release()
         self.db.close()
         os.close(self._lock_fd)
 
@@ -390,39 +419,88 @@ class Lab:
     # ---- ingest and publishing ------------------------------------------------------
 
     async def _ingest_loop(self) -> None:
+        """Ingest and the throttled pushes, with their database work on a worker thread:
+        against a remote Postgres every statement costs a network round trip, which on
+        the event loop's thread would stall every request and stream meanwhile. The
+        loop only snapshots what to do, then publishes what the pass built, in order."""
         interval = self.settings.ingest_interval_s
         while True:
             try:
-                more = self.ingest_once()
-                self._publish_due()
+                job = self._next_pass()
+                result = await asyncio.to_thread(self._run_pass, job)
+                self._apply_pass(result)
+                more = result.more
             except Exception:
                 log.exception("ingest failed; retrying")
                 more = False
             await asyncio.sleep(0 if more else interval)
 
     def ingest_once(self) -> bool:
-        """One pass over the runs being tailed; True when some file has more to read."""
-        more = False
-        for run_id in list(self._tails):
-            row = self.store.run(run_id)
-            if row is None:
-                self._tails.discard(run_id)
-                continue
-            # Asked before reading mirror.jsonl: once not busy, its last line is written.
-            copying = self.mirror is not None and self.mirror.busy(Path(row["run_dir"]).name)
-            batch = ingest_run(self.store, row)
-            if batch is not None:
-                self._publish_batch(batch)
-                more = more or batch.more
-            mirrored = self._ingest_mirror_log(run_id, row)
-            more = more or mirrored
-            done = row["state"] in TERMINAL_STATES and run_id not in self.supervisors
-            if done and not copying and (batch is None or not batch.more) and not mirrored:
-                self._tails.discard(run_id)
-                self._mirror_offsets.pop(run_id, None)
-        return more
+        """One pass over the runs being tailed, all on this thread (at shutdown and in
+        tests); True when some file has more to read."""
+        result = self._run_pass(self._next_pass(due_only=False))
+        self._apply_pass(result)
+        return result.more
 
-    def _ingest_mirror_log(self, run_id: str, row: Row) -> bool:
+    def _next_pass(self, due_only: bool = True) -> PassJob:
+        """On the loop: the runs to tail and the pushes that are due, taken off the lists."""
+        now = time.monotonic()
+        runs_due = [r for r, due in self._runs_due.items() if due <= now or not due_only]
+        checks_due = [r for r, due in self._checks_due.items() if due <= now or not due_only]
+        for run_id in runs_due:
+            del self._runs_due[run_id]
+        for run_id in checks_due:
+            del self._checks_due[run_id]
+        return PassJob(list(self._tails), frozenset(self.supervisors), runs_due, checks_due)
+
+    def _run_pass(self, job: PassJob) -> PassResult:
+        """Reads the files and the database, writes the database, builds the messages;
+        touches no state of the loop's (the one pass at a time holds `_ingest_lock`)."""
+        result = PassResult()
+        with self._ingest_lock:
+            if self._closed:
+                return result
+            for run_id in job.tails:
+                row = self.store.run(run_id)
+                if row is None:
+                    result.untail.append(run_id)
+                    continue
+                # Asked before reading mirror.jsonl: once not busy, its last line is written.
+                copying = self.mirror is not None and self.mirror.busy(Path(row["run_dir"]).name)
+                batch = ingest_run(self.store, row)
+                if batch is not None:
+                    self._batch_messages(batch, result)
+                mirrored = self._ingest_mirror_log(run_id, row, result)
+                more = (batch is not None and batch.more) or mirrored
+                result.more = result.more or more
+                done = row["state"] in TERMINAL_STATES and run_id not in job.supervised
+                if done and not copying and not more:
+                    result.untail.append(run_id)
+                    self._mirror_offsets.pop(run_id, None)
+            for run_id in job.runs_due:
+                message = self._run_message(run_id)
+                if message is not None:
+                    result.messages.append((f"run:{run_id}", message))
+            for run_id in job.checks_due:
+                payload = {"run": run_id, "checks": self.resume_checks(run_id)}
+                data = json.dumps(payload, separators=(",", ":"))
+                message = Message(event="resume_checks", key=f"checks:{run_id}", data=data)
+                result.messages.append((f"run:{run_id}", message))
+        return result
+
+    def _apply_pass(self, result: PassResult) -> None:
+        """On the loop: publish the pass's messages in order, note the pushes it made due."""
+        for channel, message in result.messages:
+            self.fanout.publish(channel, message)
+        now = time.monotonic()
+        for run_id in result.checks_due:
+            self._checks_due.setdefault(run_id, now + THROTTLE_S)
+        for run_id in result.runs_due:
+            self._runs_due.setdefault(run_id, now + THROTTLE_S)
+        for run_id in result.untail:
+            self._tails.discard(run_id)
+
+    def _ingest_mirror_log(self, run_id: str, row: Row, result: PassResult) -> bool:
         """Ingest what the mirror's thread appended to DIR/mirror.jsonl (its events and
         `mirror` records); True when the file has more to read."""
         offset = self._mirror_offsets.get(run_id, 0)
@@ -438,10 +516,10 @@ class Lab:
         batch, self._mirror_offsets[run_id] = ingest_mirror_log(self.store, fresh, offset)
         if batch is None:
             return False
-        self._publish_batch(batch)
+        self._batch_messages(batch, result)
         return batch.more
 
-    def _publish_batch(self, batch: IngestBatch) -> None:
+    def _batch_messages(self, batch: IngestBatch, result: PassResult) -> None:
         run_id = batch.run_id
         batch.inserted.extend(started_over_events(self.store, batch))
         if batch.inserted:
@@ -454,37 +532,29 @@ class Lab:
                 run=run_id,
                 last_id=batch.inserted[-1][0],
             )
-            self.fanout.publish(f"run:{run_id}", message)
+            result.messages.append((f"run:{run_id}", message))
         if batch.resume_segments or "resume" in batch.kinds:
-            self._checks_due.setdefault(run_id, time.monotonic() + THROTTLE_S)
+            result.checks_due.append(run_id)
         if batch.run_fields.keys() & {"stage", "step"}:
-            self._runs_due.setdefault(run_id, time.monotonic() + THROTTLE_S)
+            result.runs_due.append(run_id)
 
     def _publish_run(self, run_id: str) -> None:
         self._runs_due.pop(run_id, None)
+        message = self._run_message(run_id)
+        if message is not None:
+            self.fanout.publish(f"run:{run_id}", message)
+
+    def _run_message(self, run_id: str) -> Message | None:
+        """The run's view as the `run` message (reads the database; any thread)."""
         row = self.store.run(run_id)
         pair = self.store.pair(row["pair_id"]) if row else None
         if row is None or pair is None:
-            return
+            return None
         positions = (
             queue_positions(self.store.runs_in(["queued"])) if row["state"] == "queued" else {}
         )
         data = json.dumps(run_view(row, pair, positions), separators=(",", ":"))
-        self.fanout.publish(f"run:{run_id}", Message(event="run", key=f"run:{run_id}", data=data))
-
-    def _publish_due(self) -> None:
-        now = time.monotonic()
-        for run_id, due in list(self._runs_due.items()):
-            if due <= now:
-                del self._runs_due[run_id]
-                self._publish_run(run_id)
-        for run_id, due in list(self._checks_due.items()):
-            if due <= now:
-                del self._checks_due[run_id]
-                payload = {"run": run_id, "checks": self.resume_checks(run_id)}
-                data = json.dumps(payload, separators=(",", ":"))
-                message = Message(event="resume_checks", key=f"checks:{run_id}", data=data)
-                self.fanout.publish(f"run:{run_id}", message)
+        return Message(event="run", key=f"run:{run_id}", data=data)
 
     # ---- reads ----------------------------------------------------------------------
 

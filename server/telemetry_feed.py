@@ -81,21 +81,36 @@ class TelemetryFeed:
             (close or sampler.stop)()
 
     def _on_sample_threadsafe(self, sample: Sample) -> None:
-        record = sample.to_record()
+        """On the sampler's thread: store the sample there (a remote database's round
+        trip must not stall the loop), then push it from the loop's thread."""
         loop = self._loop
-        if loop is None or loop.is_closed():
+        if self._stopped or loop is None or loop.is_closed():
+            return
+        try:
+            record, data = self._store(sample.to_record())
+        except Exception as e:  # the database went away: the next sample tries again
+            if not self._stopped:
+                log.warning("telemetry sample not stored: %s", e)
             return
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(self.add, record)
+            loop.call_soon_threadsafe(self._publish, record, data)
 
     def add(self, record: dict[str, Any]) -> None:
         """Store one telemetry record and push it (on the loop's thread)."""
         if self._stopped:
             return  # a sample that was on its way when the feed stopped
+        self._publish(*self._store(record))
+
+    def _store(self, record: dict[str, Any]) -> tuple[dict[str, Any], str]:
         record = {"v": 1, "kind": "telemetry", **record}
         record.setdefault("t", time.time())
         data = json.dumps(record, separators=(",", ":"))
         self.store.insert_telemetry(float(record["t"]), data, self.settings.telemetry_keep)
+        return record, data
+
+    def _publish(self, record: dict[str, Any], data: str) -> None:
+        if self._stopped:
+            return  # a sample that was on its way when the feed stopped
         self.latest = record
         message = Message(event="telemetry", key="machine", data=data)
         self.fanout.publish(MACHINE_CHANNEL, message)
