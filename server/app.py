@@ -21,6 +21,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 import crashdrill
 from crashdrill.server import routes_instructor, routes_live, routes_pairs, routes_runs
 from crashdrill.server.catalog import Catalog
+from crashdrill.server.db import DatabaseUnavailable
 from crashdrill.server.errors import LabError
 from crashdrill.server.realtime import page_config
 from crashdrill.server.runs import Lab
@@ -28,6 +29,7 @@ from crashdrill.server.sessions import BodyLimitMiddleware, SessionMiddleware
 from crashdrill.server.settings import Settings
 from crashdrill.server.telemetry_feed import Sampler, default_sampler
 
+RETRY_AFTER_S = 5  # what a 503 asks a client to wait while the database is unreachable
 DESCRIPTION = (
     "Two small GPT runs train side by side, identical except for one knob. A crash test "
     "SIGKILLs one; it resumes from its last complete checkpoint, and the resume check "
@@ -65,6 +67,7 @@ def create_app(
     app.include_router(routes_live.router)
     app.include_router(routes_instructor.router)
     app.add_exception_handler(LabError, _lab_error)
+    app.add_exception_handler(DatabaseUnavailable, _database_unavailable)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_middleware(SessionMiddleware, secret_key=settings.resolve_secret_key())
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)  # outermost
@@ -75,6 +78,17 @@ def create_app(
 async def _lab_error(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, LabError)
     return JSONResponse({"detail": exc.message}, status_code=exc.status)
+
+
+async def _database_unavailable(request: Request, exc: Exception) -> Response:
+    """503 while the database is unreachable; the log says why, once per outage (the
+    page shows the detail and tries again)."""
+    request.app.state.lab.outage.failed(exc)
+    return JSONResponse(
+        {"detail": "the lab's database is unreachable right now; try again in a few seconds"},
+        status_code=503,
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
 
 
 async def _invalid_request(_request: Request, exc: Exception) -> Response:

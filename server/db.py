@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import re
 import sqlite3
 import threading
@@ -60,6 +61,47 @@ Row = dict[str, Any]
 
 class DatabaseUnavailable(Exception):
     """The configured database cannot be used; the message says why (password masked)."""
+
+
+class Outage:
+    """Says once that the database went away and once that it came back, not once per
+    statement that failed meanwhile (ingest retries every few hundred ms). Thread-safe."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._log = logger
+        self._lock = threading.Lock()
+        self._since: float | None = None
+        self.failures = 0  # failed attempts in the current outage
+
+    @property
+    def down(self) -> bool:
+        return self._since is not None
+
+    def failed(self, error: BaseException) -> None:
+        with self._lock:
+            self.failures += 1
+            if self._since is not None:
+                return
+            self._since = time.monotonic()
+        self._log.warning(
+            "the database is unreachable (%s); the lab retries with backoff. Runs keep"
+            " training: their records wait in the run dirs and are stored once it is back",
+            error,
+        )
+
+    def ok(self) -> None:
+        if self._since is None:
+            return
+        with self._lock:
+            since, self._since = self._since, None
+            failures, self.failures = self.failures, 0
+        if since is not None:
+            self._log.info(
+                "the database is reachable again after %.1f s (%d failed attempts); ingest"
+                " catches up",
+                time.monotonic() - since,
+                failures,
+            )
 
 
 class MigrationError(DatabaseUnavailable):
@@ -290,10 +332,16 @@ class PostgresDatabase(Database):
                             return []
                         cur.execute(query, _without_nul(params))
                         return cur.fetchall() if cur.description is not None else []
-                except psycopg.OperationalError:
+                except psycopg.OperationalError as e:
                     retry = attempt == 1 and conn.broken and not self._in_transaction
-                    if not (retry and _is_read(sql)):
-                        raise
+                    if retry and _is_read(sql):
+                        continue
+                    if conn.broken:
+                        raise DatabaseUnavailable(
+                            f"the connection to the database at {self.path} was lost:"
+                            f" {self._scrub(str(e))}"
+                        ) from None
+                    raise
         raise AssertionError("unreachable")
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from crashdrill.server.db import DatabaseUnavailable
 from crashdrill.server.fanout import LocalFanout, Message, Subscriber
 from crashdrill.server.settings import Settings, SettingsError
 
@@ -267,6 +268,8 @@ class RealtimeFanout:
             await asyncio.sleep(self.settings.supabase_tick_s)
             try:
                 self.flush()
+            except DatabaseUnavailable:
+                pass  # the lab's ingest says so, once per outage; the next tick tries again
             except Exception:
                 log.exception("Supabase Realtime: building the batches failed; retrying")
 

@@ -21,13 +21,14 @@ import os
 import secrets
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from crashdrill.server.crash_modes import crash_mode, launch_env, started_over_events
-from crashdrill.server.db import Database, Row, open_database
+from crashdrill.server.db import Database, DatabaseUnavailable, Outage, Row, open_database
 from crashdrill.server.errors import BadInput, Conflict, Forbidden, NotFound, TooMany
 from crashdrill.server.fanout import Fanout, LocalFanout, Message
 from crashdrill.server.ingest import IngestBatch, ingest_mirror_log, ingest_run
@@ -40,7 +41,7 @@ from crashdrill.server.views import pair_view, queue_positions, record_json, run
 from crashdrill.trainer.presets import LABELS, Preset, PresetError, list_presets
 from crashdrill.workers.mirror import MIRROR_LOG, CheckpointMirror
 from crashdrill.workers.mirror_backends import MirrorError
-from crashdrill.workers.run_dir import RunDir
+from crashdrill.workers.run_dir import RECORDS, RunDir
 from crashdrill.workers.supervisor import Change, Launch, NotRunning, Supervisor
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,8 @@ log = logging.getLogger(__name__)
 # records themselves go out at once); a change of state goes out at once.
 THROTTLE_S = 0.5
 LIVE_STATES = ("queued", *ACTIVE_STATES)
+BACKOFF_S = (0.25, 5.0)  # ingest's retries while the database is unreachable: first, longest
+CHANGE_RETRY_S = 1.0  # a supervisor's report waiting for the database
 # A run whose dir holds this file trains that preset text (see create_pair).
 FROZEN_PRESET = "preset.toml"
 
@@ -72,6 +75,18 @@ class PassResult:
     checks_due: list[str] = field(default_factory=list)
     untail: list[str] = field(default_factory=list)  # runs whose files are read to the end
     more: bool = False  # some file has more to read
+    error: DatabaseUnavailable | None = None  # the database failed partway
+
+
+def _file_sizes(run_dir: Path) -> tuple[int, int]:
+    """Sizes of records.jsonl and mirror.jsonl in `run_dir` (-1: not there)."""
+    sizes = []
+    for name in (RECORDS, MIRROR_LOG):
+        try:
+            sizes.append((run_dir / name).stat().st_size)
+        except OSError:
+            sizes.append(-1)
+    return sizes[0], sizes[1]
 
 
 def new_id() -> str:
@@ -94,6 +109,11 @@ class Lab:
             except MirrorError as e:
                 raise SettingsError(f"mirror = {settings.mirror!r}: {e}") from None
         self._mirror_offsets: dict[str, int] = {}  # bytes of each run's mirror.jsonl read
+        # The ingest passes' own: each tailed run's dir, and the sizes of its records.jsonl
+        # and mirror.jsonl when a pass last read both to the end (no database call while
+        # they stay so and its trainer is watched: each costs a round trip).
+        self._run_dirs: dict[str, Path] = {}
+        self._unchanged: dict[str, tuple[int, int]] = {}
         # Supabase Realtime when configured (SSE stays on beside it), else SSE alone.
         fanout = fanout or realtime_fanout(settings, self._pair_of_run, self._live_pairs)
         self._lock_fd = lock_data_dir(settings.data_dir)
@@ -123,6 +143,9 @@ class Lab:
         self._closing = False  # no new starts while stopping
         self._closed = False  # the database is closed: late reports are dropped
         self._ingest_lock = threading.Lock()  # one ingest pass at a time, on any thread
+        self.outage = Outage(log)  # the database unreachable: said once, and its end
+        self._changes: deque[tuple[str, Change]] = deque()  # supervisors' reports, in order
+        self._changes_retry: asyncio.TimerHandle | None = None
 
     # ---- start and stop -------------------------------------------------------------
 
@@ -138,6 +161,9 @@ class Lab:
 
     async def stop(self) -> None:
         self._closing = True
+        if self._changes_retry is not None:
+            self._changes_retry.cancel()
+            self._changes_retry = None
         self.telemetry.stop()
         if self._task is not None:
             self._task.cancel()
@@ -390,9 +416,30 @@ class Lab:
         if loop is None or loop.is_closed():
             return
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(self._apply_change, run_id, change)
+            loop.call_soon_threadsafe(self._queue_change, run_id, change)
+
+    def _queue_change(self, run_id: str, change: Change) -> None:
+        """Apply supervisors' reports in order; while the database is unreachable they
+        wait here (a run that ended meanwhile must not stay 'running' for good)."""
+        self._changes.append((run_id, change))
+        if self._changes_retry is None:
+            self._drain_changes()
+
+    def _drain_changes(self) -> None:
+        self._changes_retry = None
+        while self._changes and not self._closed:
+            run_id, change = self._changes[0]
+            try:
+                self._apply_change(run_id, change)
+            except DatabaseUnavailable as e:
+                self.outage.failed(e)
+                if self._loop is not None and not self._loop.is_closed():
+                    self._changes_retry = self._loop.call_later(CHANGE_RETRY_S, self._drain_changes)
+                return
+            self._changes.popleft()
 
     def _apply_change(self, run_id: str, change: Change) -> None:
+        """One report, applied again from the start should the database fail midway."""
         if self._closed:
             return
         row = self.store.run(run_id)
@@ -424,16 +471,24 @@ class Lab:
         the event loop's thread would stall every request and stream meanwhile. The
         loop only snapshots what to do, then publishes what the pass built, in order."""
         interval = self.settings.ingest_interval_s
+        backoff = BACKOFF_S[0]
         while True:
+            delay = interval
             try:
                 job = self._next_pass()
                 result = await asyncio.to_thread(self._run_pass, job)
                 self._apply_pass(result)
-                more = result.more
+                if result.error is None:
+                    self.outage.ok()
+                    backoff = BACKOFF_S[0]
+                    delay = 0 if result.more else interval
+                else:
+                    self.outage.failed(result.error)
+                    delay, backoff = backoff, min(backoff * 2, BACKOFF_S[1])
             except Exception:
-                log.exception("ingest failed; retrying")
-                more = False
-            await asyncio.sleep(0 if more else interval)
+                log.exception("ingest failed; retrying in %.0f s", BACKOFF_S[1])
+                delay = BACKOFF_S[1]
+            await asyncio.sleep(delay)
 
     def ingest_once(self) -> bool:
         """One pass over the runs being tailed, all on this thread (at shutdown and in
@@ -460,33 +515,59 @@ class Lab:
         with self._ingest_lock:
             if self._closed:
                 return result
-            for run_id in job.tails:
-                row = self.store.run(run_id)
-                if row is None:
-                    result.untail.append(run_id)
-                    continue
-                # Asked before reading mirror.jsonl: once not busy, its last line is written.
-                copying = self.mirror is not None and self.mirror.busy(Path(row["run_dir"]).name)
-                batch = ingest_run(self.store, row)
-                if batch is not None:
-                    self._batch_messages(batch, result)
-                mirrored = self._ingest_mirror_log(run_id, row, result)
-                more = (batch is not None and batch.more) or mirrored
-                result.more = result.more or more
-                done = row["state"] in TERMINAL_STATES and run_id not in job.supervised
-                if done and not copying and not more:
-                    result.untail.append(run_id)
-                    self._mirror_offsets.pop(run_id, None)
-            for run_id in job.runs_due:
-                message = self._run_message(run_id)
-                if message is not None:
-                    result.messages.append((f"run:{run_id}", message))
-            for run_id in job.checks_due:
-                payload = {"run": run_id, "checks": self.resume_checks(run_id)}
-                data = json.dumps(payload, separators=(",", ":"))
-                message = Message(event="resume_checks", key=f"checks:{run_id}", data=data)
-                result.messages.append((f"run:{run_id}", message))
+            try:
+                self._pass_body(job, result)
+            except DatabaseUnavailable as e:
+                # What was built so far went to the database: it is still published. The
+                # due pushes not made go back on the list (the loop puts them back).
+                result.error = e
+                result.runs_due += job.runs_due
+                result.checks_due += job.checks_due
         return result
+
+    def _pass_body(self, job: PassJob, result: PassResult) -> None:
+        """The pass itself; raises DatabaseUnavailable where the database failed."""
+        todo: list[tuple[str, tuple[int, int] | None]] = []
+        for run_id in job.tails:
+            run_dir = self._run_dirs.get(run_id)
+            sizes = _file_sizes(run_dir) if run_dir is not None else None
+            if run_id in job.supervised and sizes and self._unchanged.get(run_id) == sizes:
+                continue  # nothing written since the last pass read it all
+            todo.append((run_id, sizes))
+        rows = self.store.runs_by_id([run_id for run_id, _ in todo]) if todo else {}
+        for run_id, sizes in todo:
+            row = rows.get(run_id)
+            if row is None:
+                result.untail.append(run_id)
+                continue
+            self._run_dirs[run_id] = Path(row["run_dir"])
+            # Asked before reading mirror.jsonl: once not busy, its last line is written.
+            copying = self.mirror is not None and self.mirror.busy(Path(row["run_dir"]).name)
+            batch = ingest_run(self.store, row)
+            if batch is not None:
+                self._batch_messages(batch, result)
+            mirrored = self._ingest_mirror_log(run_id, row, result)
+            more = (batch is not None and batch.more) or mirrored
+            result.more = result.more or more
+            if more or sizes is None:
+                self._unchanged.pop(run_id, None)
+            else:
+                self._unchanged[run_id] = sizes  # read to the sizes taken before reading
+            done = row["state"] in TERMINAL_STATES and run_id not in job.supervised
+            if done and not copying and not more:
+                result.untail.append(run_id)
+                self._mirror_offsets.pop(run_id, None)
+                self._unchanged.pop(run_id, None)
+                self._run_dirs.pop(run_id, None)
+        for run_id in job.runs_due:
+            message = self._run_message(run_id)
+            if message is not None:
+                result.messages.append((f"run:{run_id}", message))
+        for run_id in job.checks_due:
+            payload = {"run": run_id, "checks": self.resume_checks(run_id)}
+            data = json.dumps(payload, separators=(",", ":"))
+            message = Message(event="resume_checks", key=f"checks:{run_id}", data=data)
+            result.messages.append((f"run:{run_id}", message))
 
     def _apply_pass(self, result: PassResult) -> None:
         """On the loop: publish the pass's messages in order, note the pushes it made due."""

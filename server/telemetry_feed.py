@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from crashdrill.server.db import DatabaseUnavailable
 from crashdrill.server.fanout import Fanout, Message
 from crashdrill.server.settings import Settings
 from crashdrill.server.store import Store
@@ -88,9 +89,12 @@ class TelemetryFeed:
             return
         try:
             record, data = self._store(sample.to_record())
-        except Exception as e:  # the database went away: the next sample tries again
+        except DatabaseUnavailable as e:  # ingest says so, once; the next sample tries again
+            log.debug("telemetry sample not stored: %s", e)
+            return
+        except Exception:
             if not self._stopped:
-                log.warning("telemetry sample not stored: %s", e)
+                log.exception("telemetry sample not stored")
             return
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(self._publish, record, data)

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ import pytest
 
 from crashdrill.server.db import PostgresDatabase
 from tests.support.lab import free_port, serving, spawn_server, stand_in_settings, wait_for_pair
+from tests.support.latency_proxy import LatencyProxy
 from tests.support.postgres import PostgresServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -117,3 +120,64 @@ def test_two_labs_on_one_database_leave_each_other_s_runs_alone(
     assert sorted((r["pair_id"], r["lab"]) for r in rows) == sorted(
         [(pair_a, labs["a"])] * 2 + [(pair_b, labs["b"])] * 2
     )
+
+
+def test_a_database_outage_loses_nothing_and_is_said_once(
+    tmp_path: Path,
+    postgres_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The database goes away while a pair trains (its connections cut, new ones refused)
+    and both runs end during the outage: the API answers 503, the log says so once and
+    once that it is back, and afterwards every record is stored and both runs finished."""
+    caplog.set_level(logging.INFO, logger="crashdrill")
+    pg_port = int(postgres_url.rsplit(":", 1)[1].split("/")[0])
+    listen = free_port()
+    settings = dataclasses.replace(
+        stand_in_settings(tmp_path / "lab", monkeypatch, steps=150),
+        port=free_port(),
+        database_url=postgres_url.replace(f":{pg_port}/", f":{listen}/"),
+        telemetry=False,
+    )
+    proxy = LatencyProxy(pg_port, listen_port=listen).start()
+    try:
+        with serving(settings) as url, httpx.Client(base_url=url, timeout=30) as api:
+            pair = api.post("/api/pairs", json={"preset": "quick"}).json()["pair"]
+            wait_for_pair(api, pair, lambda rs: all((r["step"] or 0) >= 20 for r in rs), "20")
+            proxy.stop()  # the database is gone
+            run_dirs = sorted((tmp_path / "lab" / "runs").iterdir())
+            deadline = time.monotonic() + 30
+            while not all(_ended(d) for d in run_dirs):  # both trainers end meanwhile
+                assert time.monotonic() < deadline, "the stand-in trainers did not end"
+                time.sleep(0.2)
+            r = api.get(f"/api/pairs/{pair}")
+            assert r.status_code == 503 and r.headers["retry-after"] == "5", r.text
+            assert "database is unreachable" in r.json()["detail"]
+            proxy = LatencyProxy(pg_port, listen_port=listen).start()  # it is back
+            runs = wait_for_pair(
+                api,
+                pair,
+                lambda rs: all(r["state"] == "finished" and r["step"] == 150 for r in rs),
+                "the end, every record ingested",
+                60,
+            )
+            assert [(r["step"], r["crashes"]) for r in runs] == [(150, 0)] * 2
+            for run in runs:
+                params: dict[str, Any] = {"kind": "step", "limit": 20000}
+                got = api.get(f"/api/runs/{run['id']}/records", params=params).json()
+                assert [rec["step"] for rec in got["records"]] == list(range(1, 151))
+    finally:
+        proxy.stop()
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name.startswith("crash")]
+    down = [m for level, m in said if "database is unreachable" in m]
+    back = [m for level, m in said if "database is reachable again" in m]
+    assert len(down) == 1 and len(back) == 1, said
+    assert not [m for level, m in said if level >= logging.ERROR], said
+    assert "***" in down[0] or "refused" in down[0] or "lost" in down[0]
+
+
+def _ended(run_dir: Path) -> bool:
+    """The stand-in trainer wrote its last stage."""
+    records = run_dir / "records.jsonl"
+    return records.exists() and '"stage":"finished"' in records.read_text()

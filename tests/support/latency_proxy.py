@@ -35,10 +35,16 @@ def _is_loopback(host: str) -> bool:
 
 
 class LatencyProxy:
-    """Listens on 127.0.0.1:`port` (a free one) and forwards to target_host:target_port."""
+    """Listens on 127.0.0.1:`port` (`listen_port`, or a free one) and forwards to
+    target_host:target_port. Stopped and started again on the same `listen_port`, it
+    stands for a database that went away and came back."""
 
     def __init__(
-        self, target_port: int, delay_s: float = 0.0, target_host: str = "127.0.0.1"
+        self,
+        target_port: int,
+        delay_s: float = 0.0,
+        target_host: str = "127.0.0.1",
+        listen_port: int = 0,
     ) -> None:
         if not 1 <= target_port <= 65535:
             raise ValueError(f"target_port = {target_port}: a number in 1..65535")
@@ -49,7 +55,7 @@ class LatencyProxy:
         self.target_host = target_host
         self.target_port = target_port
         self.delay_s = delay_s
-        self.port = 0  # set by start()
+        self.port = listen_port  # 0: a free one, set by start()
         self.connections = 0  # accepted so far
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -106,7 +112,7 @@ class LatencyProxy:
         try:
             try:
                 self._server = loop.run_until_complete(
-                    asyncio.start_server(self._handle, "127.0.0.1", 0)
+                    asyncio.start_server(self._handle, "127.0.0.1", self.port)
                 )
             except OSError as e:
                 self._error = e

@@ -136,6 +136,35 @@ def test_a_big_batch_with_a_repeated_key_is_stored_once_in_file_order(store: Sto
     assert store.run("r1")["ingest_offset"] == 456  # type: ignore[index]
 
 
+def test_a_small_batch_is_one_statement_on_postgres_with_the_same_result(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Against a remote Postgres each statement is a round trip: a pass's records and the
+    run's new offset go in one (a transaction would take four)."""
+    statements: list[str] = []
+    run = store.db.run
+    monkeypatch.setattr(store.db, "run", lambda sql, p=(): statements.append(sql) or run(sql, p))
+
+    def rec(step: int, loss: float) -> NewRecord:
+        return NewRecord(f"0:{step}:step", 0, "step", step, 1.0, json.dumps({"loss": loss}))
+
+    inserted = store.insert_records("r1", [rec(1, 1.0), rec(2, 1.0), rec(1, 9.0)], 10, {"step": 2})
+    assert [(r.step, json.loads(r.data)["loss"]) for _, r in inserted] == [(1, 1.0), (2, 1.0)]
+    assert [i for i, _ in inserted] == sorted(i for i, _ in inserted)
+    again = store.insert_records("r1", [rec(2, 5.0), rec(3, 1.0)], 20, {"step": 3})
+    assert [r.step for _, r in again] == [3] and again[0][0] > inserted[-1][0]
+    assert store.insert_records("r1", [], 30, {}) == []
+    if store.db.dialect == "postgres":
+        assert len(statements) == 3, statements
+    row = store.run("r1")
+    assert row is not None and (row["ingest_offset"], row["step"]) == (30, 3)
+    assert [json.loads(r["data"])["loss"] for r in store.records("r1", ["step"], 0, 10)] == [
+        1.0,
+        1.0,
+        1.0,
+    ]
+
+
 def started_over_after(store: Store, resume: dict[str, Any]) -> list[str]:
     from crashdrill.server.crash_modes import started_over_events
 
