@@ -25,7 +25,8 @@ from crashdrill.server.db import DatabaseUnavailable
 from crashdrill.server.errors import LabError
 from crashdrill.server.realtime import page_config
 from crashdrill.server.runs import Lab
-from crashdrill.server.sessions import BodyLimitMiddleware, SessionMiddleware
+from crashdrill.server.schemas import problems
+from crashdrill.server.sessions import BodyLimitMiddleware, SessionMiddleware, TokenGuesses
 from crashdrill.server.settings import Settings
 from crashdrill.server.telemetry_feed import Sampler, default_sampler
 
@@ -58,8 +59,11 @@ def create_app(
         version=crashdrill.__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        responses=problems(503),  # any route, while the database is unreachable
     )
     app.state.lab = lab
+    if settings.max_wrong_tokens:
+        app.state.token_guesses = TokenGuesses(settings.max_wrong_tokens)
     app.state.settings = settings
     app.state.catalog = Catalog(settings.instructor_presets_dir)
     app.include_router(routes_pairs.router)
@@ -77,7 +81,7 @@ def create_app(
 
 async def _lab_error(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, LabError)
-    return JSONResponse({"detail": exc.message}, status_code=exc.status)
+    return JSONResponse({"detail": exc.message}, status_code=exc.status, headers=exc.headers)
 
 
 async def _database_unavailable(request: Request, exc: Exception) -> Response:

@@ -8,9 +8,10 @@ class LabError(Exception):
 
     status = 400
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.headers = headers or {}
 
 
 class NotFound(LabError):

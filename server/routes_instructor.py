@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from hmac import compare_digest
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -23,6 +22,7 @@ from crashdrill.server.routes_pairs import catalog_of, lab_of, lesson_public
 from crashdrill.server.schemas import problems
 from crashdrill.server.sessions import (
     INSTRUCTOR_COOKIE,
+    check_token,
     instructor_cookie,
     is_instructor,
     session_of,
@@ -106,7 +106,11 @@ def detail(lesson: Lesson) -> dict[str, Any]:
 # ---- who ----------------------------------------------------------------------------
 
 
-@router.get("/me", summary="Whether instructor mode is on and this browser is logged in")
+@router.get(
+    "/me",
+    summary="Whether instructor mode is on and this browser is logged in",
+    responses=problems(429),
+)
 async def me(request: Request) -> dict[str, bool]:
     token = request.app.state.settings.instructor_token
     return {"enabled": bool(token), "instructor": is_instructor(request, token)}
@@ -115,11 +119,11 @@ async def me(request: Request) -> dict[str, bool]:
 @router.post(
     "/login",
     summary="Log this browser in as instructor (sets an HttpOnly cookie)",
-    responses=problems(400, 401, 403, 413, 422),
+    responses=problems(400, 401, 403, 413, 422, 429),
 )
 async def login(body: Login, request: Request, response: Response) -> dict[str, bool]:
     token = instructor_token(request)
-    if not compare_digest(body.token.encode(), token.encode()):
+    if not check_token(request, body.token, token):
         await asyncio.sleep(WRONG_TOKEN_DELAY_S)
         raise Unauthorized("token: that is not the instructor token of this server")
     response.headers.append("set-cookie", instructor_cookie(request, token))
@@ -137,7 +141,7 @@ async def logout(response: Response) -> dict[str, bool]:
 # ---- presets ------------------------------------------------------------------------
 
 
-@router.get("/presets", summary="Every preset, published or not", responses=problems(401, 403))
+@router.get("/presets", summary="Every preset, published or not", responses=problems(401, 403, 429))
 async def all_presets(request: Request) -> dict[str, Any]:
     return {
         "presets": [x.summary() for x in instructor_catalog(request).visible(instructor=True)],
@@ -149,7 +153,7 @@ async def all_presets(request: Request) -> dict[str, Any]:
 @router.get(
     "/presets/{preset}",
     summary="One preset: its TOML text, state and what a student sees",
-    responses=problems(401, 403, 404),
+    responses=problems(401, 403, 404, 429),
 )
 async def one_preset(preset: str, request: Request) -> dict[str, Any]:
     return detail(instructor_catalog(request).get(preset, instructor=True))
@@ -158,7 +162,7 @@ async def one_preset(preset: str, request: Request) -> dict[str, Any]:
 @router.post(
     "/presets/validate",
     summary="Check preset text as the instructor types: 200 or 422 naming field, value, allowed",
-    responses=problems(400, 401, 403, 413, 422),
+    responses=problems(400, 401, 403, 413, 422, 429),
 )
 async def validate(body: PresetText, request: Request) -> dict[str, Any]:
     require_instructor(request)
@@ -173,7 +177,7 @@ async def validate(body: PresetText, request: Request) -> dict[str, Any]:
     "/presets",
     status_code=201,
     summary="Create an instructor preset from TOML text (unpublished unless it says so)",
-    responses=problems(400, 401, 403, 409, 413, 422),
+    responses=problems(400, 401, 403, 409, 413, 422, 429),
 )
 async def create(body: PresetText, request: Request) -> dict[str, Any]:
     return detail(instructor_catalog(request).create(body.text))
@@ -182,7 +186,7 @@ async def create(body: PresetText, request: Request) -> dict[str, Any]:
 @router.put(
     "/presets/{preset}",
     summary="Replace an instructor preset's text (built-ins are read-only: 403)",
-    responses=problems(400, 401, 403, 404, 413, 422),
+    responses=problems(400, 401, 403, 404, 413, 422, 429),
 )
 async def update(preset: str, body: PresetText, request: Request) -> dict[str, Any]:
     return detail(instructor_catalog(request).update(preset, body.text))
@@ -192,7 +196,7 @@ async def update(preset: str, body: PresetText, request: Request) -> dict[str, A
     "/presets/{preset}",
     status_code=204,
     summary="Delete an instructor preset (running pairs keep their copy)",
-    responses=problems(401, 403, 404),
+    responses=problems(401, 403, 404, 429),
 )
 async def delete(preset: str, request: Request) -> Response:
     instructor_catalog(request).delete(preset)
@@ -203,7 +207,7 @@ async def delete(preset: str, request: Request) -> Response:
     "/presets/{preset}/duplicate",
     status_code=201,
     summary="Copy a built-in or instructor preset into a new, unpublished instructor preset",
-    responses=problems(400, 401, 403, 404, 409, 413, 422),
+    responses=problems(400, 401, 403, 404, 409, 413, 422, 429),
 )
 async def duplicate(preset: str, body: Duplicate, request: Request) -> dict[str, Any]:
     return detail(instructor_catalog(request).duplicate(preset, body.new_id))
@@ -212,7 +216,7 @@ async def duplicate(preset: str, body: Duplicate, request: Request) -> dict[str,
 @router.put(
     "/presets/{preset}/locked",
     summary='The settings a student may not change ("knob" = the A/B values)',
-    responses=problems(400, 401, 403, 404, 413, 422),
+    responses=problems(400, 401, 403, 404, 413, 422, 429),
 )
 async def set_locked(preset: str, body: Locked, request: Request) -> dict[str, Any]:
     return detail(instructor_catalog(request).set_locked(preset, body.locked))
@@ -221,7 +225,7 @@ async def set_locked(preset: str, body: Locked, request: Request) -> dict[str, A
 @router.put(
     "/presets/{preset}/published",
     summary="Publish (students see it) or unpublish a preset",
-    responses=problems(400, 401, 403, 404, 413, 422),
+    responses=problems(400, 401, 403, 404, 413, 422, 429),
 )
 async def set_published(preset: str, body: Published, request: Request) -> dict[str, Any]:
     return detail(instructor_catalog(request).set_published(preset, body.published))
@@ -238,7 +242,7 @@ def owner_tag(owner: str) -> str:
 @router.get(
     "/class",
     summary="Every pair, newest first: owner, preset, and each run's state and step",
-    responses=problems(401, 403),
+    responses=problems(401, 403, 429),
 )
 def class_view(request: Request) -> dict[str, Any]:
     require_instructor(request)

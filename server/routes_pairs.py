@@ -109,7 +109,7 @@ async def presets(request: Request) -> list[dict[str, Any]]:
 @router.get(
     "/presets/{preset}",
     summary="One lesson, with optional unlocked settings from the query (?steps=600&knob.a=50)",
-    responses=problems(403, 404, 422),
+    responses=problems(403, 404, 422, 429),
 )
 async def one_preset(preset: str, request: Request) -> dict[str, Any]:
     lesson = catalog_of(request).get(preset, instructor=instructor_of(request))

@@ -35,7 +35,7 @@ def _who(request: Request) -> tuple[str, bool]:
     status_code=202,
     response_model=CrashResult,
     summary="Crash test: SIGKILL the trainer now; it resumes from its last checkpoint",
-    responses=problems(403, 404, 409, 413),
+    responses=problems(403, 404, 409, 413, 429),
 )
 async def crash(run: str, request: Request) -> dict[str, Any]:
     session, instructor = _who(request)
@@ -47,7 +47,7 @@ async def crash(run: str, request: Request) -> dict[str, Any]:
     status_code=202,
     response_model=StopResult,
     summary="Stop a run for good (queued: leaves the queue)",
-    responses=problems(403, 404, 409, 413),
+    responses=problems(403, 404, 409, 413, 429),
 )
 async def stop(run: str, request: Request) -> dict[str, Any]:
     session, instructor = _who(request)

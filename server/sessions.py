@@ -9,6 +9,12 @@ A browser logs in as instructor once (POST /api/instructor/login with the token)
 gets a second signed cookie, `crashdrill_instructor`, holding a fingerprint of the token,
 so the page needs no header and a new token logs every instructor out.
 
+Guessing is bounded: after `max_wrong_tokens` (default 10) wrong tokens, at login or in
+a header, from one client address within GUESS_WINDOW_S, that address may offer no
+token, right or wrong, until the oldest wrong one is out of the window (429 with
+Retry-After). Behind a reverse proxy every client shares its address: the lab trusts no
+forwarded-for header.
+
 Also here: the request-body cap, so that an oversized body is refused before any route
 reads it.
 """
@@ -18,17 +24,86 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
 from http.cookies import SimpleCookie
 
 from itsdangerous import BadSignature, URLSafeSerializer
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from crashdrill.server.errors import TooMany
+
 COOKIE = "crashdrill_session"
 COOKIE_MAX_AGE = 365 * 24 * 3600
 INSTRUCTOR_COOKIE = "crashdrill_instructor"
 INSTRUCTOR_COOKIE_MAX_AGE = 12 * 3600
+GUESS_WINDOW_S = 60.0  # the window of the wrong instructor tokens counted per address
+GUESS_ADDRESSES = 10_000  # addresses remembered at most (the oldest forgotten first)
+
+
+class TokenGuesses:
+    """Wrong instructor tokens per client address, in a sliding window. Thread-safe."""
+
+    def __init__(
+        self,
+        limit: int = 10,
+        window_s: float = GUESS_WINDOW_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.limit = limit
+        self.window_s = window_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._wrong: dict[str, deque[float]] = {}
+
+    def retry_after(self, who: str) -> float:
+        """Seconds until `who` may offer a token again (0: now)."""
+        now = self._clock()
+        with self._lock:
+            times = self._wrong.get(who)
+            if times is None:
+                return 0.0
+            while times and times[0] <= now - self.window_s:
+                times.popleft()
+            if not times:
+                del self._wrong[who]
+                return 0.0
+            if len(times) < self.limit:
+                return 0.0
+            return times[0] + self.window_s - now
+
+    def wrong(self, who: str) -> None:
+        with self._lock:
+            times = self._wrong.pop(who, None) or deque()
+            times.append(self._clock())
+            self._wrong[who] = times  # re-inserted: the dict's order is by last guess
+            while len(self._wrong) > GUESS_ADDRESSES:
+                del self._wrong[next(iter(self._wrong))]
+
+
+def check_token(request: Request, offered: str, token: str) -> bool:
+    """`offered` against the instructor token, counted against the client's guesses
+    (TooMany when it has guessed wrong too often lately)."""
+    guesses: TokenGuesses | None = getattr(request.app.state, "token_guesses", None)
+    who = request.client.host if request.client else "?"
+    if guesses is not None:
+        wait = guesses.retry_after(who)
+        if wait > 0:
+            seconds = math.ceil(wait)
+            raise TooMany(
+                f"too many wrong instructor tokens from this address: try again in {seconds} s",
+                headers={"Retry-After": str(seconds)},
+            )
+    if hmac.compare_digest(offered.encode(), token.encode()):
+        return True
+    if guesses is not None:
+        guesses.wrong(who)
+    return False
 
 
 class SessionMiddleware:
@@ -101,7 +176,7 @@ def is_instructor(request: Request, token: str | None) -> bool:
     if auth.lower().startswith("bearer "):
         offered = auth[7:].strip()
     if offered:
-        return hmac.compare_digest(offered.encode(), token.encode())
+        return check_token(request, offered, token)
     proof = request.scope.get("state", {}).get("instructor_proof")
     return isinstance(proof, str) and hmac.compare_digest(proof, token_fingerprint(token))
 

@@ -67,6 +67,7 @@ class Settings:
     port: int = 8000
     max_concurrent: int = field(default_factory=default_max_concurrent)
     instructor_token: str | None = None
+    max_wrong_tokens: int = 10  # per client address per minute; 0: no limit
     secret_key: str | None = None  # None: generated once and kept in data_dir/secret_key
     trainer_command: tuple[str, ...] = DEFAULT_COMMAND
     max_body_bytes: int = 64 * 1024
@@ -102,6 +103,10 @@ class Settings:
             raise SettingsError(f"max_concurrent = {self.max_concurrent}: a whole number ≥ 1")
         if self.max_pairs_per_session < 1 or self.max_queued_runs < 2:
             raise SettingsError("max_pairs_per_session must be ≥ 1 and max_queued_runs ≥ 2")
+        if self.max_wrong_tokens < 0:
+            raise SettingsError(
+                f"max_wrong_tokens = {self.max_wrong_tokens}: a whole number ≥ 0 (0: no limit)"
+            )
         if self.max_body_bytes < 1024:
             raise SettingsError(f"max_body_bytes = {self.max_body_bytes}: at least 1024")
         if not self.trainer_command:
@@ -127,6 +132,8 @@ class Settings:
         env = os.environ
         if env.get("CRASHDRILL_INSTRUCTOR_TOKEN"):
             values["instructor_token"] = env["CRASHDRILL_INSTRUCTOR_TOKEN"]
+        if env.get("CRASHDRILL_MAX_WRONG_TOKENS"):
+            values["max_wrong_tokens"] = _int("CRASHDRILL_MAX_WRONG_TOKENS")
         if env.get("CRASHDRILL_SECRET_KEY"):
             values["secret_key"] = env["CRASHDRILL_SECRET_KEY"]
         if env.get("CRASHDRILL_MAX_CONCURRENT"):

@@ -106,6 +106,64 @@ def test_a_forged_instructor_cookie_is_ignored(app: FastAPI, teacher: TestClient
     assert other.get("/api/instructor/presets").status_code == 401
 
 
+def test_guessing_the_token_is_cut_off_after_ten_wrong_ones_a_minute(
+    app: FastAPI, teacher: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import crashdrill.server.routes_instructor as routes
+
+    monkeypatch.setattr(routes, "WRONG_TOKEN_DELAY_S", 0.0)
+    guesser = TestClient(app)  # the same address as the teacher's browser ("testclient")
+    for i in range(10):
+        r = guesser.post("/api/instructor/login", json={"token": f"guess-{i}"})
+        assert r.status_code == 401, r.text
+    r = guesser.post("/api/instructor/login", json={"token": "guess-10"})
+    assert r.status_code == 429 and "too many wrong instructor tokens" in r.json()["detail"]
+    assert 55 <= int(r.headers["retry-after"]) <= 60
+    # While cut off, no token is even compared: not the right one, not in a header.
+    assert guesser.post("/api/instructor/login", json={"token": TOKEN}).status_code == 429
+    assert guesser.get("/api/instructor/presets", headers=BEARER).status_code == 429
+    # A browser logged in already (its cookie, no token offered) is not affected.
+    assert teacher.get("/api/instructor/presets").status_code == 200
+
+
+def test_the_guess_limit_can_be_turned_off(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataclasses
+
+    import crashdrill.server.routes_instructor as routes
+
+    monkeypatch.setattr(routes, "WRONG_TOKEN_DELAY_S", 0.0)
+    app = create_app(dataclasses.replace(settings, max_wrong_tokens=0), sampler_factory=FakeSampler)
+    with TestClient(app) as c:
+        codes = {
+            c.post("/api/instructor/login", json={"token": f"g{i}"}).status_code for i in range(15)
+        }
+        assert codes == {401}
+        assert c.post("/api/instructor/login", json={"token": TOKEN}).status_code == 200
+
+
+def test_token_guesses_slide_out_of_the_window_and_addresses_are_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import crashdrill.server.sessions as sessions
+
+    now = [1000.0]
+    guesses = sessions.TokenGuesses(limit=3, window_s=60, clock=lambda: now[0])
+    for dt in (0, 10, 20):
+        now[0] = 1000 + dt
+        assert guesses.retry_after("a") == 0
+        guesses.wrong("a")
+    assert guesses.retry_after("a") == 40  # until the guess at 1000 is a minute old
+    assert guesses.retry_after("b") == 0
+    now[0] = 1060
+    assert guesses.retry_after("a") == 0  # two left in the window
+    monkeypatch.setattr(sessions, "GUESS_ADDRESSES", 2)
+    for who in ("x", "y", "z"):
+        guesses.wrong(who)
+    assert set(guesses._wrong) == {"y", "z"}, "the least recent address went first"
+
+
 def test_instructor_mode_is_off_without_a_token(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "lab", trainer_command=STAND_IN, telemetry=False)
     with TestClient(create_app(settings, sampler_factory=FakeSampler)) as c:
