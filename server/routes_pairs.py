@@ -125,7 +125,9 @@ async def one_preset(preset: str, request: Request) -> dict[str, Any]:
     summary="Start a pair of runs (A and B) of a preset; they start or queue together",
     responses=problems(400, 403, 404, 413, 422, 429),
 )
-async def create_pair(body: NewPairWithSettings, request: Request) -> dict[str, Any]:
+def create_pair(body: NewPairWithSettings, request: Request) -> dict[str, Any]:
+    # A plain def: FastAPI runs it on a worker thread, where the database's round trips
+    # stall nothing; the runs start from the lab's scheduler task.
     instructor = instructor_of(request)
     lesson = catalog_of(request).get(body.preset, instructor=instructor)
     preset = lesson.preset

@@ -1,9 +1,10 @@
 """The lab: pairs of runs, their lifecycle, the queue, ingest and what is pushed live.
 
-Everything here runs on the event loop's thread, except the ingest passes' database work
-(`_run_pass`, on a worker thread: a remote Postgres would stall the loop). Supervisors
-watch trainers in their own threads and report through `call_soon_threadsafe`; so does
-the telemetry sampler.
+Everything here runs on the event loop's thread, except the database work of the ingest
+passes (`_run_pass`) and of scheduling (`_plan_starts`), and `create_pair` and the
+read-only requests, which run on worker threads (a remote Postgres's round trips would
+stall the loop). Supervisors watch trainers in their own threads and report through
+`call_soon_threadsafe`; so does the telemetry sampler.
 
 Lifecycle of a run (`state`): queued → starting → running ⇄ restarting → finished |
 failed | stopped. At most `max_concurrent` runs are starting/running/restarting; the rest
@@ -19,6 +20,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import threading
 import time
 from collections import deque
@@ -54,6 +56,14 @@ BACKOFF_S = (0.25, 5.0)  # ingest's retries while the database is unreachable: f
 CHANGE_RETRY_S = 1.0  # a supervisor's report waiting for the database
 # A run whose dir holds this file trains that preset text (see create_pair).
 FROZEN_PRESET = "preset.toml"
+
+
+@dataclass
+class StartPlan:
+    """What a scheduling pass starts (supervisors built, not started) and pushes."""
+
+    starts: list[tuple[str, Supervisor]] = field(default_factory=list)
+    messages: list[tuple[str, Message]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -146,6 +156,9 @@ class Lab:
         self.outage = Outage(log)  # the database unreachable: said once, and its end
         self._changes: deque[tuple[str, Change]] = deque()  # supervisors' reports, in order
         self._changes_retry: asyncio.TimerHandle | None = None
+        self._schedule_wanted = asyncio.Event()
+        self._create_lock = threading.Lock()  # create_pair runs on request threads
+        self._scheduler: asyncio.Task[None] | None = None
 
     # ---- start and stop -------------------------------------------------------------
 
@@ -153,6 +166,7 @@ class Lab:
         self._loop = asyncio.get_running_loop()
         self._recover()
         self._task = asyncio.create_task(self._ingest_loop(), name="crashdrill-ingest")
+        self._scheduler = asyncio.create_task(self._schedule_loop(), name="crashdrill-schedule")
         if self.mirror is not None:
             self.mirror.start()
         self.fanout.start()
@@ -165,10 +179,11 @@ class Lab:
             self._changes_retry.cancel()
             self._changes_retry = None
         self.telemetry.stop()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._scheduler):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         sups = list(self.supervisors.values())
         for sup in sups:
             if self.settings.stop_runs_on_exit:
@@ -227,12 +242,13 @@ class Lab:
         """Pairs with a run queued or active (for Realtime: telemetry, keepalives)."""
         return list(dict.fromkeys(r["pair_id"] for r in self.store.runs_in(LIVE_STATES)))
 
-    def _supervisor(self, row: Row) -> Supervisor:
+    def _supervisor(self, row: Row, pair: Row | None = None) -> Supervisor:
+        """The run's supervisor, not started (any thread; `pair`: its pair row, else read)."""
         if self.mirror is not None:
             self.mirror.watch(Path(row["run_dir"]))
         frozen = Path(row["run_dir"]) / FROZEN_PRESET
         preset_ref = str(frozen) if frozen.is_file() else row["preset"]
-        mode = crash_mode(self.store.pair(row["pair_id"]))
+        mode = crash_mode(pair or self.store.pair(row["pair_id"]))
         launch = Launch(
             run_dir=Path(row["run_dir"]),
             preset=preset_ref,
@@ -279,6 +295,18 @@ class Lab:
                 known = ", ".join(sorted(presets))
                 raise NotFound(f"unknown preset {preset_name!r}; known presets: {known}")
             preset = found
+        with self._create_lock:  # the limits and the insert, one request at a time
+            return self._create_pair(preset, preset_name, owner, instructor, public, frozen_text)
+
+    def _create_pair(
+        self,
+        preset: Preset,
+        preset_name: str,
+        owner: str,
+        instructor: bool,
+        public: dict[str, Any] | None,
+        frozen_text: str | None,
+    ) -> dict[str, Any]:
         if not instructor:
             mine = self.store.active_pairs_of(owner)
             if mine >= self.settings.max_pairs_per_session:
@@ -290,17 +318,24 @@ class Lab:
             raise TooMany("the lab's queue is full: try again when some runs have finished")
         pair_id = new_id()
         runs = [(new_id(), label) for label in LABELS]
-        self.store.create_pair(
-            pair_id,
-            owner,
-            preset.id,
-            public or preset.to_public(),
-            [(rid, label, str(self.settings.runs_dir / rid)) for rid, label in runs],
-        )
+        # The frozen text first: the scheduler (its own thread) may start a run as soon
+        # as its row exists, and must find the text it trains.
         if frozen_text is not None:
             for rid, _ in runs:
                 (self.settings.runs_dir / rid).mkdir(parents=True, exist_ok=True)
                 (self.settings.runs_dir / rid / FROZEN_PRESET).write_text(frozen_text, "utf-8")
+        try:
+            self.store.create_pair(
+                pair_id,
+                owner,
+                preset.id,
+                public or preset.to_public(),
+                [(rid, label, str(self.settings.runs_dir / rid)) for rid, label in runs],
+            )
+        except BaseException:
+            for rid, _ in runs:
+                shutil.rmtree(self.settings.runs_dir / rid, ignore_errors=True)
+            raise
         self.schedule()
         return {"pair": pair_id, "runs": [{"id": rid, "label": label} for rid, label in runs]}
 
@@ -380,34 +415,76 @@ class Lab:
     # ---- the queue ------------------------------------------------------------------
 
     def schedule(self) -> None:
-        """Start queued runs while slots are free: FIFO, a pair's runs together."""
-        if self._closing:
+        """Ask for a scheduling pass (from any thread); the scheduler task runs it soon."""
+        loop = self._loop
+        if self._closing or loop is None or loop.is_closed():
             return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(self._schedule_wanted.set)
+
+    async def _schedule_loop(self) -> None:
+        """Start queued runs while slots are free: FIFO, a pair's runs together. One pass
+        at a time; its database work on a worker thread (a remote database's round trips
+        would stall the loop, and a long queue means a view to push for each run)."""
+        while True:
+            await self._schedule_wanted.wait()
+            self._schedule_wanted.clear()
+            if self._closing:
+                continue
+            try:
+                plan = await asyncio.to_thread(self._plan_starts)
+            except DatabaseUnavailable as e:
+                self.outage.failed(e)
+                await asyncio.sleep(CHANGE_RETRY_S)
+                self._schedule_wanted.set()
+                continue
+            except Exception:
+                log.exception("scheduling failed; trying again")
+                await asyncio.sleep(CHANGE_RETRY_S)
+                self._schedule_wanted.set()
+                continue
+            for run_id, sup in plan.starts:
+                if self._closing:  # marked starting: the next server start resumes it
+                    break
+                self.supervisors[run_id] = sup
+                self._tails.add(run_id)
+                sup.start()
+            for channel, message in plan.messages:
+                self.fanout.publish(channel, message)
+
+    def _plan_starts(self) -> StartPlan:
+        """On a worker thread: which queued runs start now (marked 'starting', their
+        supervisors built, not started), and the views to push (theirs, and every queued
+        run's new place in the queue)."""
+        plan = StartPlan()
         limit = self.settings.max_concurrent
         free = limit - len(self.store.runs_in(ACTIVE_STATES))
         queued = self.store.runs_in(["queued"])
-        started = False
+        if not queued:
+            return plan
+        started: list[Row] = []
         while queued and free > 0:
             group = [r for r in queued if r["pair_id"] == queued[0]["pair_id"]]
             if free < min(len(group), limit):
                 break
             for row in group[:free]:
-                self._start_run(row)
+                Path(row["run_dir"]).mkdir(parents=True, exist_ok=True)
+                fields = {"state": "starting", "stage": "starting", "started_at": time.time()}
+                self.store.update_run(row["id"], **fields)
+                started.append({**row, **fields})
                 free -= 1
-                started = True
                 queued.remove(row)
-        if started or queued:
-            for row in queued:
-                self._publish_run(row["id"])
-
-    def _start_run(self, row: Row) -> None:
-        Path(row["run_dir"]).mkdir(parents=True, exist_ok=True)
-        self.store.update_run(row["id"], state="starting", stage="starting", started_at=time.time())
-        sup = self._supervisor(row)
-        self.supervisors[row["id"]] = sup
-        self._tails.add(row["id"])
-        sup.start()
-        self._publish_run(row["id"])
+        pairs = self.store.pairs_by_id(list({r["pair_id"] for r in started + queued}))
+        for row in started:
+            plan.starts.append((row["id"], self._supervisor(row, pairs.get(row["pair_id"]))))
+        positions = queue_positions(queued)
+        for row in started + queued:
+            pair = pairs.get(row["pair_id"])
+            if pair is not None:
+                data = json.dumps(run_view(row, pair, positions), separators=(",", ":"))
+                message = Message(event="run", key=f"run:{row['id']}", data=data)
+                plan.messages.append((f"run:{row['id']}", message))
+        return plan
 
     # ---- reports from supervisor threads --------------------------------------------
 
