@@ -155,7 +155,8 @@ class Lab:
         self._ingest_lock = threading.Lock()  # one ingest pass at a time, on any thread
         self.outage = Outage(log)  # the database unreachable: said once, and its end
         self._changes: deque[tuple[str, Change]] = deque()  # supervisors' reports, in order
-        self._changes_retry: asyncio.TimerHandle | None = None
+        self._changes_wanted = asyncio.Event()
+        self._changer: asyncio.Task[None] | None = None
         self._schedule_wanted = asyncio.Event()
         self._create_lock = threading.Lock()  # create_pair runs on request threads
         self._scheduler: asyncio.Task[None] | None = None
@@ -167,6 +168,7 @@ class Lab:
         self._recover()
         self._task = asyncio.create_task(self._ingest_loop(), name="crashdrill-ingest")
         self._scheduler = asyncio.create_task(self._schedule_loop(), name="crashdrill-schedule")
+        self._changer = asyncio.create_task(self._change_loop(), name="crashdrill-changes")
         if self.mirror is not None:
             self.mirror.start()
         self.fanout.start()
@@ -175,9 +177,6 @@ class Lab:
 
     async def stop(self) -> None:
         self._closing = True
-        if self._changes_retry is not None:
-            self._changes_retry.cancel()
-            self._changes_retry = None
         self.telemetry.stop()
         for task in (self._task, self._scheduler):
             if task is not None:
@@ -194,6 +193,12 @@ class Lab:
             await asyncio.to_thread(lambda: [s.join(10) for s in sups])
             for _ in range(3):
                 await asyncio.sleep(0)  # let the supervisors' last reports land
+        if self._changer is not None:
+            self._changer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._changer
+        if self.settings.stop_runs_on_exit:
+            await self._apply_changes()  # the runs' last states, in order
             self._apply_pass(await asyncio.to_thread(self._run_pass, self._next_pass(False)))
         elif sups:
             log.info("%d run(s) keep training; the next server start adopts them", len(sups))
@@ -496,49 +501,74 @@ class Lab:
             loop.call_soon_threadsafe(self._queue_change, run_id, change)
 
     def _queue_change(self, run_id: str, change: Change) -> None:
-        """Apply supervisors' reports in order; while the database is unreachable they
-        wait here (a run that ended meanwhile must not stay 'running' for good)."""
+        """Supervisors' reports are applied in order by the change task; while the
+        database is unreachable they wait (a run that ended meanwhile must not stay
+        'running' for good)."""
         self._changes.append((run_id, change))
-        if self._changes_retry is None:
-            self._drain_changes()
+        self._changes_wanted.set()
 
-    def _drain_changes(self) -> None:
-        self._changes_retry = None
+    async def _change_loop(self) -> None:
+        while True:
+            await self._changes_wanted.wait()
+            self._changes_wanted.clear()
+            if not await self._apply_changes():
+                await asyncio.sleep(CHANGE_RETRY_S)
+                self._changes_wanted.set()
+
+    async def _apply_changes(self) -> bool:
+        """Apply the queued reports in order; False when the database failed (the rest
+        wait). The database work on a worker thread, the lab's own state on the loop."""
         while self._changes and not self._closed:
             run_id, change = self._changes[0]
             try:
-                self._apply_change(run_id, change)
+                stored = await asyncio.to_thread(self._store_change, run_id, change)
             except DatabaseUnavailable as e:
                 self.outage.failed(e)
-                if self._loop is not None and not self._loop.is_closed():
-                    self._changes_retry = self._loop.call_later(CHANGE_RETRY_S, self._drain_changes)
-                return
+                return False
+            except Exception:
+                log.exception("applying %s of run %s failed; skipped", change.state, run_id)
+                stored = None
             self._changes.popleft()
+            if stored is None:
+                continue
+            row, message = stored
+            if change.state not in ("running", "restarting"):
+                self.supervisors.pop(run_id, None)
+                self._release_mirror(row)
+                self._checks_due[run_id] = 0.0
+                self.schedule()
+            self._runs_due.pop(run_id, None)
+            if message is not None:
+                self.fanout.publish(f"run:{run_id}", message)
+        return True
 
-    def _apply_change(self, run_id: str, change: Change) -> None:
-        """One report, applied again from the start should the database fail midway."""
-        if self._closed:
-            return
-        row = self.store.run(run_id)
-        if row is None:
-            return
-        if change.state == "running":
-            self.store.update_run(
-                run_id, state="running", pid=change.pid, pid_started=change.pid_started
-            )
-        elif change.state == "restarting":
-            self.store.update_run(run_id, state="restarting", stage="restarting", pid=None)
-        else:
-            fields: dict[str, Any] = {"state": change.state, "ended_at": time.time(), "pid": None}
-            fields.update(exit_code=change.exit_code, message=change.text or None)
-            if change.state == "stopped":
-                fields["stage"] = "stopped"
-            self.store.update_run(run_id, **fields)
-            self.supervisors.pop(run_id, None)
-            self._release_mirror(row)
-            self._checks_due[run_id] = 0.0
-            self.schedule()
-        self._publish_run(run_id)
+    def _store_change(self, run_id: str, change: Change) -> tuple[Row, Message | None] | None:
+        """On a worker thread: the report into the run's row; the row as it was, and the
+        run's new view to push (None: no such run, or the database closed)."""
+        with self._ingest_lock:  # the database stays open meanwhile
+            if self._closed:
+                return None
+            row = self.store.run(run_id)
+            if row is None:
+                return None
+            if change.state == "running":
+                self.store.update_run(
+                    run_id, state="running", pid=change.pid, pid_started=change.pid_started
+                )
+            elif change.state == "restarting":
+                self.store.update_run(run_id, state="restarting", stage="restarting", pid=None)
+            else:
+                fields: dict[str, Any] = {
+                    "state": change.state,
+                    "ended_at": time.time(),
+                    "pid": None,
+                    "exit_code": change.exit_code,
+                    "message": change.text or None,
+                }
+                if change.state == "stopped":
+                    fields["stage"] = "stopped"
+                self.store.update_run(run_id, **fields)
+            return row, self._run_message(run_id)
 
     # ---- ingest and publishing ------------------------------------------------------
 
