@@ -2,6 +2,7 @@
 
     crashdrill serve                                  the lab at http://127.0.0.1:8000
     crashdrill run quick --run-dir runs/q             one headless run; again after a kill: resumes
+    crashdrill run quick --run-dir runs/q --mirror gs://BUCKET/runs   … its checkpoints copied off
     crashdrill verify --preset quick --kills 2        the kill-and-resume drill
     crashdrill verify -- python train.py              the drill on any training script
     crashdrill presets list|show NAME|validate FILE
@@ -18,6 +19,8 @@ import argparse
 import importlib
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
@@ -75,9 +78,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
         progress=None if args.quiet else _progress_printer(f"{preset.id}/{args.label}"),
     )
     try:
-        return train(cfg, args.run_dir, opts)
+        if not args.mirror:
+            return train(cfg, args.run_dir, opts)
+        return _train_mirrored(
+            args.mirror, Path(args.run_dir), lambda: train(cfg, args.run_dir, opts)
+        )
     except (RunDirError, DataError, CheckpointMismatch, ConfigError) as e:
         print(f"crashdrill run: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _train_mirrored(url: str, run_dir: Path, train: Callable[[], int]) -> int:
+    from crashdrill.workers.mirror_backends import MirrorError, MirrorURLError
+    from crashdrill.workers.run_mirror import mirrored_run
+
+    def say(text: str) -> None:
+        print(f"crashdrill run: {text}", file=sys.stderr, flush=True)
+
+    if run_dir.exists() and not run_dir.is_dir():
+        say(f"--run-dir {str(run_dir)!r} is a file; give a directory")
+        return EXIT_USAGE
+    try:
+        with mirrored_run(url, run_dir, say):
+            return train()
+    except (MirrorURLError, MirrorError) as e:
+        say(f"--mirror {url!r}: {e}")
         return EXIT_USAGE
 
 
@@ -159,6 +184,13 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         help="exit 3 without training when no usable checkpoint exists",
     )
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a setting")
+    run.add_argument(
+        "--mirror",
+        metavar="URL",
+        help="copy each checkpoint off the machine in the background (a directory, or"
+        " gs://BUCKET[/PREFIX]); a run dir without a checkpoint resumes from the newest"
+        " copy there that verifies",
+    )
     run.add_argument("--jsonl", action="store_true", help="print one JSON line per step to stdout")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=_cmd_run)

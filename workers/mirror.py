@@ -41,6 +41,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -195,8 +196,10 @@ class CheckpointMirror:
         retry: RetryPolicy | None = None,
         backoff_s: tuple[float, float] = (2.0, 60.0),
         backend: Backend | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self._stop = threading.Event()
+        self._on_event = on_event  # also told each event (a headless run prints them)
         self.backend = backend or open_backend(url, retry=retry, sleep=self._stop.wait)
         self.url = self.backend.url
         self.off_machine = self.url.startswith("gs://")
@@ -367,7 +370,7 @@ class CheckpointMirror:
         mirror.update(seconds=round(seconds, 4), bytes=nbytes, url=url, created=ckpt.created)
         mirror.update(files=len(ckpt.files) + 1, superseded=superseded)
         event = {"kind": "event", "segment": segment, "level": "info", "code": "mirror"}
-        _append_log(run.run_dir, [mirror, {**event, "step": ckpt.step, "text": text}])
+        self._append(run, [mirror, {**event, "step": ckpt.step, "text": text}])
 
     def _copy(self, base: str, ckpt: LocalCheckpoint) -> int:
         """Upload the files, then the manifest; returns the bytes sent."""
@@ -425,7 +428,14 @@ class CheckpointMirror:
     def _log(self, run: _Run, level: str, code: str, step: int, text: str) -> None:
         segment = RunDir(run.run_dir).last_seen()[0]
         event = {"kind": "event", "segment": segment, "level": level, "code": code}
-        _append_log(run.run_dir, [{**event, "step": step, "text": text}])
+        self._append(run, [{**event, "step": step, "text": text}])
+
+    def _append(self, run: _Run, records: list[dict[str, Any]]) -> None:
+        _append_log(run.run_dir, records)
+        if self._on_event is not None:
+            for rec in records:
+                if rec.get("kind") == "event":
+                    self._on_event(rec)
 
     def _prune(self, run: _Run) -> None:
         """Keep the newest `keep` complete copies of the run; delete the rest, each

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import time
@@ -205,3 +206,42 @@ def test_weights_only_checkpoint_resumes_but_diverges_from_the_first_recomputed_
     recs, _ = read_records(run_dir / "records.jsonl")
     ev = [r["text"] for r in recs if r.get("code") == "resumed"]
     assert "AdamW state" in ev[0] and "RNG states" in ev[0] and "data position" in ev[0]
+
+
+def _mirrored_steps(mirror: Path) -> list[int]:
+    """Steps whose copy in the mirror is complete (its manifest, uploaded last, is there)."""
+    return sorted(int(m.parent.name[5:]) for m in mirror.glob("step-*/MANIFEST.json"))
+
+
+def test_a_headless_run_whose_disk_vanished_resumes_bit_identical_from_its_mirror(
+    tmp_path, reference
+):
+    """`crashdrill run --mirror`: killed mid-run, its run dir deleted (a session's disk
+    gone), run again on the same mirror: it pulls the newest verified copy and ends
+    exactly as the run that was never interrupted."""
+    ref_dir, ref = reference
+    run_dir, mirror = tmp_path / "q", tmp_path / "mirror"
+    proc = _start(run_dir, "--mirror", str(mirror))
+    _kill_at_step(proc, 180)
+    assert proc.stderr is not None and "copied to the mirror" in proc.stderr.read()
+    copied = _mirrored_steps(mirror / "q")
+    assert copied and copied[-1] >= 100, copied
+    shutil.rmtree(run_dir)
+
+    done = run_cli(*QUICK, "--run-dir", str(run_dir), "--mirror", str(mirror), check=True)
+    step = copied[-1]
+    assert f"No checkpoint in {run_dir}; pulled step {step} from {mirror}" in done.stderr
+    assert f"resumed at step {step} from" in done.stderr
+    steps = _steps(run_dir)
+    assert [r["step"] for r in steps] == list(range(step + 1, 301))
+    assert all(ref[r["step"]] == r["loss_bits"] for r in steps)
+    a, b = load_model_state(ref_dir), load_model_state(run_dir)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert _mirrored_steps(mirror / "q")[-1] == 300, "the last checkpoint went to the mirror"
+
+
+def test_a_mirror_url_of_no_known_kind_exits_2_naming_the_kinds(tmp_path):
+    proc = run_cli(*QUICK, "--run-dir", str(tmp_path / "r"), "--mirror", "s3://bucket/x")
+    assert proc.returncode == 2, proc.stderr
+    assert "--mirror 's3://bucket/x'" in proc.stderr and "gs://" in proc.stderr
+    assert not _steps(tmp_path / "r")
