@@ -48,7 +48,9 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.support is not installed
 
-from tests.support.lab import free_port  # noqa: E402
+from sse_frames import sse_frames  # noqa: E402
+
+from tests.support.lab import free_port, spawn_server  # noqa: E402
 from tests.support.latency_proxy import LatencyProxy  # noqa: E402
 from tests.support.postgres import PostgresServer  # noqa: E402
 
@@ -137,26 +139,13 @@ def start_server(
         "CRASHDRILL_STANDIN_STEP_S": str(step_s),
         "CRASHDRILL_STANDIN_CKPT_EVERY": "1000000",
     }
-    args = ["--port", str(port), "--data-dir", str(data_dir), "--log-level", "warning"]
+    args = ["--data-dir", str(data_dir), "--log-level", "warning"]
     args += ["--mirror", "off", "--stop-runs-on-exit"]
-    log = open(data_dir / "server.log", "wb")  # noqa: SIM115 - lives as long as the server
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "crashdrill.server", *args],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    log.close()
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/api/presets", timeout=1).raise_for_status()
-            return proc
-        except httpx.HTTPError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                stop_server(proc, data_dir)
-                sys.exit("server did not start:\n" + (data_dir / "server.log").read_text())
-            time.sleep(0.1)
+    try:
+        log = data_dir / "server.log"
+        return spawn_server(port, env, log, *args, start_timeout=START_TIMEOUT_S)
+    except AssertionError as e:
+        sys.exit(f"server did not start: {e}")
 
 
 def stop_server(proc: subprocess.Popen[bytes], data_dir: Path) -> None:
@@ -206,23 +195,7 @@ def records_written(data_dir: Path, lo: float, hi: float) -> int:
 
 async def follow(port: int, pair: str, stream: Stream) -> None:
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(
-            f"GET /api/stream?pair={pair} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            "Accept: text/event-stream\r\n\r\n".encode()
-        )
-        await writer.drain()
-        buf = b""
-        while True:
-            chunk = await reader.read(65536)
-            if not chunk:
-                return
-            now = time.time()
-            buf += chunk
-            end = buf.rfind(b"\n\n")
-            if end < 0:
-                continue
-            frames, buf = buf[: end + 2], buf[end + 2 :]
+        async for frames, now in sse_frames(port, pair):
             stream.hello = stream.hello or b"event: hello" in frames
             stream.gaps += frames.count(b'"gap":true')
             stream.seen.extend((float(t), now) for _id, _run, _kind, t in RECORD.findall(frames))

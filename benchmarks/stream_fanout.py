@@ -33,6 +33,7 @@ from typing import Any
 
 import httpx
 import psutil
+from sse_frames import sse_frames  # a sibling: benchmarks run as scripts
 
 RECORD = re.compile(rb'"id":(\d+),"run":"([^"]+)","v":1,"kind":"[a-z]+","t":([0-9.e+-]+)')
 
@@ -53,23 +54,7 @@ class Client:
 
 async def follow(port: int, pair: str, client: Client) -> None:
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(
-            f"GET /api/stream?pair={pair} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            "Accept: text/event-stream\r\n\r\n".encode()
-        )
-        await writer.drain()
-        buf = b""
-        while True:
-            chunk = await reader.read(65536)
-            if not chunk:
-                return
-            now = time.time()
-            buf += chunk
-            end = buf.rfind(b"\n\n")
-            if end < 0:
-                continue
-            frames, buf = buf[: end + 2], buf[end + 2 :]
+        async for frames, now in sse_frames(port, pair):
             if not client.hello and b"event: hello" in frames:
                 client.hello = True
             if b'"gap":true' in frames:
