@@ -406,9 +406,14 @@ class Lab:
             else "its owner"
         )
         if row["state"] == "queued":
-            self.store.update_run(
-                run_id, state="stopped", ended_at=time.time(), message=f"Stopped by {who}."
-            )
+            if not self.store.update_run_if(
+                run_id,
+                "queued",
+                state="stopped",
+                ended_at=time.time(),
+                message=f"Stopped by {who}.",
+            ):
+                raise Conflict(f"cannot stop run {run_id}: it is starting; try again in a moment")
             self.schedule()
         elif row["state"] in ACTIVE_STATES and run_id in self.supervisors:
             self.supervisors[run_id].stop(who)
@@ -473,12 +478,13 @@ class Lab:
             if free < min(len(group), limit):
                 break
             for row in group[:free]:
-                Path(row["run_dir"]).mkdir(parents=True, exist_ok=True)
+                queued.remove(row)
                 fields = {"state": "starting", "stage": "starting", "started_at": time.time()}
-                self.store.update_run(row["id"], **fields)
+                if not self.store.update_run_if(row["id"], "queued", **fields):
+                    continue  # stopped meanwhile
+                Path(row["run_dir"]).mkdir(parents=True, exist_ok=True)
                 started.append({**row, **fields})
                 free -= 1
-                queued.remove(row)
         pairs = self.store.pairs_by_id(list({r["pair_id"] for r in started + queued}))
         for row in started:
             plan.starts.append((row["id"], self._supervisor(row, pairs.get(row["pair_id"]))))

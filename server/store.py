@@ -154,6 +154,19 @@ class Store:
         sets = ", ".join(f"{k} = ?" for k in fields)
         self.db.run(f"UPDATE runs SET {sets} WHERE id = ?", (*fields.values(), run_id))
 
+    def update_run_if(self, run_id: str, expected: str, /, **fields: Any) -> bool:
+        """`update_run` only while the run's state is `expected`; whether it was (one statement:
+        the scheduler and a Stop click on another thread cannot both take a queued run)."""
+        unknown = set(fields) - _RUN_COLUMNS
+        if unknown:
+            raise ValueError(f"not a run column: {sorted(unknown)}")
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        rows = self.db.run(
+            f"UPDATE runs SET {sets} WHERE id = ? AND state = ? RETURNING id",
+            (*fields.values(), run_id, expected),
+        )
+        return bool(rows)
+
     # ---- records --------------------------------------------------------------------
 
     def insert_records(

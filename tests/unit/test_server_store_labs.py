@@ -79,3 +79,15 @@ def test_a_lab_id_is_made_once_and_kept(tmp_path: Path) -> None:
     path.write_text("")
     with pytest.raises(SettingsError, match="lab_id is empty: delete it"):
         _kept_token(path, 12)
+
+
+def test_a_queued_run_is_taken_once_by_the_scheduler_or_a_stop(
+    db: Database, tmp_path: Path
+) -> None:
+    store = Store(db, "lab-a")
+    pair(store, "p", tmp_path)
+    assert store.update_run_if("p-A", "queued", state="stopped") is True
+    assert store.update_run_if("p-A", "queued", state="starting") is False  # the stop won
+    assert store.run("p-A")["state"] == "stopped"  # type: ignore[index]
+    with pytest.raises(ValueError, match="not a run column"):
+        store.update_run_if("p-B", "queued", owner="x")
