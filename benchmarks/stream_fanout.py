@@ -35,6 +35,9 @@ import httpx
 import psutil
 from sse_frames import sse_frames  # a sibling: benchmarks run as scripts
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support is not installed
+from tests.support.lab import spawn_server
+
 RECORD = re.compile(rb'"id":(\d+),"run":"([^"]+)","v":1,"kind":"[a-z]+","t":([0-9.e+-]+)')
 
 
@@ -76,23 +79,10 @@ def start_server(data_dir: Path, port: int, step_s: float, steps: int) -> subpro
         "CRASHDRILL_STANDIN_STEP_S": str(step_s),
         "CRASHDRILL_STANDIN_CKPT_EVERY": "1000000",
     }
-    log = open(data_dir / "server.log", "wb")  # noqa: SIM115 - lives as long as the server
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "crashdrill.server", "--port", str(port), "--log-level", "warning"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/api/presets", timeout=1).raise_for_status()
-            return proc
-        except httpx.HTTPError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                sys.exit("server did not start:\n" + (data_dir / "server.log").read_text())
-            time.sleep(0.1)
+    try:
+        return spawn_server(port, env, data_dir / "server.log", "--log-level", "warning")
+    except AssertionError as e:
+        sys.exit(f"server did not start: {e}")
 
 
 def client_worker(
