@@ -73,10 +73,6 @@ class Outage:
         self._since: float | None = None
         self.failures = 0  # failed attempts in the current outage
 
-    @property
-    def down(self) -> bool:
-        return self._since is not None
-
     def failed(self, error: BaseException) -> None:
         with self._lock:
             self.failures += 1

@@ -24,7 +24,7 @@ import shutil
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 THROTTLE_S = 0.5
 LIVE_STATES = ("queued", *ACTIVE_STATES)
 BACKOFF_S = (0.25, 5.0)  # ingest's retries while the database is unreachable: first, longest
-CHANGE_RETRY_S = 1.0  # a supervisor's report waiting for the database
+RETRY_S = 1.0  # a scheduling pass or a supervisor's report waiting for the database
 # A run whose dir holds this file trains that preset text (see create_pair).
 FROZEN_PRESET = "preset.toml"
 
@@ -88,6 +88,17 @@ class PassResult:
     error: DatabaseUnavailable | None = None  # the database failed partway
 
 
+@dataclass
+class Tailed:
+    """What the ingest passes know of a run they read (their thread's alone)."""
+
+    run_dir: Path
+    mirror_offset: int = 0  # bytes of mirror.jsonl ingested
+    # The sizes of records.jsonl and mirror.jsonl when a pass last read both to the end:
+    # while they stay so and its trainer is watched the run costs no database round trip.
+    read_to: tuple[int, int] | None = None
+
+
 def _file_sizes(run_dir: Path) -> tuple[int, int]:
     """Sizes of records.jsonl and mirror.jsonl in `run_dir` (-1: not there)."""
     sizes = []
@@ -97,6 +108,12 @@ def _file_sizes(run_dir: Path) -> tuple[int, int]:
         except OSError:
             sizes.append(-1)
     return sizes[0], sizes[1]
+
+
+def _view_message(row: Row, pair: Row, positions: dict[str, int]) -> Message:
+    """The `run` message: the run's view, as GET /api/pairs/{pair} shows it."""
+    data = json.dumps(run_view(row, pair, positions), separators=(",", ":"))
+    return Message(event="run", key=f"run:{row['id']}", data=data)
 
 
 def new_id() -> str:
@@ -118,12 +135,7 @@ class Lab:
                 self.mirror = CheckpointMirror(settings.mirror_url)
             except MirrorError as e:
                 raise SettingsError(f"mirror = {settings.mirror!r}: {e}") from None
-        self._mirror_offsets: dict[str, int] = {}  # bytes of each run's mirror.jsonl read
-        # The ingest passes' own: each tailed run's dir, and the sizes of its records.jsonl
-        # and mirror.jsonl when a pass last read both to the end (no database call while
-        # they stay so and its trainer is watched: each costs a round trip).
-        self._run_dirs: dict[str, Path] = {}
-        self._unchanged: dict[str, tuple[int, int]] = {}
+        self._tailed: dict[str, Tailed] = {}  # the ingest passes' own, per run read
         # Supabase Realtime when configured (SSE stays on beside it), else SSE alone.
         fanout = fanout or realtime_fanout(settings, self._pair_of_run, self._live_pairs)
         self._lock_fd = lock_data_dir(settings.data_dir)
@@ -167,8 +179,12 @@ class Lab:
         self._loop = asyncio.get_running_loop()
         self._recover()
         self._task = asyncio.create_task(self._ingest_loop(), name="crashdrill-ingest")
-        self._scheduler = asyncio.create_task(self._schedule_loop(), name="crashdrill-schedule")
-        self._changer = asyncio.create_task(self._change_loop(), name="crashdrill-changes")
+        self._scheduler = asyncio.create_task(
+            self._on_signal(self._schedule_wanted, self._schedule_once), name="crashdrill-schedule"
+        )
+        self._changer = asyncio.create_task(
+            self._on_signal(self._changes_wanted, self._apply_changes), name="crashdrill-changes"
+        )
         if self.mirror is not None:
             self.mirror.start()
         self.fanout.start()
@@ -432,35 +448,40 @@ class Lab:
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             loop.call_soon_threadsafe(self._schedule_wanted.set)
 
-    async def _schedule_loop(self) -> None:
-        """Start queued runs while slots are free: FIFO, a pair's runs together. One pass
-        at a time; its database work on a worker thread (a remote database's round trips
-        would stall the loop, and a long queue means a view to push for each run)."""
+    @staticmethod
+    async def _on_signal(wanted: asyncio.Event, work: Callable[[], Awaitable[bool]]) -> None:
+        """Run `work` whenever `wanted` is set, one at a time; when it fails (False), again
+        after RETRY_S (the scheduler and the change task)."""
         while True:
-            await self._schedule_wanted.wait()
-            self._schedule_wanted.clear()
-            if self._closing:
-                continue
-            try:
-                plan = await asyncio.to_thread(self._plan_starts)
-            except DatabaseUnavailable as e:
-                self.outage.failed(e)
-                await asyncio.sleep(CHANGE_RETRY_S)
-                self._schedule_wanted.set()
-                continue
-            except Exception:
-                log.exception("scheduling failed; trying again")
-                await asyncio.sleep(CHANGE_RETRY_S)
-                self._schedule_wanted.set()
-                continue
-            for run_id, sup in plan.starts:
-                if self._closing:  # marked starting: the next server start resumes it
-                    break
-                self.supervisors[run_id] = sup
-                self._tails.add(run_id)
-                sup.start()
-            for channel, message in plan.messages:
-                self.fanout.publish(channel, message)
+            await wanted.wait()
+            wanted.clear()
+            if not await work():
+                await asyncio.sleep(RETRY_S)
+                wanted.set()
+
+    async def _schedule_once(self) -> bool:
+        """Start queued runs while slots are free: FIFO, a pair's runs together. The
+        database work on a worker thread (a remote database's round trips would stall
+        the loop, and a long queue means a view to push for each run)."""
+        if self._closing:
+            return True
+        try:
+            plan = await asyncio.to_thread(self._plan_starts)
+        except DatabaseUnavailable as e:
+            self.outage.failed(e)
+            return False
+        except Exception:
+            log.exception("scheduling failed; trying again")
+            return False
+        for run_id, sup in plan.starts:
+            if self._closing:  # marked starting: the next server start resumes it
+                break
+            self.supervisors[run_id] = sup
+            self._tails.add(run_id)
+            sup.start()
+        for channel, message in plan.messages:
+            self.fanout.publish(channel, message)
+        return True
 
     def _plan_starts(self) -> StartPlan:
         """On a worker thread: which queued runs start now (marked 'starting', their
@@ -492,9 +513,7 @@ class Lab:
         for row in started + queued:
             pair = pairs.get(row["pair_id"])
             if pair is not None:
-                data = json.dumps(run_view(row, pair, positions), separators=(",", ":"))
-                message = Message(event="run", key=f"run:{row['id']}", data=data)
-                plan.messages.append((f"run:{row['id']}", message))
+                plan.messages.append((f"run:{row['id']}", _view_message(row, pair, positions)))
         return plan
 
     # ---- reports from supervisor threads --------------------------------------------
@@ -512,14 +531,6 @@ class Lab:
         'running' for good)."""
         self._changes.append((run_id, change))
         self._changes_wanted.set()
-
-    async def _change_loop(self) -> None:
-        while True:
-            await self._changes_wanted.wait()
-            self._changes_wanted.clear()
-            if not await self._apply_changes():
-                await asyncio.sleep(CHANGE_RETRY_S)
-                self._changes_wanted.set()
 
     async def _apply_changes(self) -> bool:
         """Apply the queued reports in order; False when the database failed (the rest
@@ -642,9 +653,9 @@ class Lab:
         """The pass itself; raises DatabaseUnavailable where the database failed."""
         todo: list[tuple[str, tuple[int, int] | None]] = []
         for run_id in job.tails:
-            run_dir = self._run_dirs.get(run_id)
-            sizes = _file_sizes(run_dir) if run_dir is not None else None
-            if run_id in job.supervised and sizes and self._unchanged.get(run_id) == sizes:
+            known = self._tailed.get(run_id)
+            sizes = _file_sizes(known.run_dir) if known is not None else None
+            if run_id in job.supervised and sizes and known and known.read_to == sizes:
                 continue  # nothing written since the last pass read it all
             todo.append((run_id, sizes))
         rows = self.store.runs_by_id([run_id for run_id, _ in todo]) if todo else {}
@@ -652,26 +663,22 @@ class Lab:
             row = rows.get(run_id)
             if row is None:
                 result.untail.append(run_id)
+                self._tailed.pop(run_id, None)
                 continue
-            self._run_dirs[run_id] = Path(row["run_dir"])
+            tailed = self._tailed.setdefault(run_id, Tailed(Path(row["run_dir"])))
             # Asked before reading mirror.jsonl: once not busy, its last line is written.
             copying = self.mirror is not None and self.mirror.busy(Path(row["run_dir"]).name)
             batch = ingest_run(self.store, row)
             if batch is not None:
                 self._batch_messages(batch, result)
-            mirrored = self._ingest_mirror_log(run_id, row, result)
+            mirrored = self._ingest_mirror_log(tailed, row, result)
             more = (batch is not None and batch.more) or mirrored
             result.more = result.more or more
-            if more or sizes is None:
-                self._unchanged.pop(run_id, None)
-            else:
-                self._unchanged[run_id] = sizes  # read to the sizes taken before reading
+            tailed.read_to = None if more else sizes  # the sizes taken before reading
             done = row["state"] in TERMINAL_STATES and run_id not in job.supervised
             if done and not copying and not more:
                 result.untail.append(run_id)
-                self._mirror_offsets.pop(run_id, None)
-                self._unchanged.pop(run_id, None)
-                self._run_dirs.pop(run_id, None)
+                del self._tailed[run_id]
         for run_id in job.runs_due:
             message = self._run_message(run_id)
             if message is not None:
@@ -694,20 +701,20 @@ class Lab:
         for run_id in result.untail:
             self._tails.discard(run_id)
 
-    def _ingest_mirror_log(self, run_id: str, row: Row, result: PassResult) -> bool:
+    def _ingest_mirror_log(self, tailed: Tailed, row: Row, result: PassResult) -> bool:
         """Ingest what the mirror's thread appended to DIR/mirror.jsonl (its events and
         `mirror` records); True when the file has more to read."""
-        offset = self._mirror_offsets.get(run_id, 0)
+        offset = tailed.mirror_offset
         try:
             size = (Path(row["run_dir"]) / MIRROR_LOG).stat().st_size
         except OSError:
             return False
         if size <= offset:
             return False
-        fresh = self.store.run(run_id)  # ingest_run may have moved its offset and summary
+        fresh = self.store.run(row["id"])  # ingest_run may have moved its offset and summary
         if fresh is None:
             return False
-        batch, self._mirror_offsets[run_id] = ingest_mirror_log(self.store, fresh, offset)
+        batch, tailed.mirror_offset = ingest_mirror_log(self.store, fresh, offset)
         if batch is None:
             return False
         self._batch_messages(batch, result)
@@ -747,8 +754,7 @@ class Lab:
         positions = (
             queue_positions(self.store.runs_in(["queued"])) if row["state"] == "queued" else {}
         )
-        data = json.dumps(run_view(row, pair, positions), separators=(",", ":"))
-        return Message(event="run", key=f"run:{run_id}", data=data)
+        return _view_message(row, pair, positions)
 
     # ---- reads ----------------------------------------------------------------------
 

@@ -148,21 +148,13 @@ class Store:
         )
 
     def update_run(self, run_id: str, **fields: Any) -> None:
-        unknown = set(fields) - _RUN_COLUMNS
-        if unknown:
-            raise ValueError(f"not a run column: {sorted(unknown)}")
-        sets = ", ".join(f"{k} = ?" for k in fields)
-        self.db.run(f"UPDATE runs SET {sets} WHERE id = ?", (*fields.values(), run_id))
+        self.db.run(f"UPDATE runs SET {_sets(fields)} WHERE id = ?", (*fields.values(), run_id))
 
     def update_run_if(self, run_id: str, expected: str, /, **fields: Any) -> bool:
         """`update_run` only while the run's state is `expected`; whether it was (one statement:
         the scheduler and a Stop click on another thread cannot both take a queued run)."""
-        unknown = set(fields) - _RUN_COLUMNS
-        if unknown:
-            raise ValueError(f"not a run column: {sorted(unknown)}")
-        sets = ", ".join(f"{k} = ?" for k in fields)
         rows = self.db.run(
-            f"UPDATE runs SET {sets} WHERE id = ? AND state = ? RETURNING id",
+            f"UPDATE runs SET {_sets(fields)} WHERE id = ? AND state = ? RETURNING id",
             (*fields.values(), run_id, expected),
         )
         return bool(rows)
@@ -172,72 +164,40 @@ class Store:
     def insert_records(
         self, run_id: str, records: Sequence[NewRecord], new_offset: int, run_fields: dict[str, Any]
     ) -> list[tuple[int, NewRecord]]:
-        """Insert records and move the ingest offset in one transaction.
+        """Insert records and move the ingest offset atomically.
 
         Records already present (same dedup key) are skipped: ingest is idempotent.
         Returns (id, record) of the rows inserted now, in id (= file) order.
 
-        One multi-row INSERT per INSERT_BATCH records: against a remote Postgres each
-        statement costs a network round trip, paid on the event loop's thread.
+        Against a remote Postgres each statement costs a network round trip: up to
+        INSERT_BATCH records and the run's new offset go in one statement (a
+        data-modifying WITH, atomic on its own); more, or on SQLite (which has no
+        data-modifying WITH and pays no round trips), one multi-row INSERT per
+        INSERT_BATCH records and the UPDATE in a transaction.
         """
+        fields = {"ingest_offset": new_offset, **run_fields}
         if not records:
-            self.update_run(run_id, ingest_offset=new_offset, **run_fields)  # one statement
+            self.update_run(run_id, **fields)
             return []
         if self.db.dialect == "postgres" and len(records) <= INSERT_BATCH:
-            return self._insert_records_one_statement(run_id, records, new_offset, run_fields)
+            insert, params, first = _insert_records(run_id, records)
+            rows = self.db.run(
+                f"WITH ins AS ({insert}),"
+                f" upd AS (UPDATE runs SET {_sets(fields)} WHERE id = ? RETURNING id)"
+                " SELECT id, dedup_key FROM ins",
+                [*params, *fields.values(), run_id],
+            )
+            return sorted((int(row["id"]), first[row["dedup_key"]]) for row in rows)
         inserted = []
         with self.db.transaction():
             for start in range(0, len(records), INSERT_BATCH):
-                batch = records[start : start + INSERT_BATCH]
-                first: dict[str, NewRecord] = {}
-                for rec in batch:
-                    first.setdefault(rec.dedup_key, rec)  # a key twice: the first one counts
-                rows = self.db.run(
-                    "INSERT INTO records (run_id, dedup_key, segment, kind, step, t, data)"
-                    f" VALUES {', '.join(['(?, ?, ?, ?, ?, ?, ?)'] * len(batch))}"
-                    " ON CONFLICT (run_id, dedup_key) DO NOTHING RETURNING id, dedup_key",
-                    [
-                        v
-                        for r in batch
-                        for v in (run_id, r.dedup_key, r.segment, r.kind, r.step, r.t, r.data)
-                    ],
+                insert, params, first = _insert_records(
+                    run_id, records[start : start + INSERT_BATCH]
                 )
+                rows = self.db.run(insert, params)
                 inserted += sorted((int(row["id"]), first[row["dedup_key"]]) for row in rows)
-            self.update_run(run_id, ingest_offset=new_offset, **run_fields)
+            self.update_run(run_id, **fields)
         return inserted
-
-    def _insert_records_one_statement(
-        self, run_id: str, records: Sequence[NewRecord], new_offset: int, run_fields: dict[str, Any]
-    ) -> list[tuple[int, NewRecord]]:
-        """Postgres: the INSERT and the run's UPDATE as one statement (data-modifying
-        WITH), atomic on its own: one round trip where BEGIN … COMMIT takes four. SQLite
-        has no data-modifying WITH, and needs no round trips."""
-        fields = {"ingest_offset": new_offset, **run_fields}
-        unknown = set(fields) - _RUN_COLUMNS
-        if unknown:
-            raise ValueError(f"not a run column: {sorted(unknown)}")
-        first: dict[str, NewRecord] = {}
-        for rec in records:
-            first.setdefault(rec.dedup_key, rec)  # a key twice: the first one counts
-        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(records))
-        sets = ", ".join(f"{k} = ?" for k in fields)
-        rows = self.db.run(
-            "WITH ins AS (INSERT INTO records (run_id, dedup_key, segment, kind, step, t, data)"
-            f" VALUES {values} ON CONFLICT (run_id, dedup_key) DO NOTHING"
-            " RETURNING id, dedup_key),"
-            f" upd AS (UPDATE runs SET {sets} WHERE id = ? RETURNING id)"
-            " SELECT id, dedup_key FROM ins",
-            [
-                *(
-                    v
-                    for r in records
-                    for v in (run_id, r.dedup_key, r.segment, r.kind, r.step, r.t, r.data)
-                ),
-                *fields.values(),
-                run_id,
-            ],
-        )
-        return sorted((int(row["id"]), first[row["dedup_key"]]) for row in rows)
 
     def records(
         self, run_id: str, kinds: Sequence[str] | None, after: int, limit: int
@@ -303,3 +263,30 @@ class Store:
             "SELECT id, t, data FROM telemetry WHERE lab = ? ORDER BY id DESC LIMIT 1",
             (self.lab,),
         )
+
+
+def _sets(fields: dict[str, Any]) -> str:
+    """`a = ?, b = ?` for run columns (a name that is not one is refused)."""
+    unknown = set(fields) - _RUN_COLUMNS
+    if unknown:
+        raise ValueError(f"not a run column: {sorted(unknown)}")
+    return ", ".join(f"{k} = ?" for k in fields)
+
+
+def _insert_records(
+    run_id: str, records: Sequence[NewRecord]
+) -> tuple[str, list[Any], dict[str, NewRecord]]:
+    """The INSERT of `records` (new rows only, their id and key returned), its
+    parameters, and the record each key stands for (a key twice: the first one counts)."""
+    first: dict[str, NewRecord] = {}
+    for rec in records:
+        first.setdefault(rec.dedup_key, rec)
+    sql = (
+        "INSERT INTO records (run_id, dedup_key, segment, kind, step, t, data)"
+        f" VALUES {', '.join(['(?, ?, ?, ?, ?, ?, ?)'] * len(records))}"
+        " ON CONFLICT (run_id, dedup_key) DO NOTHING RETURNING id, dedup_key"
+    )
+    params = [
+        v for r in records for v in (run_id, r.dedup_key, r.segment, r.kind, r.step, r.t, r.data)
+    ]
+    return sql, params, first
