@@ -548,23 +548,28 @@ class Lab:
             self._changes.popleft()
             if stored is None:
                 continue
-            row, message = stored
+            row, messages = stored
             if change.state not in ("running", "restarting"):
                 self.supervisors.pop(run_id, None)
                 self._release_mirror(row)
                 self._checks_due[run_id] = 0.0
                 self.schedule()
             self._runs_due.pop(run_id, None)
-            if message is not None:
-                self.fanout.publish(f"run:{run_id}", message)
+            for channel, message in messages:
+                self.fanout.publish(channel, message)
         return True
 
-    def _store_change(self, run_id: str, change: Change) -> tuple[Row, Message | None] | None:
+    def _store_change(
+        self, run_id: str, change: Change
+    ) -> tuple[Row, list[tuple[str, Message]]] | None:
         """On a worker thread: the report into the run's row; the row as it was, and the
-        run's new view to push (None: no such run, or the database closed)."""
-        with self._ingest_lock:  # the database stays open meanwhile
+        messages to push (None: no such run, or the database closed). A run that ended
+        has the rest of its records file stored first: whoever sees it finished can read
+        every record it wrote."""
+        with self._ingest_lock:  # the database stays open; no ingest pass meanwhile
             if self._closed:
                 return None
+            messages: list[tuple[str, Message]] = []
             row = self.store.run(run_id)
             if row is None:
                 return None
@@ -575,6 +580,12 @@ class Lab:
             elif change.state == "restarting":
                 self.store.update_run(run_id, state="restarting", stage="restarting", pid=None)
             else:
+                ended = PassResult()
+                fresh: Row | None = row
+                while fresh is not None and (batch := ingest_run(self.store, fresh)) is not None:
+                    self._batch_messages(batch, ended)
+                    fresh = self.store.run(run_id) if batch.more else None
+                messages = ended.messages
                 fields: dict[str, Any] = {
                     "state": change.state,
                     "ended_at": time.time(),
@@ -585,7 +596,8 @@ class Lab:
                 if change.state == "stopped":
                     fields["stage"] = "stopped"
                 self.store.update_run(run_id, **fields)
-            return row, self._run_message(run_id)
+            view = self._run_message(run_id)
+            return row, [*messages, *([(f"run:{run_id}", view)] if view else [])]
 
     # ---- ingest and publishing ------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -265,3 +266,33 @@ def test_every_route_and_setting_is_documented(tmp_path: Path) -> None:
     assert not missing, f"routes missing from docs/server.md: {missing}"
     missing = [f for f in Settings.__dataclass_fields__ if f"`{f}`" not in doc]
     assert not missing, f"settings missing from docs/server.md: {missing}"
+
+
+def test_a_run_that_ends_has_every_record_it_wrote_stored_before_it_says_so(
+    settings: Settings,
+) -> None:
+    """The supervisor's 'finished' can come before the ingest pass that reads the last
+    lines: the lab stores them first, so whoever sees 'finished' can read them all."""
+    import json
+
+    from crashdrill.server.runs import Lab
+    from crashdrill.workers.supervisor import Change
+
+    lab = Lab(settings, sampler_factory=FakeSampler)
+    try:
+        run_dir = settings.data_dir / "runs" / "r1"
+        run_dir.mkdir(parents=True)
+        lab.store.create_pair("p1", "owner", "quick", {"knob": {}}, [("r1", "A", str(run_dir))])
+        lines = [{"v": 1, "kind": "step", "t": 1.0, "segment": 0, "step": s} for s in (1, 2, 3)]
+        (run_dir / "records.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        stored = lab._store_change("r1", Change("finished", exit_code=0))
+        assert stored is not None
+        _row, messages = stored
+        assert [m.event for _, m in messages] == ["records", "run"]
+        assert [json.loads(i)["step"] for i in messages[0][1].items] == [1, 2, 3]
+        row = lab.store.run("r1")
+        assert row is not None and (row["state"], row["step"]) == ("finished", 3)
+        assert len(lab.store.records("r1", ["step"], 0, 10)) == 3
+    finally:
+        lab.db.close()
+        os.close(lab._lock_fd)
