@@ -6,11 +6,12 @@
     crashdrill verify --preset quick --kills 2        the kill-and-resume drill
     crashdrill verify -- python train.py              the drill on any training script
     crashdrill presets list|show NAME|validate FILE
+    crashdrill presets show quick > mine.toml         start a preset of your own from a built-in
     crashdrill doctor gcs gs://BUCKET/PREFIX          check a checkpoint mirror bucket
     crashdrill doctor supabase                        check a Supabase project's Realtime
 
 Exit codes: 0 ok, 1 a check failed, 2 bad usage or input, 3 a run was told a checkpoint
-must exist and none did.
+must exist and none did, 141 our output was closed (`crashdrill … | head`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from crashdrill.closed_output import quiet_when_output_closed
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -115,7 +118,13 @@ def _cuda_available() -> bool:
 def _cmd_presets(args: argparse.Namespace) -> int:
     import json
 
-    from crashdrill.trainer.presets import PresetError, get_preset, list_presets, load_preset_file
+    from crashdrill.trainer.presets import (
+        PresetError,
+        dump_preset,
+        get_preset,
+        list_presets,
+        load_preset_file,
+    )
 
     try:
         if args.action == "list":
@@ -129,7 +138,11 @@ def _cmd_presets(args: argparse.Namespace) -> int:
             print(f"crashdrill presets {args.action}: {what}", file=sys.stderr)
             return EXIT_USAGE
         if args.action == "show":
-            print(json.dumps(get_preset(args.name).to_public(), indent=2))
+            preset = get_preset(args.name)
+            if args.json:
+                print(json.dumps(preset.to_public(), indent=2))
+            else:  # the TOML that `presets validate` reads: a start for a preset of one's own
+                sys.stdout.write(dump_preset(preset))
             return EXIT_OK
         p = load_preset_file(args.name)
     except PresetError as e:
@@ -198,6 +211,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     presets = sub.add_parser("presets", help="list, show or validate lesson presets")
     presets.add_argument("action", choices=["list", "show", "validate"])
     presets.add_argument("name", nargs="?", help="preset id (show) or TOML file (validate)")
+    presets.add_argument(
+        "--json",
+        action="store_true",
+        help="show: the preset as JSON (what a lesson page gets) instead of TOML",
+    )
     presets.set_defaults(func=_cmd_presets)
 
     argv = sys.argv[1:] if argv is None else argv
@@ -221,6 +239,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return quiet_when_output_closed(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser(argv).parse_args(argv)
     try:
         return int(args.func(args))

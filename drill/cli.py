@@ -20,6 +20,7 @@ import shlex
 import sys
 from typing import Any
 
+from crashdrill.closed_output import quiet_when_output_closed
 from crashdrill.drill.compare import EXIT_USAGE
 from crashdrill.drill.engine import StartError
 from crashdrill.drill.trace import TraceError
@@ -150,14 +151,18 @@ def run(args: argparse.Namespace) -> int:
     if args.json == "-":
         print(json.dumps(report.to_json(result), indent=2))
     else:
-        print(report.table(result))
-        if args.json:
+        if args.json:  # first: a closed stdout (`| head`) must not cost the report file
             report.write_json(result, args.json)
+        print(report.table(result))
     sys.stdout.flush()
     return result.analysis.exit_code
 
 
 def main(argv: list[str] | None = None) -> int:
+    return quiet_when_output_closed(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     parser = configure(
         argparse.ArgumentParser(
             prog="crashdrill verify",
