@@ -322,11 +322,11 @@ def realtime_fanout(
     if not settings.realtime:
         return None
     try:
-        import realtime  # noqa: F401  (the optional client: crashdrill[realtime])
+        import supabase  # noqa: F401  (the optional client: crashdrill[supabase])
     except ImportError:
         raise SettingsError(
-            "SUPABASE_URL is set but Supabase's Realtime client is not installed:"
-            " pip install 'crashdrill[realtime]'"
+            "SUPABASE_URL is set but Supabase's Python client is not installed:"
+            " pip install 'crashdrill[supabase]'"
         ) from None
     fanout = RealtimeFanout(settings, pair_of, live_pairs)
     private = "private" if settings.supabase_service_key else "public"

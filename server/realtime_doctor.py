@@ -4,7 +4,8 @@
                                                       SUPABASE_SERVICE_KEY from the environment
     crashdrill doctor supabase --url https://PROJECT.supabase.co --anon-key … --messages 10
 
-It does what the lab does: a subscriber joins a test channel with the anon key (as the
+It does what the lab does, through the same Supabase client code
+(`realtime_publisher.connect`): a subscriber joins a test channel with the anon key (as the
 page does), a publisher joins it with the service key (as the server does; the anon key
 when there is none), the publisher sends `--messages` Broadcast messages with
 acknowledgement, and the subscriber times each one's round trip (median and max). A
@@ -28,6 +29,8 @@ import sys
 import time
 from typing import Any
 from urllib.parse import urlsplit
+
+from crashdrill.server.realtime_publisher import channel_params, connect
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -69,9 +72,9 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= args.messages <= 100 or not 0 < args.timeout <= 300:
         return _usage("--messages is 1..100 and --timeout 0..300 seconds")
     try:
-        import realtime  # noqa: F401
+        import supabase  # noqa: F401
     except ImportError:
-        return _usage("Supabase's Realtime client is missing: pip install 'crashdrill[realtime]'")
+        return _usage("Supabase's Python client is missing: pip install 'crashdrill[supabase]'")
     try:
         return asyncio.run(_check(url, anon, service or None, args.messages, args.timeout))
     except CheckFailed as e:
@@ -85,8 +88,6 @@ def _usage(text: str) -> int:
 
 
 async def _check(url: str, anon: str, service: str | None, count: int, timeout: float) -> int:
-    from realtime import AsyncRealtimeClient
-
     private = service is not None
     topic = f"crashdrill:doctor:{secrets.token_hex(4)}"
     kind = "private" if private else "public"
@@ -110,13 +111,9 @@ async def _check(url: str, anon: str, service: str | None, count: int, timeout: 
                 if len(received) >= count:
                     got_all.set()
 
-        await _join(
-            AsyncRealtimeClient, clients, url, anon, "anon", topic, private, timeout, on_message
-        )
+        await _join(clients, url, anon, "anon", topic, private, timeout, on_message)
         pub_key, pub_name = (service, "service") if service else (anon, "anon")
-        pub = await _join(
-            AsyncRealtimeClient, clients, url, pub_key, pub_name, topic, private, timeout, None
-        )
+        pub = await _join(clients, url, pub_key, pub_name, topic, private, timeout, None)
         sent: dict[int, float] = {}
         for seq in range(count):
             sent[seq] = time.perf_counter()
@@ -142,13 +139,12 @@ async def _check(url: str, anon: str, service: str | None, count: int, timeout: 
     finally:
         for client in clients:
             with contextlib.suppress(Exception):  # closing is best effort
-                await asyncio.wait_for(client.close(), 5)
+                await asyncio.wait_for(client.realtime.close(), 5)
     print("Supabase Realtime works for the lab.", flush=True)
     return EXIT_OK
 
 
 async def _join(
-    client_class: Any,
     clients: list[Any],
     url: str,
     key: str,
@@ -158,31 +154,19 @@ async def _join(
     timeout: float,
     on_message: Any,
 ) -> Any:
-    client = client_class(
-        f"{url}/realtime/v1", key, auto_reconnect=False, max_retries=1, timeout=int(timeout)
-    )
-    clients.append(client)
     t0 = time.perf_counter()
     try:
-        await asyncio.wait_for(client.connect(), timeout + 1)
+        client = await asyncio.wait_for(connect(url, key, timeout), timeout + 1)
     except Exception as e:
         raise CheckFailed(_connect_diagnosis(e, url, key_name, timeout)) from None
+    clients.append(client)
     role = "subscriber" if on_message else "publisher"
     print(
         f"ok    {role} connected with the {key_name} key"
         f" ({(time.perf_counter() - t0) * 1000:.0f} ms)",
         flush=True,
     )
-    channel = client.channel(
-        topic,
-        {
-            "config": {
-                "broadcast": {"ack": on_message is None, "self": False},
-                "presence": {"key": "", "enabled": False},
-                "private": private,
-            }
-        },
-    )
+    channel = client.channel(topic, channel_params(ack=on_message is None, private=private))
     if on_message is not None:
         channel.on_broadcast("doctor", on_message)
     states: list[tuple[str, str]] = []

@@ -1,11 +1,12 @@
 """The thread that sends the lab's Broadcast messages to Supabase Realtime.
 
-It owns an asyncio loop and one `realtime.AsyncRealtimeClient` (Supabase's official
-Python client): a websocket to SUPABASE_URL/realtime/v1, one joined channel per pair
-topic (config.broadcast.ack = true, so Realtime confirms every message), private when
-the server has the service key. The event loop of the server only calls `offer`, which
-never blocks: the outbox is bounded (`CAPACITY`), and a full outbox leaves the batch with
-the caller to coalesce into the next tick.
+It owns an asyncio loop and one client made by `supabase.acreate_client` (Supabase's
+official Python client, the `crashdrill[supabase]` extra; `connect` below, which the
+doctor uses too): its Realtime websocket to SUPABASE_URL/realtime/v1, one joined channel
+per pair topic (config.broadcast.ack = true, so Realtime confirms every message), private
+when the server has the service key. The event loop of the server only calls `offer`,
+which never blocks: the outbox is bounded (`CAPACITY`), and a full outbox leaves the
+batch with the caller to coalesce into the next tick.
 
 Sending is paced to `supabase_max_messages_per_s`. A failed send (unreachable, refused,
 rejected join, no ack in time) is logged once per outage, retried with exponential
@@ -41,6 +42,35 @@ class PublishError(Exception):
     """Realtime refused or did not confirm a message; the text says what it said."""
 
 
+async def connect(url: str, key: str, timeout: float) -> Any:
+    """A Supabase client for the project at `url` whose Realtime websocket is open.
+
+    The client's own retries are off (one attempt, `timeout` seconds to open): the
+    publisher retries with its backoff, the doctor reports the first failure. Close it
+    with `await client.realtime.close()`. Raises what the websocket raised (refused
+    upgrade, connection refused, timeout) for the caller to name.
+    """
+    from supabase import AsyncClientOptions, acreate_client
+
+    # Passed through to realtime-py's client; `timeout` is one of its arguments although
+    # supabase's RealtimeClientOptions does not list it.
+    realtime: Any = {"auto_reconnect": False, "max_retries": 1, "timeout": int(timeout)}
+    client = await acreate_client(url, key, options=AsyncClientOptions(realtime=realtime))
+    await client.realtime.connect()
+    return client
+
+
+def channel_params(*, ack: bool, private: bool) -> dict[str, Any]:
+    """A channel's join config: Broadcast only (no presence), acknowledged or not."""
+    return {
+        "config": {
+            "broadcast": {"ack": ack, "self": False},
+            "presence": {"key": "", "enabled": False},
+            "private": private,
+        }
+    }
+
+
 class Publisher:
     def __init__(
         self,
@@ -52,7 +82,8 @@ class Publisher:
         event: str = "batch",
         capacity: int = CAPACITY,
     ) -> None:
-        self.url = url.rstrip("/") + "/realtime/v1"
+        self.project_url = url.rstrip("/")
+        self.url = self.project_url + "/realtime/v1"  # for log lines
         self._key = key
         self.private = private
         self.interval = 1.0 / max_per_s
@@ -89,7 +120,8 @@ class Publisher:
     def start(self) -> None:
         if self._thread is not None:
             return
-        # The client logs an error line on every failed attempt; this module says it once.
+        # realtime-py (under the supabase client) logs an error line on every failed
+        # attempt; this module says it once.
         client_log = logging.getLogger("realtime")
         if client_log.level == logging.NOTSET:
             client_log.setLevel(logging.CRITICAL)
@@ -210,6 +242,8 @@ class Publisher:
 
     async def _send(self, topic: str, text: str) -> None:
         channel = await self._channel(topic)
+        # What channel.send_broadcast sends, pushed here so that its reply is awaited:
+        # send_broadcast returns before Realtime acknowledges the message.
         payload = {"type": "broadcast", "event": self.event, "payload": json.loads(text)}
         done: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
 
@@ -227,30 +261,16 @@ class Publisher:
         self._used[topic] = time.monotonic()
 
     async def _channel(self, topic: str) -> Any:
-        from realtime import AsyncRealtimeClient
-
-        if self._client is None or not self._client.is_connected:
+        if self._client is None or not self._client.realtime.is_connected:
             await self._reset()
-            self._client = AsyncRealtimeClient(
-                self.url, self._key, auto_reconnect=False, max_retries=1, timeout=ACK_TIMEOUT_S
-            )
-            await self._client.connect()
+            self._client = await connect(self.project_url, self._key, ACK_TIMEOUT_S)
         channel = self._channels.get(topic)
         if channel is not None and channel.is_joined:
             return channel
         if len(self._channels) >= MAX_CHANNELS:
             oldest = min(self._channels, key=lambda t: self._used.get(t, 0.0))
             await self._leave(oldest)
-        channel = self._client.channel(
-            topic,
-            {
-                "config": {
-                    "broadcast": {"ack": True, "self": False},
-                    "presence": {"key": "", "enabled": False},
-                    "private": self.private,
-                }
-            },
-        )
+        channel = self._client.channel(topic, channel_params(ack=True, private=self.private))
         outcome: list[str] = []
         await channel.subscribe(lambda state, err: outcome.append(f"{state.value} {err or ''}"))
         if not channel.is_joined:
@@ -283,7 +303,7 @@ class Publisher:
             channel.join_push.destroy()
         if client is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(client.close(), 5)
+                await asyncio.wait_for(client.realtime.close(), 5)
 
 
 def describe(e: BaseException) -> str:

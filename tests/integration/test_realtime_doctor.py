@@ -4,6 +4,7 @@ each failure named for what it is."""
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -111,3 +112,11 @@ def test_bad_usage_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
         doctor(capsys, "--url", "https://x.supabase.co", "--anon-key", "k", "--messages", "0")[0]
         == 2
     )
+
+
+def test_without_supabase_s_client_the_doctor_names_the_extra_and_exits_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "supabase", None)  # `import supabase` fails
+    code, out = doctor(capsys, "--url", "https://x.supabase.co", "--anon-key", ANON_KEY)
+    assert code == 2 and "pip install 'crashdrill[supabase]'" in out

@@ -3,8 +3,10 @@ per tick, and no secret in anything the server hands out."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +22,10 @@ from crashdrill.server.realtime import (
     RealtimeFanout,
     encode_batch,
     page_config,
+    realtime_fanout,
     topic_of,
 )
+from crashdrill.server.realtime_publisher import channel_params, connect
 from crashdrill.server.settings import Settings, SettingsError
 from tests.support.fake_realtime import ANON_KEY, SERVICE_KEY, FakeRealtime
 from tests.support.lab import STAND_IN
@@ -291,3 +295,32 @@ def test_without_realtime_the_page_loads_no_supabase_client(tmp_path: Path) -> N
         page = client.get("/").text
     assert "supabase.js" not in page
     assert json.loads(page.split('id="lab-config">')[1].split("</script>")[0]) == {"realtime": None}
+
+
+# ---- the client: Supabase's Python client (the `supabase` extra) -----------------------
+
+
+def test_the_publisher_joins_through_supabase_s_client_at_the_project_s_realtime_url() -> None:
+    import supabase
+
+    async def join(url: str) -> None:
+        client = await connect(url, SERVICE_KEY, 5)
+        try:
+            assert isinstance(client, supabase.AsyncClient) and client.realtime.is_connected
+            channel = client.channel(topic_of("p1"), channel_params(ack=True, private=True))
+            await channel.subscribe()
+            assert channel.is_joined
+        finally:
+            await client.realtime.close()
+
+    with FakeRealtime() as fake:  # answers only at <url>/realtime/v1/websocket
+        asyncio.run(join(fake.url))
+    assert fake.joins == [(topic_of("p1"), "service", True)]
+
+
+def test_a_lab_set_up_for_supabase_without_its_client_names_the_extra_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "supabase", None)  # `import supabase` fails
+    with pytest.raises(SettingsError, match=r"pip install 'crashdrill\[supabase\]'"):
+        realtime_fanout(rt_settings(tmp_path), lambda run: None, list)
