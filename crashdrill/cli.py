@@ -118,6 +118,7 @@ def _cuda_available() -> bool:
 def _cmd_presets(args: argparse.Namespace) -> int:
     import json
 
+    from crashdrill.server.lesson_policy import public_view
     from crashdrill.trainer.presets import (
         PresetError,
         dump_preset,
@@ -140,7 +141,7 @@ def _cmd_presets(args: argparse.Namespace) -> int:
         if args.action == "show":
             preset = get_preset(args.name)
             if args.json:
-                print(json.dumps(preset.to_public(), indent=2))
+                print(json.dumps(public_view(preset), indent=2))
             else:  # the TOML that `presets validate` reads: a start for a preset of one's own
                 sys.stdout.write(dump_preset(preset))
             return EXIT_OK

@@ -2,10 +2,10 @@
 and instructor presets, TOML files in `settings.instructor_presets_dir` that an instructor
 creates, edits, duplicates, locks and publishes through /api/instructor.
 
-Students see only published presets (a preset is published unless it says
-`published = false`). An instructor preset
-is one file, `<id>.toml`; the lab rewrites its top-level `published` and `locked` keys in
-place (comments and layout stay as the instructor wrote them).
+Who sees which lesson (published or not) and what a student may change in it is the
+lesson policy's (server/lesson_policy.py). An instructor preset is one file, `<id>.toml`;
+the lab rewrites its top-level `published` and `locked` keys in place (comments and
+layout stay as the instructor wrote them).
 """
 
 from __future__ import annotations
@@ -21,13 +21,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from crashdrill.server.errors import BadInput, Conflict, Forbidden, NotFound
-from crashdrill.trainer.presets import (
-    Preset,
-    PresetError,
-    list_presets,
-    parse_preset_text,
-    student_overrides_allowed,
-)
+from crashdrill.server.lesson_policy import locked_names, student_overrides_allowed, visible_to
+from crashdrill.trainer.presets import Preset, PresetError, list_presets, parse_preset_text
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +53,7 @@ class Lesson:
             "origin": self.origin,
             "editable": self.origin == "instructor",
             "published": self.published,
-            "locked": sorted(p.locked_names()),
+            "locked": sorted(locked_names(p)),
             "student_adjustable": sorted(student_overrides_allowed(p)),
             "knob_text": p.knob_text(),
         }
@@ -117,16 +112,19 @@ class Catalog:
         """A lesson a student may start (published), or any for an instructor; else 404."""
         lessons = self.lessons()
         lesson = lessons.get(preset_id)
-        if lesson is None or not (instructor or lesson.published):
-            known = ", ".join(sorted(k for k, x in lessons.items() if instructor or x.published))
+        if lesson is None or not visible_to(lesson.preset, instructor=instructor):
+            known = ", ".join(
+                sorted(k for k, x in lessons.items() if visible_to(x.preset, instructor=instructor))
+            )
             raise NotFound(
                 f"unknown preset {preset_id!r} (or not published); known presets: {known}"
             )
         return lesson
 
     def visible(self, *, instructor: bool) -> list[Lesson]:
-        lessons = [x for x in self.lessons().values() if instructor or x.published]
-        return sorted(lessons, key=lambda x: (x.preset.number, x.preset.id))
+        lessons = self.lessons().values()
+        shown = [x for x in lessons if visible_to(x.preset, instructor=instructor)]
+        return sorted(shown, key=lambda x: (x.preset.number, x.preset.id))
 
     # ---- writing (instructor presets only) --------------------------------------------
 

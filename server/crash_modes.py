@@ -23,8 +23,9 @@ from typing import Any
 
 from crashdrill.server.db import Row
 from crashdrill.server.ingest import IngestBatch
+from crashdrill.server.lesson_policy import during_save_pause
 from crashdrill.server.store import NewRecord, Store
-from crashdrill.trainer.presets import CRASH_MODES, PresetError, during_save_pause, get_preset
+from crashdrill.trainer.presets import CRASH_MODES, PresetError, get_preset
 
 PAUSE_ENV = "CRASHDRILL_CKPT_PAUSE"
 

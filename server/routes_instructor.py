@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from crashdrill.server.catalog import ID_RULE, MAX_TEXT, Catalog, Lesson, parse_text
 from crashdrill.server.errors import BadInput, Forbidden, LabError
+from crashdrill.server.lesson_policy import ALWAYS_LOCKED
 from crashdrill.server.routes_pairs import catalog_of, lab_of, lesson_public
 from crashdrill.server.schemas import problems
 from crashdrill.server.sessions import (
@@ -29,7 +30,7 @@ from crashdrill.server.sessions import (
 )
 from crashdrill.server.store import ACTIVE_STATES, TERMINAL_STATES
 from crashdrill.server.views import pair_view, queue_positions
-from crashdrill.trainer.presets import ALWAYS_LOCKED, KNOB, SETTINGS, PresetError
+from crashdrill.trainer.presets import KNOB, SETTINGS, PresetError
 
 router = APIRouter(prefix="/api/instructor", tags=["instructor"])
 

@@ -15,18 +15,15 @@ from pydantic import Field
 
 from crashdrill.server.catalog import Catalog, Lesson
 from crashdrill.server.errors import BadInput, Forbidden
+from crashdrill.server.lesson_policy import (
+    apply_student_overrides,
+    public_view,
+    student_overrides_allowed,
+)
 from crashdrill.server.runs import Lab
 from crashdrill.server.schemas import NewPair, PairCreated, PairStatus, problems
 from crashdrill.server.sessions import is_instructor, session_of
-from crashdrill.trainer.presets import (
-    KNOB,
-    SETTINGS,
-    Preset,
-    PresetError,
-    apply_student_overrides,
-    dump_preset,
-    student_overrides_allowed,
-)
+from crashdrill.trainer.presets import KNOB, SETTINGS, Preset, PresetError, dump_preset
 
 router = APIRouter(prefix="/api", tags=["pairs"])
 
@@ -58,7 +55,7 @@ def lesson_public(lesson: Lesson, preset: Preset | None = None) -> dict[str, Any
     """What a page shows of a lesson (optionally with a student's settings applied)."""
     p = preset or lesson.preset
     return {
-        **p.to_public(),
+        **public_view(p),
         "origin": lesson.origin,
         "share_path": f"/lesson/{lesson.preset.id}",
     }

@@ -34,6 +34,7 @@ from crashdrill.server.db import Database, DatabaseUnavailable, Outage, Row, ope
 from crashdrill.server.errors import BadInput, Conflict, Forbidden, NotFound, TooMany
 from crashdrill.server.fanout import Fanout, LocalFanout, Message
 from crashdrill.server.ingest import IngestBatch, ingest_mirror_log, ingest_run
+from crashdrill.server.lesson_policy import public_view
 from crashdrill.server.realtime import realtime_fanout
 from crashdrill.server.resume_check import checks_from_rows
 from crashdrill.server.settings import Settings, SettingsError, lock_data_dir
@@ -290,9 +291,6 @@ class Lab:
 
     # ---- requests -------------------------------------------------------------------
 
-    def presets(self) -> list[dict[str, Any]]:
-        return [p.to_public() for p in list_presets()]
-
     def create_pair(
         self,
         preset_name: str,
@@ -350,7 +348,7 @@ class Lab:
                 pair_id,
                 owner,
                 preset.id,
-                public or preset.to_public(),
+                public or public_view(preset),
                 [(rid, label, str(self.settings.runs_dir / rid)) for rid, label in runs],
             )
         except BaseException:

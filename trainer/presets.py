@@ -8,7 +8,7 @@ that differs between run A and run B.
     what_to_watch                # text: what to press and what to look at
     explanation                  # text: what happened and why, shown with the outcome
     published = true             # false: the lab hides it from students (default true)
-    locked = ["knob", "n_layer"] # what a student may not change (default: see below)
+    locked = ["knob", "n_layer"] # what a student may not change (see the lab's policy)
 
     [run]        shared TrainConfig values (unknown names are refused)
     [run.cuda]   overrides applied when the run executes on CUDA
@@ -19,18 +19,15 @@ that differs between run A and run B.
 
 Crash modes (what the lab's Crash test button does for this lesson):
   kill         SIGKILL now (the default)
-  during_save  SIGKILL while the next checkpoint is being written (the trainer holds the
-               write open for DURING_SAVE_PAUSE_S through CRASHDRILL_CKPT_PAUSE)
+  during_save  SIGKILL while the next checkpoint is being written (the lab holds the
+               write open through CRASHDRILL_CKPT_PAUSE)
   wipe         SIGKILL, and the run's local checkpoint directory is deleted, like a disk
                that vanished with the session
 
-Locking. A student who starts a lesson may change the settings that are not locked:
-`student_overrides_allowed(preset)`; `apply_student_overrides(preset, {...})` applies
-them or raises PresetError naming the locked one. "knob" stands for the knob's two values
-(`{"knob": {"a": 50, "b": 500}}`); the knob's own setting is changed only that way. Without
-`locked`, everything is locked except STUDENT_ADJUSTABLE (steps, seed, ckpt_every, keep).
-With `locked`, exactly the names listed are locked, and `data` always is (a path on the
-lab's machine is not a student's to choose).
+`published` and `locked` are only read and checked here: what they let a student see and
+change (and the bounds on a student's values, and the during_save pause) is the lab's
+lesson policy, server/lesson_policy.py. `config_problems(preset, where)` is the check
+that a preset's values, a student's changed ones included, make valid TrainConfigs.
 
 Built-ins ship in `presets/` beside this file; an instructor's directory can be added with
 CRASHDRILL_PRESETS_DIR (searched first). `dump_preset` writes a preset back as TOML that
@@ -76,9 +73,6 @@ _CRASH_KEYS = ("mode", "expect")
 CRASH_MODES = ("kill", "during_save", "wipe")
 LABELS = ("A", "B")
 KNOB = "knob"
-STUDENT_ADJUSTABLE = frozenset({"steps", "seed", "ckpt_every", "keep"})
-ALWAYS_LOCKED = frozenset({"data"})
-DURING_SAVE_PAUSE_S = 1.0
 SETTINGS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name != "extra")
 
 
@@ -121,7 +115,7 @@ class Preset:
     knob: Knob
     explanation: str = ""
     published: bool = True
-    locked: tuple[str, ...] | None = None  # None: the default rule (module docstring)
+    locked: tuple[str, ...] | None = None  # None: the lab's default rule
     crash: Crash = field(default_factory=Crash)
     a: dict[str, Any] = field(default_factory=dict)
     b: dict[str, Any] = field(default_factory=dict)
@@ -144,78 +138,6 @@ class Preset:
 
     def knob_text(self) -> str:
         return f"{self.knob.name}: A {self.knob.a} vs B {self.knob.b}"
-
-    def locked_names(self) -> frozenset[str]:
-        """Settings (and "knob") a student may not change."""
-        if self.locked is None:
-            return frozenset({KNOB, *SETTINGS}) - STUDENT_ADJUSTABLE
-        return frozenset(self.locked) | ALWAYS_LOCKED
-
-    def to_public(self) -> dict[str, Any]:
-        """What a page needs to show the lesson (no file paths)."""
-        d = dataclasses.asdict(self)
-        d.pop("source")
-        d.pop("extra")
-        d["locked"] = sorted(self.locked_names())
-        d["student_adjustable"] = sorted(student_overrides_allowed(self))
-        d["knob_text"] = self.knob_text()
-        return d
-
-
-def student_overrides_allowed(preset: Preset) -> set[str]:
-    """Names a student may set when starting the lesson: run settings and/or "knob"."""
-    return {KNOB, *SETTINGS} - preset.locked_names()
-
-
-def apply_student_overrides(preset: Preset, overrides: Mapping[str, Any]) -> Preset:
-    """The preset with a student's changes applied and validated, or PresetError naming
-    the locked or invalid field. A setting applies to both runs (and to [run.cuda]);
-    {"knob": {"a": …, "b": …}} changes the knob's values."""
-    allowed = student_overrides_allowed(preset)
-    allowed_text = ", ".join(sorted(allowed)) or "nothing (every setting is locked)"
-    run, cuda, knob = dict(preset.run), dict(preset.cuda), preset.knob
-    for name, value in overrides.items():
-        if name == preset.knob.name:
-            raise PresetError(
-                f"{name} is this lesson's knob: change its two values with "
-                f'{{"knob": {{"a": …, "b": …}}}}, not {name}'
-            )
-        if name not in {KNOB, *SETTINGS}:
-            raise PresetError(f"{name!r} is not a setting; a student may change: {allowed_text}")
-        if name not in allowed:
-            raise PresetError(
-                f"{name} is locked in lesson {preset.id!r}; a student may change: {allowed_text}"
-            )
-        if name == KNOB:
-            if not isinstance(value, Mapping) or not value or set(value) - {"a", "b"}:
-                raise PresetError(f'knob = {value!r}: give {{"a": …, "b": …}} (either or both)')
-            knob = Knob(knob.name, value.get("a", knob.a), value.get("b", knob.b))
-        else:
-            if name == "steps":
-                _check_student_steps(preset, value)
-            run[name] = value
-            if name in cuda:
-                cuda[name] = value
-    changed = dataclasses.replace(preset, run=run, cuda=cuda, knob=knob)
-    problems = _config_problems(changed, "student settings")
-    if problems:
-        raise PresetError(problems)
-    return changed
-
-
-# A student may lengthen a lesson, but not by more than this: the lab's machine is shared,
-# and the instructor sized the lesson. An instructor who wants longer runs edits the preset.
-STUDENT_MAX_STEPS_FACTOR = 4
-
-
-def _check_student_steps(preset: Preset, value: Any) -> None:
-    base = preset.run.get("steps", TrainConfig().steps)
-    most = max(int(base), int(preset.cuda.get("steps", base))) * STUDENT_MAX_STEPS_FACTOR
-    if isinstance(value, int) and not isinstance(value, bool) and value > most:
-        raise PresetError(
-            f"[student settings] steps = {value!r} is not allowed: a whole number from 1 to "
-            f"{most} ({STUDENT_MAX_STEPS_FACTOR}× the lesson's {base}; ask the instructor for more)"
-        )
 
 
 # ---------------------------------------------------------------- parsing
@@ -303,7 +225,7 @@ def parse_preset(data: Mapping[str, Any], source: str = "<memory>") -> Preset:
         explanation=text["explanation"],
     )
     if not problems:
-        problems.extend(_config_problems(preset, ""))
+        problems.extend(config_problems(preset, ""))
     if problems:
         raise PresetError([f"{source}: {p}" for p in problems])
     return preset
@@ -367,9 +289,10 @@ def _parse_crash(value: Any, problems: list[str]) -> Crash:
     return Crash(mode, expect)
 
 
-def _config_problems(preset: Preset, where: str) -> list[str]:
+def config_problems(preset: Preset, where: str) -> list[str]:
     """Each side's config must validate (plain and CUDA) and A and B must differ in the
-    knob alone."""
+    knob alone. `where` names the place in each problem ("": the table the value came
+    from, as a preset file's problems say)."""
     problems: list[str] = []
     configs: dict[tuple[str, bool], dict[str, Any]] = {}
     for on_cuda in (False, True):
@@ -445,18 +368,6 @@ def dump_preset(preset: Preset) -> str:
         crash["expect"] = preset.crash.expect
     top["crash"] = crash
     return dump_toml(top)
-
-
-def during_save_pause(preset: Preset, label: str, seconds: float = DURING_SAVE_PAUSE_S) -> str:
-    """CRASHDRILL_CKPT_PAUSE for a during_save lesson's run `label`: hold every cadence
-    checkpoint's write open (not step 0's, not the last one) so that a crash test can land
-    inside it. Covers the CPU and the CUDA config."""
-    steps: set[int] = set()
-    for cuda in (False, True):
-        cfg = preset.config_for(label, cuda=cuda)
-        if cfg.ckpt_policy == "every":
-            steps.update(range(cfg.ckpt_every, cfg.steps, cfg.ckpt_every))
-    return ",".join(f"{s}:{seconds:g}" for s in sorted(steps))
 
 
 # ---------------------------------------------------------------- finding presets

@@ -13,6 +13,7 @@ import pytest
 
 from crashdrill import cli
 from crashdrill.closed_output import EXIT_OUTPUT_CLOSED
+from crashdrill.server.lesson_policy import public_view
 from crashdrill.trainer.presets import get_preset, list_presets, parse_preset_text
 
 DRILL = [sys.executable, "-m", "crashdrill.drill"]
@@ -35,7 +36,7 @@ def test_presets_show_json_prints_what_a_lesson_page_gets(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert cli.main(["presets", "show", "quick", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == get_preset("quick").to_public()
+    assert json.loads(capsys.readouterr().out) == public_view(get_preset("quick"))
 
 
 @pytest.mark.parametrize(
