@@ -23,8 +23,8 @@ from crashdrill.server import routes_instructor, routes_live, routes_pairs, rout
 from crashdrill.server.catalog import Catalog
 from crashdrill.server.db import DatabaseUnavailable
 from crashdrill.server.errors import LabError
+from crashdrill.server.lab import Lab
 from crashdrill.server.realtime import page_config
-from crashdrill.server.runs import Lab
 from crashdrill.server.schemas import problems
 from crashdrill.server.sessions import BodyLimitMiddleware, SessionMiddleware, TokenGuesses
 from crashdrill.server.settings import Settings

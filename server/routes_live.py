@@ -24,8 +24,8 @@ from starlette.concurrency import run_in_threadpool
 
 from crashdrill.server.errors import NotFound
 from crashdrill.server.fanout import frame
+from crashdrill.server.lab import Lab
 from crashdrill.server.routes_pairs import lab_of
-from crashdrill.server.runs import Lab
 from crashdrill.server.schemas import Machine, problems
 from crashdrill.server.sessions import session_of
 from crashdrill.server.telemetry_feed import MACHINE_CHANNEL

@@ -15,12 +15,12 @@ from pydantic import Field
 
 from crashdrill.server.catalog import Catalog, Lesson
 from crashdrill.server.errors import BadInput, Forbidden
+from crashdrill.server.lab import Lab
 from crashdrill.server.lesson_policy import (
     apply_student_overrides,
     public_view,
     student_overrides_allowed,
 )
-from crashdrill.server.runs import Lab
 from crashdrill.server.schemas import NewPair, PairCreated, PairStatus, problems
 from crashdrill.server.sessions import is_instructor, session_of
 from crashdrill.trainer.presets import KNOB, SETTINGS, Preset, PresetError, dump_preset

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -275,7 +274,7 @@ def test_a_run_that_ends_has_every_record_it_wrote_stored_before_it_says_so(
     lines: the lab stores them first, so whoever sees 'finished' can read them all."""
     import json
 
-    from crashdrill.server.runs import Lab
+    from crashdrill.server.lab import Lab
     from crashdrill.workers.supervisor import Change
 
     lab = Lab(settings, sampler_factory=FakeSampler)
@@ -285,7 +284,7 @@ def test_a_run_that_ends_has_every_record_it_wrote_stored_before_it_says_so(
         lab.store.create_pair("p1", "owner", "quick", {"knob": {}}, [("r1", "A", str(run_dir))])
         lines = [{"v": 1, "kind": "step", "t": 1.0, "segment": 0, "step": s} for s in (1, 2, 3)]
         (run_dir / "records.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-        stored = lab._store_change("r1", Change("finished", exit_code=0))
+        stored = lab.reports.store_change("r1", Change("finished", exit_code=0))
         assert stored is not None
         _row, messages = stored
         assert [m.event for _, m in messages] == ["records", "run"]
@@ -294,5 +293,4 @@ def test_a_run_that_ends_has_every_record_it_wrote_stored_before_it_says_so(
         assert row is not None and (row["state"], row["step"]) == ("finished", 3)
         assert len(lab.store.records("r1", ["step"], 0, 10)) == 3
     finally:
-        lab.db.close()
-        os.close(lab._lock_fd)
+        lab.close()

@@ -1,0 +1,377 @@
+"""The lab: pairs of runs, their lifecycle, and what students and instructors ask of them.
+
+    lab = Lab(settings)        # opens the database and migrates it; then, on the loop:
+    await lab.start()          # adopt or resume the runs of before, start the tasks
+    lab.create_pair("quick", owner=session)   # requests (routes call these)
+    await lab.stop()           # stop or detach the trainers, store their last records
+
+The lab is the facade over four jobs, one module each: the queue (server/scheduler.py),
+the supervisors' reports (server/reports.py), the ingest loop (server/ingest_loop.py) and
+this module's requests and recovery after a restart. Requests run on the event loop's
+thread, except `create_pair` and the read-only requests, which run on worker threads (a
+remote Postgres's round trips would stall the loop). Supervisors watch trainers in their
+own threads; so does the telemetry sampler.
+
+Lifecycle of a run (`state`): queued → starting → running ⇄ restarting → finished |
+failed | stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from crashdrill.server.crash_modes import crash_mode, launch_env
+from crashdrill.server.db import Database, Outage, Row, open_database
+from crashdrill.server.errors import BadInput, Conflict, Forbidden, NotFound, TooMany
+from crashdrill.server.fanout import Fanout, LocalFanout
+from crashdrill.server.ingest_loop import IngestLoop, resume_checks
+from crashdrill.server.lesson_policy import public_view
+from crashdrill.server.realtime import realtime_fanout
+from crashdrill.server.reports import SupervisorReports
+from crashdrill.server.scheduler import Scheduler
+from crashdrill.server.settings import Settings, SettingsError, lock_data_dir
+from crashdrill.server.store import ACTIVE_STATES, TERMINAL_STATES, Store
+from crashdrill.server.telemetry_feed import Sampler, TelemetryFeed, default_sampler
+from crashdrill.server.views import pair_view, queue_positions
+from crashdrill.trainer.presets import LABELS, Preset, PresetError, list_presets
+from crashdrill.workers.mirror import MIRROR_LOG, CheckpointMirror
+from crashdrill.workers.mirror_backends import MirrorError
+from crashdrill.workers.run_dir import RunDir
+from crashdrill.workers.supervisor import Launch, NotRunning, Supervisor
+
+log = logging.getLogger(__name__)
+
+LIVE_STATES = ("queued", *ACTIVE_STATES)
+# A run whose dir holds this file trains that preset text (see create_pair).
+FROZEN_PRESET = "preset.toml"
+
+
+def new_id() -> str:
+    """An unguessable id (96 random bits, URL-safe)."""
+    return secrets.token_urlsafe(12)
+
+
+class Lab:
+    def __init__(
+        self,
+        settings: Settings,
+        fanout: Fanout | None = None,
+        sampler_factory: Callable[[Settings], Sampler | None] = default_sampler,
+    ) -> None:
+        self.settings = settings
+        self.mirror: CheckpointMirror | None = None  # copies checkpoints off the machine
+        if settings.mirror_url:
+            try:
+                self.mirror = CheckpointMirror(settings.mirror_url)
+            except MirrorError as e:
+                raise SettingsError(f"mirror = {settings.mirror!r}: {e}") from None
+        # Supabase Realtime when configured (SSE stays on beside it), else SSE alone.
+        fanout = fanout or realtime_fanout(settings, self._pair_of_run, self._live_pairs)
+        self._lock_fd = lock_data_dir(settings.data_dir)
+        try:
+            self.db: Database = open_database(settings)  # SQLite, or Postgres by URL
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+        try:
+            self.db.migrate()
+            self.store = Store(self.db, settings.resolve_lab_id())
+            claimed = self.store.claim_unowned()
+        except BaseException:
+            self.close()
+            raise
+        if claimed:
+            log.info("%d run(s) from before schema 2 now belong to this lab", claimed)
+        self.fanout: Fanout = fanout or LocalFanout(settings.stream_max_pending_records)
+        self.telemetry = TelemetryFeed(settings, self.store, self.fanout, sampler_factory)
+        self.supervisors: dict[str, Supervisor] = {}  # runs whose trainer is watched
+        self.outage = Outage(log)  # the database unreachable: said once, and its end
+        self.ingest = IngestLoop(
+            settings, self.store, self.fanout, self.outage, self.mirror, self.supervisors
+        )
+        self.scheduler = Scheduler(
+            settings, self.store, self.fanout, self.outage, self._supervisor, self._started
+        )
+        self.reports = SupervisorReports(
+            self.store, self.ingest, self.fanout, self.outage, self._ended
+        )
+        self._create_lock = threading.Lock()  # create_pair runs on request threads
+
+    # ---- start and stop -------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.reports.start()  # first: a trainer adopted or resumed below reports at once
+        self._recover()
+        self.ingest.start()
+        self.scheduler.start()
+        if self.mirror is not None:
+            self.mirror.start()
+        self.fanout.start()
+        self.telemetry.start(asyncio.get_running_loop())
+        self.schedule()
+
+    async def stop(self) -> None:
+        await self.scheduler.stop()  # no new starts from here on
+        self.telemetry.stop()
+        await self.ingest.stop()
+        sups = list(self.supervisors.values())
+        for sup in sups:
+            if self.settings.stop_runs_on_exit:
+                sup.stop("the server shutting down")
+            else:
+                sup.detach()
+        if self.settings.stop_runs_on_exit:
+            await asyncio.to_thread(lambda: [s.join(10) for s in sups])
+            for _ in range(3):
+                await asyncio.sleep(0)  # let the supervisors' last reports land
+        await self.reports.stop()
+        if self.settings.stop_runs_on_exit:
+            await self.reports.apply()  # the runs' last states, in order
+            await self.ingest.last_pass()
+        elif sups:
+            log.info("%d run(s) keep training; the next server start adopts them", len(sups))
+        if self.mirror is not None:
+            # A copy in flight is abandoned (no manifest: it does not count); the next
+            # start watches the runs again and copies their newest checkpoints.
+            await asyncio.to_thread(self.mirror.stop)
+        self.fanout.close()
+        await self.ingest.close()
+        self.close()
+
+    def close(self) -> None:
+        """Close the database and let go of the data dir (`stop` ends with this; a lab
+        that was never started needs only this)."""
+        self.db.close()
+        os.close(self._lock_fd)
+
+    def _recover(self) -> None:
+        """After a restart: adopt live trainers, resume dead ones, continue ingest."""
+        for row in self.store.runs_in(ACTIVE_STATES):
+            rd = RunDir(Path(row["run_dir"]))
+            sup = self._supervisor(row)
+            self.ingest.tail(row["id"])
+            if sup.adopt([row["pid"], rd.run_json().get("pid")]):
+                log.info("adopted the live trainer of run %s", row["id"])
+                self.supervisors[row["id"]] = sup
+                continue
+            _, _, stage = rd.last_seen()
+            if stage in ("finished", "failed"):
+                self.store.update_run(row["id"], state=stage, ended_at=time.time(), pid=None)
+                self._release_mirror(row)
+                continue
+            log.info("resuming run %s, whose trainer died while the server was down", row["id"])
+            self.supervisors[row["id"]] = sup
+            sup.resume("The trainer stopped while the lab server was down")
+        for row in self.store.runs_in(TERMINAL_STATES):
+            path = RunDir(Path(row["run_dir"])).records
+            if path.exists() and path.stat().st_size > row["ingest_offset"]:
+                self.ingest.tail(row["id"])
+            elif (Path(row["run_dir"]) / MIRROR_LOG).exists():
+                self.ingest.tail(row["id"])  # mirror.jsonl's offset is not kept: read it again
+
+    def _started(self, run_id: str, sup: Supervisor) -> None:
+        """The scheduler took the run off the queue: watch it, read its files, start it."""
+        self.supervisors[run_id] = sup
+        self.ingest.tail(run_id)
+        sup.start()
+
+    def _ended(self, run_id: str, row: Row) -> None:
+        """A supervisor's report that the run ended is stored: its slot is free."""
+        self.supervisors.pop(run_id, None)
+        self._release_mirror(row)
+        self.ingest.checks_due_now(run_id)
+        self.schedule()
+
+    def schedule(self) -> None:
+        """Ask for a scheduling pass (from any thread)."""
+        self.scheduler.schedule()
+
+    def _pair_of_run(self, run_id: str) -> str | None:
+        row = self.store.run(run_id)
+        return row["pair_id"] if row else None
+
+    def _live_pairs(self) -> list[str]:
+        """Pairs with a run queued or active (for Realtime: telemetry, keepalives)."""
+        return list(dict.fromkeys(r["pair_id"] for r in self.store.runs_in(LIVE_STATES)))
+
+    def _supervisor(self, row: Row, pair: Row | None = None) -> Supervisor:
+        """The run's supervisor, not started (any thread; `pair`: its pair row, else read)."""
+        if self.mirror is not None:
+            self.mirror.watch(Path(row["run_dir"]))
+        frozen = Path(row["run_dir"]) / FROZEN_PRESET
+        preset_ref = str(frozen) if frozen.is_file() else row["preset"]
+        mode = crash_mode(pair or self.store.pair(row["pair_id"]))
+        launch = Launch(
+            run_dir=Path(row["run_dir"]),
+            preset=preset_ref,
+            label=row["label"],
+            command=self.settings.trainer_command,
+            env=launch_env(preset_ref, row["label"], mode),
+        )
+        return Supervisor(launch, self.reports.callback(row["id"]), mirror=self.settings.mirror_url)
+
+    def _release_mirror(self, row: Row) -> None:
+        """The run ended: its last checkpoint still goes to the mirror, then it is dropped."""
+        if self.mirror is not None:
+            self.mirror.release(Path(row["run_dir"]).name)
+
+    # ---- requests -------------------------------------------------------------------
+
+    def create_pair(
+        self,
+        preset_name: str,
+        owner: str,
+        instructor: bool = False,
+        *,
+        preset: Preset | None = None,
+        public: dict[str, Any] | None = None,
+        frozen_text: str | None = None,
+    ) -> dict[str, Any]:
+        """`preset` (already resolved by the caller) or the built-in named `preset_name`.
+        `frozen_text`: the preset as TOML, written to each run dir as FROZEN_PRESET and
+        trained from there (instructor presets, a student's settings)."""
+        if preset is None:
+            try:
+                presets = {p.id: p for p in list_presets()}
+            except PresetError as e:
+                raise BadInput(f"the lesson presets cannot be read: {e}") from None
+            found = presets.get(preset_name)
+            if found is None:
+                known = ", ".join(sorted(presets))
+                raise NotFound(f"unknown preset {preset_name!r}; known presets: {known}")
+            preset = found
+        with self._create_lock:  # the limits and the insert, one request at a time
+            return self._create_pair(preset, preset_name, owner, instructor, public, frozen_text)
+
+    def _create_pair(
+        self,
+        preset: Preset,
+        preset_name: str,
+        owner: str,
+        instructor: bool,
+        public: dict[str, Any] | None,
+        frozen_text: str | None,
+    ) -> dict[str, Any]:
+        if not instructor:
+            mine = self.store.active_pairs_of(owner)
+            if mine >= self.settings.max_pairs_per_session:
+                raise TooMany(
+                    f"this browser already has {mine} pairs queued or training (the limit is"
+                    f" {self.settings.max_pairs_per_session}): stop one or let it finish"
+                )
+        if len(self.store.runs_in(["queued"])) + len(LABELS) > self.settings.max_queued_runs:
+            raise TooMany("the lab's queue is full: try again when some runs have finished")
+        pair_id = new_id()
+        runs = [(new_id(), label) for label in LABELS]
+        # The frozen text first: the scheduler (its own thread) may start a run as soon
+        # as its row exists, and must find the text it trains.
+        if frozen_text is not None:
+            for rid, _ in runs:
+                (self.settings.runs_dir / rid).mkdir(parents=True, exist_ok=True)
+                (self.settings.runs_dir / rid / FROZEN_PRESET).write_text(frozen_text, "utf-8")
+        try:
+            self.store.create_pair(
+                pair_id,
+                owner,
+                preset.id,
+                public or public_view(preset),
+                [(rid, label, str(self.settings.runs_dir / rid)) for rid, label in runs],
+            )
+        except BaseException:
+            for rid, _ in runs:
+                shutil.rmtree(self.settings.runs_dir / rid, ignore_errors=True)
+            raise
+        self.schedule()
+        return {"pair": pair_id, "runs": [{"id": rid, "label": label} for rid, label in runs]}
+
+    def pair(self, pair_id: str, session: str) -> dict[str, Any]:
+        pair = self.store.pair(pair_id)
+        if pair is None:
+            raise NotFound(f"no pair {pair_id!r}")
+        positions = queue_positions(self.store.runs_in(["queued"]))
+        runs = self.store.runs_of_pair(pair_id)
+        return pair_view(pair, runs, positions, is_owner=pair["owner"] == session)
+
+    def run_row(self, run_id: str) -> Row:
+        row = self.store.run(run_id)
+        if row is None:
+            raise NotFound(f"no run {run_id!r}")
+        return row
+
+    def check_may_control(self, run_id: str, session: str, instructor: bool) -> Row:
+        row = self.run_row(run_id)
+        if not instructor and self.store.owner_of_run(run_id) != session:
+            raise Forbidden(
+                "this run belongs to another browser: only its owner or an instructor"
+                " may crash or stop it"
+            )
+        return row
+
+    def crash(self, run_id: str, session: str, instructor: bool) -> dict[str, Any]:
+        row = self.check_may_control(run_id, session, instructor)
+        state, stage = row["state"], row["stage"]
+        if state != "running" or stage != "train":
+            why = {
+                "queued": "it is still queued",
+                "starting": "it is still starting",
+                "restarting": "it is resuming after a crash",
+                "running": f"it is in stage {stage!r}, not training yet",
+            }.get(state, f"it has {state}")
+            raise Conflict(f"cannot crash run {run_id}: {why}; crash tests hit training runs")
+        sup = self.supervisors.get(run_id)
+        if sup is None:
+            raise Conflict(f"cannot crash run {run_id}: no trainer process is watched")
+        mode = crash_mode(self.store.pair(row["pair_id"]))
+        try:
+            pid = sup.crash(mode)
+        except NotRunning as e:
+            raise Conflict(f"cannot crash run {run_id}: {e}") from None
+        self.store.update_run(
+            run_id, state="restarting", stage="restarting", crashes=row["crashes"] + 1
+        )
+        self.ingest.publish_run(run_id)
+        return {
+            "run": run_id,
+            "killed_pid": pid,
+            "at_step": row["step"],
+            "state": "restarting",
+            "crash_mode": mode,
+        }
+
+    def stop_run(self, run_id: str, session: str, instructor: bool) -> dict[str, Any]:
+        row = self.check_may_control(run_id, session, instructor)
+        who = (
+            "an instructor"
+            if instructor and self.store.owner_of_run(run_id) != session
+            else "its owner"
+        )
+        if row["state"] == "queued":
+            if not self.store.update_run_if(
+                run_id,
+                "queued",
+                state="stopped",
+                ended_at=time.time(),
+                message=f"Stopped by {who}.",
+            ):
+                raise Conflict(f"cannot stop run {run_id}: it is starting; try again in a moment")
+            self.schedule()
+        elif row["state"] in ACTIVE_STATES and run_id in self.supervisors:
+            self.supervisors[run_id].stop(who)
+        else:
+            raise Conflict(f"cannot stop run {run_id}: it has {row['state']}")
+        self.ingest.publish_run(run_id)
+        return {"run": run_id, "state": self.run_row(run_id)["state"], "stopping": True}
+
+    # ---- reads ----------------------------------------------------------------------
+
+    def resume_checks(self, run_id: str) -> list[dict[str, Any]]:
+        return resume_checks(self.store, run_id)

@@ -1,0 +1,143 @@
+"""Supervisors' reports (a run is running, restarting, or ended) applied to the database
+and pushed, in the order they came.
+
+    reports = SupervisorReports(store, ingest, fanout, outage, ended)
+    reports.start()                               # on the event loop: the change task
+    Supervisor(launch, reports.callback(run_id))  # supervisors report from their threads
+    await reports.stop()                          # the task ends; the queue stays
+    await reports.apply()                         # what is queued, in order (at shutdown)
+
+Supervisors watch trainers in their own threads and report through
+`call_soon_threadsafe`. One task applies the reports in order, each one's database work
+on a worker thread (a run's start, end or crash costs a few round trips). While the
+database is unreachable they wait in order: a run that ended meanwhile must not stay
+'running' for good. A run that ended has the rest of its records file stored before its
+state says so: whoever sees it finished can read every record it wrote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from crashdrill.server.db import DatabaseUnavailable, Outage, Row
+from crashdrill.server.fanout import Fanout, Message
+from crashdrill.server.ingest_loop import IngestLoop, run_message
+from crashdrill.server.scheduler import on_signal
+from crashdrill.server.store import Store
+from crashdrill.workers.supervisor import Change
+
+log = logging.getLogger(__name__)
+
+
+class SupervisorReports:
+    def __init__(
+        self,
+        store: Store,
+        ingest: IngestLoop,
+        fanout: Fanout,
+        outage: Outage,
+        ended: Callable[[str, Row], None],
+    ) -> None:
+        """`ended(run_id, row)`: on the loop, once a run's end is stored (`row`: the run
+        as it was before)."""
+        self.store = store
+        self.ingest = ingest
+        self.fanout = fanout
+        self.outage = outage
+        self._ended = ended
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._changes: deque[tuple[str, Change]] = deque()  # in the order they came
+        self._wanted = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.create_task(
+            on_signal(self._wanted, self.apply), name="crashdrill-changes"
+        )
+
+    async def stop(self) -> None:
+        """The task ends; reports still queued wait for `apply`."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def callback(self, run_id: str) -> Callable[[Change], None]:
+        """What a run's supervisor calls, from its thread, with each change."""
+        return functools.partial(self._report_threadsafe, run_id)
+
+    def _report_threadsafe(self, run_id: str, change: Change) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._queue, run_id, change)
+
+    def _queue(self, run_id: str, change: Change) -> None:
+        self._changes.append((run_id, change))
+        self._wanted.set()
+
+    async def apply(self) -> bool:
+        """Apply the queued reports in order; False when the database failed (the rest
+        wait). The database work on a worker thread, the lab's own state on the loop."""
+        while self._changes and not self.ingest.closed:
+            run_id, change = self._changes[0]
+            try:
+                stored = await asyncio.to_thread(self.store_change, run_id, change)
+            except DatabaseUnavailable as e:
+                self.outage.failed(e)
+                return False
+            except Exception:
+                log.exception("applying %s of run %s failed; skipped", change.state, run_id)
+                stored = None
+            self._changes.popleft()
+            if stored is None:
+                continue
+            row, messages = stored
+            if change.state not in ("running", "restarting"):
+                self._ended(run_id, row)
+            self.ingest.view_pushed(run_id)
+            for channel, message in messages:
+                self.fanout.publish(channel, message)
+        return True
+
+    def store_change(
+        self, run_id: str, change: Change
+    ) -> tuple[Row, list[tuple[str, Message]]] | None:
+        """On a worker thread: the report into the run's row; the row as it was, and the
+        messages to push (None: no such run, or the database closed)."""
+        with self.ingest.lock:  # the database stays open; no ingest pass meanwhile
+            if self.ingest.closed:
+                return None
+            messages: list[tuple[str, Message]] = []
+            row = self.store.run(run_id)
+            if row is None:
+                return None
+            if change.state == "running":
+                self.store.update_run(
+                    run_id, state="running", pid=change.pid, pid_started=change.pid_started
+                )
+            elif change.state == "restarting":
+                self.store.update_run(run_id, state="restarting", stage="restarting", pid=None)
+            else:
+                messages = self.ingest.read_rest(row)
+                fields: dict[str, Any] = {
+                    "state": change.state,
+                    "ended_at": time.time(),
+                    "pid": None,
+                    "exit_code": change.exit_code,
+                    "message": change.text or None,
+                }
+                if change.state == "stopped":
+                    fields["stage"] = "stopped"
+                self.store.update_run(run_id, **fields)
+            view = run_message(self.store, run_id)
+            return row, [*messages, *([(f"run:{run_id}", view)] if view else [])]

@@ -1,0 +1,154 @@
+"""The queue: which queued runs start, and when.
+
+    scheduler = Scheduler(settings, store, fanout, outage, build, started)
+    scheduler.start()      # on the event loop: the scheduler task
+    scheduler.schedule()   # from any thread: a pass soon (a pair was created, a run ended)
+    await scheduler.stop() # no new starts from now on
+
+At most `max_concurrent` runs are starting/running/restarting; the rest wait in FIFO
+order, a pair's two runs together. A pass's database work (the queue, marking runs
+starting, every queued run's new place) runs on a worker thread: a remote database's
+round trips would stall the loop, and a long queue means a view to push for each run.
+A queued run is taken with UPDATE … WHERE state = 'queued', so a run a Stop click stopped
+while a pass planned it is not started anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crashdrill.server.db import DatabaseUnavailable, Outage, Row
+from crashdrill.server.fanout import Fanout, Message
+from crashdrill.server.ingest_loop import view_message
+from crashdrill.server.settings import Settings
+from crashdrill.server.store import ACTIVE_STATES, Store
+from crashdrill.server.views import queue_positions
+from crashdrill.workers.supervisor import Supervisor
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 1.0  # a scheduling pass or a supervisor's report waiting for the database
+
+
+async def on_signal(wanted: asyncio.Event, work: Callable[[], Awaitable[bool]]) -> None:
+    """Run `work` whenever `wanted` is set, one at a time; when it fails (False), again
+    after RETRY_S (the scheduler's task, and the one applying supervisors' reports)."""
+    while True:
+        await wanted.wait()
+        wanted.clear()
+        if not await work():
+            await asyncio.sleep(RETRY_S)
+            wanted.set()
+
+
+@dataclass
+class StartPlan:
+    """What a scheduling pass starts (supervisors built, not started) and pushes."""
+
+    starts: list[tuple[str, Supervisor]] = field(default_factory=list)
+    messages: list[tuple[str, Message]] = field(default_factory=list)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        fanout: Fanout,
+        outage: Outage,
+        build: Callable[[Row, Row | None], Supervisor],
+        started: Callable[[str, Supervisor], None],
+    ) -> None:
+        """`build(run, pair)`: a run's supervisor, not started (on a worker thread);
+        `started(run_id, supervisor)`: on the loop, to watch it and start it."""
+        self.settings = settings
+        self.store = store
+        self.fanout = fanout
+        self.outage = outage
+        self._build = build
+        self._started = started
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wanted = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False  # no new starts while stopping
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.create_task(
+            on_signal(self._wanted, self._schedule_once), name="crashdrill-schedule"
+        )
+
+    async def stop(self) -> None:
+        """No new starts from now on; the task ends."""
+        self._closing = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def schedule(self) -> None:
+        """Ask for a scheduling pass (from any thread); the scheduler task runs it soon."""
+        loop = self._loop
+        if self._closing or loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(self._wanted.set)
+
+    async def _schedule_once(self) -> bool:
+        """Start queued runs while slots are free: FIFO, a pair's runs together."""
+        if self._closing:
+            return True
+        try:
+            plan = await asyncio.to_thread(self._plan_starts)
+        except DatabaseUnavailable as e:
+            self.outage.failed(e)
+            return False
+        except Exception:
+            log.exception("scheduling failed; trying again")
+            return False
+        for run_id, sup in plan.starts:
+            if self._closing:  # marked starting: the next server start resumes it
+                break
+            self._started(run_id, sup)
+        for channel, message in plan.messages:
+            self.fanout.publish(channel, message)
+        return True
+
+    def _plan_starts(self) -> StartPlan:
+        """On a worker thread: which queued runs start now (marked 'starting', their
+        supervisors built, not started), and the views to push (theirs, and every queued
+        run's new place in the queue)."""
+        plan = StartPlan()
+        limit = self.settings.max_concurrent
+        free = limit - len(self.store.runs_in(ACTIVE_STATES))
+        queued = self.store.runs_in(["queued"])
+        if not queued:
+            return plan
+        started: list[Row] = []
+        while queued and free > 0:
+            group = [r for r in queued if r["pair_id"] == queued[0]["pair_id"]]
+            if free < min(len(group), limit):
+                break
+            for row in group[:free]:
+                queued.remove(row)
+                fields = {"state": "starting", "stage": "starting", "started_at": time.time()}
+                if not self.store.update_run_if(row["id"], "queued", **fields):
+                    continue  # stopped meanwhile
+                Path(row["run_dir"]).mkdir(parents=True, exist_ok=True)
+                started.append({**row, **fields})
+                free -= 1
+        pairs = self.store.pairs_by_id(list({r["pair_id"] for r in started + queued}))
+        for row in started:
+            plan.starts.append((row["id"], self._build(row, pairs.get(row["pair_id"]))))
+        positions = queue_positions(queued)
+        for row in started + queued:
+            pair = pairs.get(row["pair_id"])
+            if pair is not None:
+                plan.messages.append((f"run:{row['id']}", view_message(row, pair, positions)))
+        return plan
