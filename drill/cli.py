@@ -43,7 +43,14 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument(
         "--resume-args",
         metavar="ARGS",
-        help="appended to COMMAND on every restart (write --resume-args=--resume for one flag)",
+        help="appended to COMMAND on a restart whose checkpoint dir holds something (write "
+        "--resume-args=--resume for one flag)",
+    )
+    p.add_argument(
+        "--resume-args-always",
+        action="store_true",
+        help="add --resume-args on every restart, even when the checkpoint dir is still empty "
+        "(default: only when it holds something)",
     )
     p.add_argument(
         "--timeout",
@@ -110,11 +117,13 @@ def run(args: argparse.Namespace) -> int:
     if args.preset:
         extra = [
             f"--{n.replace('_', '-')}"
-            for n in ("loss_regex", "resume_args", "compare_file")
+            for n in ("loss_regex", "resume_args", "resume_args_always", "compare_file")
             if getattr(args, n)
         ]
         if extra:
             return _usage(f"{', '.join(extra)} apply to a COMMAND, not to --preset")
+    elif args.resume_args_always and not args.resume_args:
+        return _usage("--resume-args-always needs --resume-args ARGS")
     elif args.run or args.no_fork_server:
         flag = "--run" if args.run else "--no-fork-server"
         return _usage(f"{flag} applies to --preset, not to a COMMAND")
@@ -142,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
                 kills=args.kills,
                 seed=seed,
                 resume_args=shlex.split(args.resume_args) if args.resume_args else None,
+                resume_args_always=args.resume_args_always,
                 timeout=args.timeout,
                 work_dir=args.work_dir,
                 compare_files=args.compare_file,

@@ -2,15 +2,17 @@
 
 The script learns where to checkpoint from `{ckpt_dir}` in its arguments or from the
 environment variable CRASHDRILL_CKPT_DIR; the reference and the crashed run each get a
-fresh directory. A kill "during a checkpoint write" is armed at a step and lands the
-moment anything in that directory changes.
+fresh directory. The resume arguments are added on a restart only when that directory
+holds something other than temp files (on every restart with `resume_args_always`).
+A kill "during a checkpoint write" is armed at a step and lands the moment anything in
+that directory changes.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from crashdrill.drill.engine import Snapshot, Target, WriteWatch, scan
+from crashdrill.drill.engine import Snapshot, Target, WriteWatch, final_names, scan
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.trace import LossParser
 
@@ -47,11 +49,13 @@ class CommandTarget(Target):
         *,
         parser: LossParser,
         resume_args: list[str] | None = None,
+        resume_args_always: bool = False,
         timeout: float = 600.0,
         cwd: str | None = None,
     ) -> None:
         self.argv = list(argv)
         self.resume_args = list(resume_args or [])
+        self.resume_args_always = resume_args_always
         self.parser = parser
         self.timeout = timeout
         self._cwd = cwd
@@ -60,8 +64,19 @@ class CommandTarget(Target):
     def cwd(self) -> str | None:
         return self._cwd
 
+    def gets_resume_args(self, ckpt_dir: Path, restart: bool) -> bool | None:
+        """On a restart, when the checkpoint dir holds something (or always, with
+        --resume-args-always): a script told to resume before its first checkpoint
+        typically crashes, and the first kill lands there by design."""
+        if not self.resume_args:
+            return None
+        if not restart:
+            return False
+        return self.resume_args_always or bool(final_names(self.snapshot(ckpt_dir)))
+
     def command(self, ckpt_dir: Path, restart: bool) -> list[str]:
-        args = self.argv + (self.resume_args if restart else [])
+        resume = self.gets_resume_args(ckpt_dir, restart)
+        args = self.argv + (self.resume_args if resume else [])
         return [a.replace(PLACEHOLDER, str(ckpt_dir)) for a in args]
 
     def environ(self, ckpt_dir: Path, kill: KillPoint | None) -> dict[str, str]:
@@ -73,4 +88,8 @@ class CommandTarget(Target):
         return DirChangeWatch(self.checkpoint_root(ckpt_dir), kill.step)
 
     def describe(self) -> dict[str, object]:
-        return {"command": self.argv, "resume_args": self.resume_args}
+        return {
+            "command": self.argv,
+            "resume_args": self.resume_args,
+            "resume_args_always": self.resume_args_always,
+        }

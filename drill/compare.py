@@ -9,13 +9,23 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from crashdrill.drill.engine import Segment, Snapshot, Target, modified_in_place
+from crashdrill.drill.engine import (
+    Segment,
+    Snapshot,
+    Target,
+    appeared_incomplete,
+    modified_in_place,
+)
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.trace import Precision, StepPoint, classify_precision, step_spacing
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 TINY_RELATIVE = 1e-4  # a first difference this small is rounding, not a different batch
 TORN = "write checkpoints atomically: a temp file, fsync, then os.replace"
+TORN_DIR = (
+    "write each checkpoint under a temp name and rename it when complete (os.replace), "
+    "and make resume skip a checkpoint that is incomplete"
+)
 
 
 @dataclass
@@ -70,6 +80,7 @@ class ResumeCheck:
     latency_s: float | None  # SIGKILL → first step record of the resumed process
     outcome: str  # how the resumed process ended: killed, finished, crashed, hung
     verdict: str
+    resume_args: bool | None = None  # started with the script's resume arguments
 
 
 @dataclass
@@ -249,14 +260,15 @@ def _check(
     prev, seg = segs[k - 1], segs[k]
     killed_at = prev.last_step
     from_step = target.resumed_from(seg)
-    if from_step is None and seg.first_step is not None:
-        from_step = seg.first_step - spacing
+    from_start = seg.first_step is not None and seg.first_step <= (ref.first_step or 0)
+    if from_step is None and seg.first_step is not None and not from_start:
+        from_step = seg.first_step - spacing  # a restart from scratch resumed from nothing
     recomputed = None
     n_recomputed = 0
-    if from_step is not None and killed_at is not None and killed_at > from_step:
-        recomputed = (from_step + 1, killed_at)
-        n_recomputed = killed_at - from_step
-    from_start = seg.first_step is not None and seg.first_step <= (ref.first_step or 0)
+    first = from_step + 1 if from_step is not None else seg.first_step
+    if first is not None and killed_at is not None and killed_at >= first:
+        recomputed = (first, killed_at)
+        n_recomputed = killed_at - first + 1
     saved = target.progress_saved(segs[0].snapshot_first_step, prev.snapshot_before_kill)
     in_place = modified_in_place(prev.snapshot_before_kill, prev.snapshot_after_kill)
     pairs = pair(ref.points, seg.points)
@@ -275,6 +287,12 @@ def _check(
         if prev.in_write and in_place
         else ""
     )
+    partial = appeared_incomplete(prev.snapshot_before_kill, prev.snapshot_after_kill)
+    if prev.in_write and partial and not torn_note:
+        torn_note = (
+            f" The kill landed inside a checkpoint write that left {', '.join(partial[:3])} "
+            f"incomplete under its final name: the checkpoint was torn — {TORN_DIR}."
+        )
     verdict = ""
     if seg.hung:
         add(
@@ -360,4 +378,5 @@ def _check(
         latency_s=latency,
         outcome=_outcome(seg),
         verdict=verdict,
+        resume_args=seg.resume_args,
     )

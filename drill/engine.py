@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import re
 import selectors
 import signal
 import subprocess
@@ -22,56 +21,34 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from crashdrill.drill.plan import KillPoint
+from crashdrill.drill.snapshot import (  # re-exported: the engine's callers import them here
+    Snapshot,
+    appeared_incomplete,
+    final_names,
+    modified_in_place,
+    scan,
+)
 from crashdrill.drill.trace import LossParser, StepPoint
+
+__all__ = [
+    "Child",
+    "Segment",
+    "Snapshot",
+    "StartError",
+    "Target",
+    "WriteWatch",
+    "appeared_incomplete",
+    "final_names",
+    "kill_all",
+    "modified_in_place",
+    "run_crashed",
+    "run_segment",
+    "scan",
+]
 
 STDERR_TAIL_LINES = 40
 STDERR_HEAD_LINES = 20
 DRAIN_SECONDS = 3.0  # after a kill, how long to wait for the pipes to close
-
-
-Snapshot = dict[str, tuple[int, int, int]]  # relative path → (inode, size, mtime_ns)
-
-
-def scan(root: Path) -> Snapshot:
-    """Every file under `root` with its inode, size and mtime: cheap enough to poll every
-    few milliseconds for a small checkpoint dir."""
-    out: Snapshot = {}
-    stack = [str(root)]
-    while stack:
-        d = stack.pop()
-        try:
-            it = os.scandir(d)
-        except OSError:
-            continue
-        with it:
-            for e in it:
-                try:
-                    if e.is_dir(follow_symlinks=False):
-                        stack.append(e.path)
-                        continue
-                    st = e.stat(follow_symlinks=False)
-                except OSError:
-                    continue  # removed between listing and stat: a write in progress
-                rel = os.path.relpath(e.path, root).replace(os.sep, "/")
-                out[rel] = (st.st_ino, st.st_size, st.st_mtime_ns)
-    return out
-
-
-_TEMP_NAME = re.compile(r"(^|/)(tmp[^/]*|[^/]*\.(tmp|temp|part|partial|new)|[^/]*~)(/|$)")
-
-
-def modified_in_place(before: Snapshot | None, after: Snapshot | None) -> list[str]:
-    """Checkpoint files that kept their inode but changed size or mtime: overwritten in
-    place, not replaced by a rename (an atomic writer's files get a new inode each time).
-    Temp files (`x.tmp`, `tmp…`, `x~`, anything under a `*.tmp/` dir) are left out: an
-    atomic writer writes those in place by design, a stale one from an earlier kill too."""
-    if not before or not after:
-        return []
-    return sorted(
-        k
-        for k, v in before.items()
-        if k in after and after[k][0] == v[0] and after[k] != v and not _TEMP_NAME.search(k)
-    )
 
 
 class StartError(RuntimeError):
@@ -164,6 +141,10 @@ class Target:
     def command(self, ckpt_dir: Path, restart: bool) -> list[str]:
         raise NotImplementedError
 
+    def gets_resume_args(self, ckpt_dir: Path, restart: bool) -> bool | None:
+        """Whether command() adds the resume arguments now (None: the target has none)."""
+        return None
+
     def start(self, argv: list[str], env: dict[str, str], cwd: str | None) -> Child:
         """Start one process of the run (StartError when it cannot start at all)."""
         return ExecProcess(argv, env, cwd)
@@ -228,6 +209,7 @@ class Segment:
     first_ckpt_step: int | None = None  # reference only: the step before the first write
     in_write: bool = False  # the kill landed inside a checkpoint write
     cpu_s: float | None = None  # user + system CPU seconds of the process
+    resume_args: bool | None = None  # started with the target's resume arguments
 
     @property
     def last_step(self) -> int | None:
@@ -270,11 +252,12 @@ def run_segment(
     """Start the target once and follow it until it exits, is killed by the plan, or
     runs out of time. `nice` lowers its CPU priority (for a process off the critical
     path); its children inherit it."""
+    resume_args = target.gets_resume_args(ckpt_dir, restart=index > 0)
     argv = target.command(ckpt_dir, restart=index > 0)
     env = {**os.environ, **target.environ(ckpt_dir, kill)}
     if kill is None or not kill.during_write:
         env.pop("CRASHDRILL_CKPT_PAUSE", None)
-    seg = Segment(index, argv, kill, started=time.monotonic())
+    seg = Segment(index, argv, kill, started=time.monotonic(), resume_args=resume_args)
     proc = target.start(argv, env, target.cwd)
     _LIVE.add(proc)
     if nice:

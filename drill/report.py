@@ -68,6 +68,7 @@ def _resume(r: ResumeCheck) -> dict[str, Any]:
         "latency_s": _num(r.latency_s, 3),
         "outcome": r.outcome,
         "verdict": r.verdict,
+        "resume_args": r.resume_args,
     }
 
 
@@ -177,6 +178,13 @@ def table(result: DrillResult) -> str:
                 f"{rec:<16}  {r.points:>6}  {_delta(r.max_abs_delta):>8}  "
                 f"{_delta(r.mean_abs_delta):>8}  {div:>9}  {lat:>7}  {r.verdict}"
             )
+    given = [r.index for r in an.resumes if r.resume_args]
+    if any(r.resume_args is not None for r in an.resumes):
+        without = [str(r.index) for r in an.resumes if r.resume_args is False]
+        lines.append(
+            f"  resume args: given to restart(s) {', '.join(map(str, given)) or 'none'}"
+            + (f"; not to {', '.join(without)} (checkpoint dir still empty)" if without else "")
+        )
     lines.append("")
     lines.append(f"  losses: {an.precision.describe()}")
     fp = ev.final_params

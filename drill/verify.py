@@ -168,13 +168,21 @@ def verify_command(
     kills: int = 2,
     seed: int = 0,
     resume_args: list[str] | None = None,
+    resume_args_always: bool = False,
     timeout: float = 600.0,
     work_dir: str | Path | None = None,
     compare_files: list[str] | None = None,
     cwd: str | None = None,
 ) -> DrillResult:
     t0 = time.monotonic()
-    target = CommandTarget(argv, parser=parser, resume_args=resume_args, timeout=timeout, cwd=cwd)
+    target = CommandTarget(
+        argv,
+        parser=parser,
+        resume_args=resume_args,
+        resume_args_always=resume_args_always,
+        timeout=timeout,
+        cwd=cwd,
+    )
     with _work_dirs(work_dir) as (ref_dir, crash_dir):
         ref = run_segment(target, ref_dir, 0, None, observe_checkpoints=True)
         ref_snapshot = target.snapshot(ref_dir)

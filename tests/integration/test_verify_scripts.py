@@ -21,7 +21,15 @@ import json, os, random, sys, time
 
 FLAW = sys.argv[1] if len(sys.argv) > 1 else "none"
 STEPS, EVERY, BATCH, LR, MOMENTUM = 40, 8, 8, 0.05, 0.9
-CKPT = os.path.join(os.environ["CRASHDRILL_CKPT_DIR"], "ckpt.json")
+ROOT = os.environ["CRASHDRILL_CKPT_DIR"]
+CKPT = os.path.join(ROOT, "ckpt.json")
+if FLAW == "dirtorn":  # dirtorn: checkpoint-N/ written in place, the latest one loaded
+    found = sorted(d for d in os.listdir(ROOT) if d.startswith("checkpoint-"))
+    CKPT = os.path.join(ROOT, found[-1] if found else "checkpoint-none", "state.json")
+    if found and not os.path.exists(CKPT):  # what get_last_checkpoint + load would say
+        raise ValueError(f"Can't find a valid checkpoint at {os.path.dirname(CKPT)}")
+if "--resume" in sys.argv and not os.path.exists(CKPT):  # like init_from="resume"
+    raise FileNotFoundError(f"--resume: no checkpoint in {ROOT}")
 
 data = random.Random(1234)
 X = [[data.uniform(-1, 1) for _ in range(3)] for _ in range(256)]
@@ -44,8 +52,14 @@ if os.path.exists(CKPT) and FLAW != "fresh":          # fresh: never loads it
 
 
 def save():
+    global CKPT
     text = json.dumps({"step": step, "w": w, "b": b, "vw": vw, "vb": vb, "rng": rng.getstate()})
-    path = CKPT if FLAW == "inplace" else CKPT + ".tmp"  # inplace: overwrites its only copy
+    if FLAW == "dirtorn":
+        os.makedirs(os.path.join(ROOT, f"checkpoint-{step:04d}"))
+        CKPT = os.path.join(ROOT, f"checkpoint-{step:04d}", "state.json")
+        with open(os.path.join(os.path.dirname(CKPT), "config.json"), "w") as f:
+            f.write("{}")
+    path = CKPT if FLAW in ("inplace", "dirtorn") else CKPT + ".tmp"  # in place: torn by a kill
     with open(path, "w") as f:
         for i in range(5):
             f.write(text[i * len(text) // 5 : (i + 1) * len(text) // 5])
@@ -150,6 +164,7 @@ def test_never_checkpointing_loses_everything(toy: Path, tmp_path: Path) -> None
     rc, rep, out = verify(toy, tmp_path, "never", "--seed", "1")
     assert rc == 1 and codes(rep) == ["never-checkpoints"], out
     assert all(r["restarted_from_start"] for r in rep["resumes"]) and rep["resumes"]
+    assert all(r["from_step"] is None for r in rep["resumes"])  # from nothing, not step -1
 
 
 def test_an_in_place_write_killed_mid_write_is_a_torn_checkpoint(toy: Path, tmp_path: Path) -> None:
@@ -215,5 +230,38 @@ def test_resume_args_are_appended_on_restarts_only(toy: Path, tmp_path: Path) ->
     assert proc.returncode == 0, proc.stdout + proc.stderr
     calls = log.read_text().splitlines()
     assert calls[0] == "a" and calls[1] == "a"  # reference, then the crashed run's first start
-    assert all(c.startswith("a --resume --from ") and "crashed" in c for c in calls[2:])
+    assert calls[2] == "a"  # the first kill lands before the first checkpoint: nothing to resume
+    assert calls[3].startswith("a --resume --from ") and "crashed" in calls[3]
     assert len(calls) == 4
+    assert [r["resume_args"] for r in json.loads(out.read_text())["resumes"]] == [False, True]
+
+
+def test_resume_args_wait_until_the_checkpoint_dir_holds_something(
+    toy: Path, tmp_path: Path
+) -> None:
+    rc, rep, out = verify(toy, tmp_path, "none", "--seed", "1", "--resume-args=--resume")
+    assert rc == 0, out
+    assert [r["resume_args"] for r in rep["resumes"]] == [False, True]
+    assert rep["resumes"][0]["from_step"] is None and rep["resumes"][1]["from_step"] >= 8
+    assert "resume args: given to restart(s) 2; not to 1" in out
+
+
+def test_resume_args_always_crashes_a_script_told_to_resume_from_nothing(
+    toy: Path, tmp_path: Path
+) -> None:
+    opts = ("--seed", "1", "--resume-args=--resume", "--resume-args-always")
+    rc, rep, out = verify(toy, tmp_path, "none", *opts)
+    assert rc == 1 and codes(rep) == ["crashed"], out
+    assert rep["resumes"][0]["resume_args"] is True
+    assert "--resume: no checkpoint in" in rep["diagnosis"][0]["text"]
+
+
+def test_a_checkpoint_dir_left_incomplete_by_a_kill_is_a_torn_checkpoint(
+    toy: Path, tmp_path: Path
+) -> None:
+    rc, rep, out = verify(toy, tmp_path, "dirtorn", "--seed", "1")
+    assert rc == 1 and codes(rep) == ["torn-checkpoint"], out
+    text = rep["diagnosis"][0]["text"]
+    assert "checkpoint-00" in text and "incomplete under its final name" in text, text
+    assert "rename it when complete" in text and "skip a checkpoint that is incomplete" in text
+    assert any(k["in_checkpoint_write"] for k in rep["kills"])

@@ -70,7 +70,7 @@ def test_identical_resumes_pass_with_their_ranges_and_latency() -> None:
     )
     assert an.verdict == "pass" and an.exit_code == 0 and not an.findings
     r1, r2 = an.resumes
-    assert (r1.killed_at_step, r1.from_step, r1.recomputed) == (3, 0, (1, 3))
+    assert (r1.killed_at_step, r1.from_step, r1.recomputed) == (3, None, (1, 3))  # from scratch
     assert r1.bit_identical and r1.restarted_from_start and not r1.progress_saved
     assert (r2.from_step, r2.recomputed, r2.recomputed_steps, r2.points) == (15, (16, 22), 7, 25)
     assert r2.max_abs_delta == 0 and r2.first_divergent_step is None

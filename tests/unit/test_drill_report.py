@@ -35,7 +35,7 @@ RESUME_KEYS = {
     "index", "killed_at_step", "kill_in_checkpoint_write", "from_step", "first_step",
     "recomputed", "points", "max_abs_delta", "mean_abs_delta", "first_divergent_step",
     "bit_identical", "restarted_from_start", "checkpoint_existed", "latency_s", "outcome",
-    "verdict",
+    "verdict", "resume_args",
 }  # fmt: skip
 KILL_KEYS = {"index", "planned_step", "during_write", "landed", "t", "step", "in_checkpoint_write"}
 
