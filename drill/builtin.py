@@ -19,13 +19,18 @@ from crashdrill.drill.engine import Child, Segment, Snapshot, Target, WriteWatch
 from crashdrill.drill.forkserver import ForkServer
 from crashdrill.drill.plan import KillPoint, draw_kills
 from crashdrill.drill.trace import LossParser
+from crashdrill.trainer.checkpoint_layout import (
+    INPLACE_SLOT,
+    ckpt_root,
+    manifest_owner,
+    parse_step_dir,
+    temp_dir_name,
+)
 
 PAUSE_SECONDS = 30  # the kill lands as soon as the pause begins; this only bounds a miss
 EXIT_NO_CHECKPOINT = 3
 _RESUMED = re.compile(r"crashdrill: resumed at step (\d+) from")
 _FRESH = "crashdrill: no checkpoint found, starting fresh"
-_COMPLETE = re.compile(r"^step-(\d{8})/MANIFEST\.json$")
-_INPLACE_MANIFEST = "latest/MANIFEST.json"
 
 
 class PauseWatch(WriteWatch):
@@ -43,7 +48,7 @@ class PauseWatch(WriteWatch):
         self.step = step
         self.after_previous = step - every
         self.line = f"paused inside checkpoint write at step {step}"
-        self.tmp = root / f"step-{step:08d}.tmp"
+        self.tmp = root / temp_dir_name(step)
         self.seen: float | None = None
         self.before: Snapshot | None = None
 
@@ -119,20 +124,22 @@ class PresetTarget(Target):
         return {}
 
     def checkpoint_root(self, ckpt_dir: Path) -> Path:
-        return ckpt_dir / "ckpt"
+        return ckpt_root(ckpt_dir)
 
     def has_checkpoint(self, snap: Snapshot | None) -> bool:
-        return any(k.endswith("MANIFEST.json") for k in snap or {})
+        # A snapshot holds names and file stats, not contents: a checkpoint directory
+        # (checkpoint_layout.py's names) with its manifest is the most it can tell.
+        return any(manifest_owner(k) for k in snap or {})
 
     def progress_saved(self, baseline: Snapshot | None, before_kill: Snapshot | None) -> bool:
         # The step-0 checkpoint is where a fresh run starts anyway: only a later one counts.
         # The in-place slot (`latest/`) holds whichever step it was last written for: it
         # counts once its manifest was rewritten after the run printed its first step.
         for k, stat in (before_kill or {}).items():
-            m = _COMPLETE.match(k)
-            if m and int(m.group(1)) > 0:
+            owner = manifest_owner(k)
+            if owner == INPLACE_SLOT and (baseline or {}).get(k) != stat:
                 return True
-            if k == _INPLACE_MANIFEST and (baseline or {}).get(k) != stat:
+            if owner and owner != INPLACE_SLOT and (parse_step_dir(owner) or 0) > 0:
                 return True
         return False
 

@@ -7,9 +7,10 @@
                          config, fingerprints, format version
         MANIFEST.json    sha256 and size of every file above; written last
 
-A directory without a valid manifest does not exist for the loader. Everything is loaded
-with torch.load(weights_only=True): RNG states are stored as tensors and ints, so loading
-a checkpoint never unpickles code.
+A directory without a valid manifest does not exist for the loader. Which directories
+count, and how a manifest is verified, is the layout's rule (checkpoint_layout.py), shared
+with every other reader. Everything is loaded with torch.load(weights_only=True): RNG
+states are stored as tensors and ints, so loading a checkpoint never unpickles code.
 
 Teaching modes (never the default) switch parts of this off, through the same writer:
   ckpt_state = "weights"   only the weights (and the step) — what many scripts save
@@ -36,10 +37,20 @@ from typing import Any
 
 import torch
 
-from crashdrill.trainer.checkpoint_files import MANIFEST, fsync_dir, sha256_of, step_dir_name
+from crashdrill.trainer.checkpoint_files import fsync_dir
+from crashdrill.trainer.checkpoint_layout import (
+    FORMAT_VERSION,
+    INPLACE_SLOT,
+    MANIFEST,
+    TEMP_SUFFIX,
+    CheckpointInfo,
+    checkpoints,
+    ckpt_root,
+    find_latest,
+    step_dir_name,
+    temp_dir_name,
+)
 
-FORMAT_VERSION = 1
-INPLACE_SLOT = "latest"
 PARTS_FULL = ("weights", "optimizer", "schedule", "rng", "data")
 PARTS_WEIGHTS = ("weights",)
 PART_WORDS = {
@@ -51,17 +62,6 @@ PART_WORDS = {
 }
 
 
-class CorruptCheckpoint(Exception):
-    """A checkpoint whose manifest is missing, unreadable, or does not match its files."""
-
-
-@dataclass(frozen=True)
-class CheckpointInfo:
-    step: int
-    path: Path
-    manifest: dict[str, Any]
-
-
 @dataclass(frozen=True)
 class SaveResult:
     step: int
@@ -70,10 +70,6 @@ class SaveResult:
     seconds: float  # how long training was blocked
     persist_seconds: float  # how long the bytes took to reach the disk
     parts: tuple[str, ...]
-
-
-def ckpt_root(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "ckpt"
 
 
 def _pause_for(step: int) -> float:
@@ -123,7 +119,7 @@ class CheckpointWriter:
 
     def _remove_stale_temp_dirs(self) -> None:
         # A .tmp directory is a write that a crash interrupted; it never counts.
-        for p in self.root.glob("*.tmp"):
+        for p in self.root.glob("*" + TEMP_SUFFIX):
             shutil.rmtree(p, ignore_errors=True)
 
     def save(self, step: int, files: dict[str, dict[str, Any]], meta: dict[str, Any]) -> SaveResult:
@@ -169,7 +165,7 @@ class CheckpointWriter:
             final.mkdir(exist_ok=True)
         else:
             final = self.root / step_dir_name(step)
-            work = self.root / (step_dir_name(step) + ".tmp")
+            work = self.root / temp_dir_name(step)
             shutil.rmtree(work, ignore_errors=True)
             work.mkdir()
         entries = {}
@@ -228,12 +224,8 @@ class CheckpointWriter:
         return result
 
     def _prune(self) -> None:
-        # Cheap test (manifest present) rather than re-hashing every kept checkpoint.
-        done = [
-            p
-            for _s, p in candidates(self.root.parent)
-            if p.name != INPLACE_SLOT and (p / MANIFEST).is_file()
-        ]
+        # Cheap test (the manifest names its step) rather than re-hashing every kept one.
+        done = [c.path for c in checkpoints(self.root.parent, check="manifest", slot=False)]
         for old in done[self.keep :]:
             shutil.rmtree(old, ignore_errors=True)
 
@@ -249,86 +241,6 @@ def _estimate_bytes(tree: Any) -> int:
 
 
 # ---------------------------------------------------------------- reading
-
-
-def read_manifest(path: Path) -> dict[str, Any]:
-    """The manifest of checkpoint dir `path`, verified against the files. Raises
-    CorruptCheckpoint naming what is wrong."""
-    mpath = path / MANIFEST
-    try:
-        manifest = json.loads(mpath.read_text())
-    except FileNotFoundError:
-        raise CorruptCheckpoint(f"{path.name}: no {MANIFEST} (the write never finished)") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CorruptCheckpoint(f"{path.name}: {MANIFEST} is unreadable ({e})") from None
-    if manifest.get("format") != FORMAT_VERSION:
-        raise CorruptCheckpoint(
-            f"{path.name}: format {manifest.get('format')!r}, "
-            f"this crashdrill reads {FORMAT_VERSION}"
-        )
-    for name, entry in manifest.get("files", {}).items():
-        fpath = path / name
-        if not fpath.is_file():
-            raise CorruptCheckpoint(f"{path.name}: {name} is missing")
-        size = fpath.stat().st_size
-        if size != entry["bytes"]:
-            raise CorruptCheckpoint(
-                f"{path.name}: {name} is {size} bytes, "
-                f"the manifest says {entry['bytes']} (torn write)"
-            )
-        with open(fpath, "rb") as f:
-            digest = sha256_of(f)
-        if digest != entry["sha256"]:
-            raise CorruptCheckpoint(f"{path.name}: {name} fails its sha256 check (corrupted)")
-    return manifest
-
-
-def candidates(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """Checkpoint dirs that claim to be complete, newest first (not yet verified)."""
-    root = ckpt_root(run_dir)
-    found: list[tuple[int, Path]] = []
-    if not root.is_dir():
-        return found
-    for p in root.iterdir():
-        if not p.is_dir() or p.name.endswith(".tmp"):
-            continue
-        if p.name.startswith("step-") and p.name[5:].isdigit():
-            found.append((int(p.name[5:]), p))
-        elif p.name == INPLACE_SLOT:
-            try:
-                step = int(json.loads((p / MANIFEST).read_text()).get("step", -1))
-            except (OSError, ValueError):
-                step = -1
-            found.append((step, p))
-    return sorted(found, key=lambda sp: sp[0], reverse=True)
-
-
-def list_checkpoints(run_dir: str | Path) -> list[CheckpointInfo]:
-    """Every checkpoint with a valid manifest, newest first."""
-    out = []
-    for _step, path in candidates(run_dir):
-        try:
-            manifest = read_manifest(path)
-        except CorruptCheckpoint:
-            continue
-        out.append(CheckpointInfo(int(manifest["step"]), path, manifest))
-    return out
-
-
-def find_latest(
-    run_dir: str | Path, on_corrupt: Callable[[str], None] | None = None
-) -> CheckpointInfo | None:
-    """The newest checkpoint that verifies. Each corrupt newer one is reported through
-    `on_corrupt` (the loud fallback), then skipped."""
-    for _step, path in candidates(run_dir):
-        try:
-            manifest = read_manifest(path)
-        except CorruptCheckpoint as e:
-            if on_corrupt:
-                on_corrupt(str(e))
-            continue
-        return CheckpointInfo(int(manifest["step"]), path, manifest)
-    return None
 
 
 def load_files(info: CheckpointInfo) -> dict[str, Any]:

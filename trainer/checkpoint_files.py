@@ -1,6 +1,6 @@
-"""The checkpoint layout's names and file primitives, without torch: the mirror
-(workers/mirror*.py) reads and writes the same directories as checkpoint.py, and
-imports these so that it never imports torch."""
+"""File primitives of the checkpoint writers and readers, without torch: the trainer
+(checkpoint.py), the layout's verification (checkpoint_layout.py) and the mirror
+(workers/mirror*.py) share them, and the mirror never imports torch."""
 
 from __future__ import annotations
 
@@ -8,12 +8,6 @@ import hashlib
 import os
 from pathlib import Path
 from typing import IO
-
-MANIFEST = "MANIFEST.json"
-
-
-def step_dir_name(step: int) -> str:
-    return f"step-{step:08d}"
 
 
 def fsync_dir(path: Path) -> None:

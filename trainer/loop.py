@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from crashdrill.trainer import checkpoint as ck
+from crashdrill.trainer import checkpoint_layout as layout
 from crashdrill.trainer import determinism, evaluate, metrics
 from crashdrill.trainer.config import TrainConfig
 from crashdrill.trainer.data import BatchSampler, Dataset, load_dataset
@@ -114,7 +115,7 @@ def _train_files(
         "tokens": st.tokens,
         "config": cfg.to_dict(),
         "fingerprints": fingerprints,
-        "format": ck.FORMAT_VERSION,
+        "format": layout.FORMAT_VERSION,
     }
     if cfg.ckpt_state == "weights":
         return {"model": model.state_dict(), "train_state": base}, list(ck.PARTS_WEIGHTS)
@@ -130,7 +131,7 @@ def _train_files(
 
 
 def _restore(
-    info: ck.CheckpointInfo,
+    info: layout.CheckpointInfo,
     cfg: TrainConfig,
     fingerprints: dict[str, str],
     model: GPT,
@@ -154,7 +155,7 @@ def _restore(
         opt.load_state_dict(files["optimizer"])
         sampler.load_state_dict(ts["data"])
         if sampler.samples_consumed != st.step * cfg.batch:
-            raise ck.CorruptCheckpoint(
+            raise layout.CorruptCheckpoint(
                 f"{info.path.name}: data cursor says {sampler.samples_consumed} samples "
                 f"consumed, step × batch = {st.step * cfg.batch}"
             )
@@ -201,12 +202,12 @@ def _train(
         print(f"crashdrill: WARNING {text}", file=sys.stderr)
         rec.event(text, level="warn", code="ckpt_corrupt")
 
-    info = ck.find_latest(run_dir, on_corrupt=on_corrupt)
+    info = layout.find_latest(run_dir, on_corrupt=on_corrupt)
     ignore_requirement = opts.require_checkpoint and cfg.on_missing_checkpoint == "fresh"
     if info is None:
         if opts.require_checkpoint and not ignore_requirement:
             msg = (
-                f"no checkpoint found in {ck.ckpt_root(run_dir)} and --require-checkpoint "
+                f"no checkpoint found in {layout.ckpt_root(run_dir)} and --require-checkpoint "
                 "is set; not training from scratch"
             )
             print(f"crashdrill: {msg}", file=sys.stderr)

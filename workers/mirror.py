@@ -10,9 +10,10 @@ and pulled back when a restart finds none on the machine.
     restore_latest("gs://my-bucket/crashdrill", run_dir)   # -> Restored(step=…) or None
 
 Each run mirrors under `<mirror>/<run dir name>/step-XXXXXXXX/`, the same files as the
-checkpoint with `MANIFEST.json` uploaded last (and deleted first when a step is copied
-again), so a copy without its manifest does not exist for the restore, exactly as on disk.
-The last `keep` (≥ 2, the run's own `keep`) copies are kept.
+checkpoint (the layout, and which checkpoints count: trainer/checkpoint_layout.py; the
+in-place slot is never copied) with `MANIFEST.json` uploaded last (and deleted first when
+a step is copied again), so a copy without its manifest does not exist for the restore,
+exactly as on disk. The last `keep` (≥ 2, the run's own `keep`) copies are kept.
 
 Why a poller: the trainer is another process, and the trainer's contract already says
 when a checkpoint is complete (its directory has MANIFEST.json). Polling `DIR/ckpt/`
@@ -46,12 +47,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from crashdrill.trainer.checkpoint_files import MANIFEST, sha256_of, step_dir_name
+from crashdrill.trainer.checkpoint_files import sha256_of
+from crashdrill.trainer.checkpoint_layout import (
+    MANIFEST,
+    CheckpointInfo,
+    find_latest,
+    step_dir_name,
+)
 from crashdrill.workers.mirror_backends import Backend, MirrorError, RetryPolicy, open_backend
 from crashdrill.workers.mirror_restore import (
-    STEP_DIR,
     Restored,
-    check_manifest,
     mirrored_files,
     pull_for_restart,
     restore_latest,
@@ -61,7 +66,6 @@ from crashdrill.workers.run_dir import RunDir
 __all__ = [
     "MIRROR_LOG",
     "CheckpointMirror",
-    "LocalCheckpoint",
     "Restored",
     "newest_local",
     "pull_for_restart",
@@ -86,42 +90,10 @@ class LocalGone(Exception):
 # ---------------------------------------------------------------- local checkpoints
 
 
-@dataclass(frozen=True)
-class LocalCheckpoint:
-    step: int
-    path: Path
-    manifest_bytes: bytes
-    files: dict[str, dict[str, Any]]
-    created: float | None
-
-    @property
-    def identity(self) -> tuple[int, float | None]:
-        """A step written again after a resume is a different checkpoint."""
-        return (self.step, self.created)
-
-
-def newest_local(run_dir: Path) -> LocalCheckpoint | None:
-    """The newest `ckpt/step-N/` that has a well-formed manifest (hashes are checked
-    while it is copied)."""
-    try:
-        entries = list((Path(run_dir) / "ckpt").iterdir())
-    except OSError:
-        return None
-    steps = sorted(
-        ((int(m.group(1)), e) for e in entries if (m := STEP_DIR.match(e.name))), reverse=True
-    )
-    for step, path in steps:
-        try:
-            raw = (path / MANIFEST).read_bytes()
-            manifest = json.loads(raw)
-            files = check_manifest(manifest, step)
-        except (OSError, ValueError):
-            continue
-        created = manifest.get("created")
-        return LocalCheckpoint(
-            step, path, raw, files, created if isinstance(created, int | float) else None
-        )
-    return None
+def newest_local(run_dir: Path) -> CheckpointInfo | None:
+    """The checkpoint to copy now: the newest step directory whose manifest lists its
+    files (their hashes are checked while they are copied)."""
+    return find_latest(run_dir, check="listed", slot=False)
 
 
 def _append_log(run_dir: Path, records: list[dict[str, Any]]) -> None:
@@ -151,7 +123,7 @@ def _mirrored_before(run_dir: Path) -> list[tuple[int, float | None]]:
     return out[-_REMEMBER:]
 
 
-def _handled(run: _Run, ckpt: LocalCheckpoint) -> None:
+def _handled(run: _Run, ckpt: CheckpointInfo) -> None:
     run.done = [*run.done, ckpt.identity][-_REMEMBER:]
 
 
@@ -173,8 +145,8 @@ class _Run:
     key: str
     run_dir: Path
     done: list[tuple[int, float | None]] = field(default_factory=list)  # recent, handled
-    pending: LocalCheckpoint | None = None
-    in_flight: LocalCheckpoint | None = None
+    pending: CheckpointInfo | None = None
+    in_flight: CheckpointInfo | None = None
     offered_at: float = 0.0
     superseded: list[int] = field(default_factory=list)
     released: bool = False
@@ -279,12 +251,12 @@ class CheckpointMirror:
                         self._runs.pop(run.key, None)
                     run.final_scan = True
 
-    def offer(self, run_dir: Path, ckpt: LocalCheckpoint) -> None:
+    def offer(self, run_dir: Path, ckpt: CheckpointInfo) -> None:
         """Queue `ckpt` for upload (the poller's call, public for tests)."""
         with self._cond:
             self._offer(self._runs[Path(run_dir).name], ckpt)
 
-    def _offer(self, run: _Run, ckpt: LocalCheckpoint) -> None:
+    def _offer(self, run: _Run, ckpt: CheckpointInfo) -> None:
         for seen in (run.pending, run.in_flight):
             if seen is not None and seen.identity == ckpt.identity:
                 return
@@ -298,7 +270,7 @@ class CheckpointMirror:
 
     # ---- copying them ---------------------------------------------------------------
 
-    def _take(self) -> tuple[_Run, LocalCheckpoint, list[int]] | None:
+    def _take(self) -> tuple[_Run, CheckpointInfo, list[int]] | None:
         with self._cond:
             now = time.monotonic()
             ready = [
@@ -331,7 +303,7 @@ class CheckpointMirror:
                     run.in_flight = None
                     self._cond.notify_all()
 
-    def _upload(self, run: _Run, ckpt: LocalCheckpoint, superseded: list[int]) -> None:
+    def _upload(self, run: _Run, ckpt: CheckpointInfo, superseded: list[int]) -> None:
         base = f"{run.key}/{step_dir_name(ckpt.step)}"
         t0 = time.perf_counter()
         try:
@@ -372,7 +344,7 @@ class CheckpointMirror:
         event = {"kind": "event", "segment": segment, "level": "info", "code": "mirror"}
         self._append(run, [mirror, {**event, "step": ckpt.step, "text": text}])
 
-    def _copy(self, base: str, ckpt: LocalCheckpoint) -> int:
+    def _copy(self, base: str, ckpt: CheckpointInfo) -> int:
         """Upload the files, then the manifest; returns the bytes sent."""
         opened: dict[str, IO[bytes]] = {}
         try:
@@ -403,7 +375,7 @@ class CheckpointMirror:
         return sum(int(e["bytes"]) for e in ckpt.files.values()) + len(ckpt.manifest_bytes)
 
     def _failed(
-        self, run: _Run, ckpt: LocalCheckpoint, superseded: list[int], err: MirrorError
+        self, run: _Run, ckpt: CheckpointInfo, superseded: list[int], err: MirrorError
     ) -> None:
         with self._cond:
             run.failures += 1

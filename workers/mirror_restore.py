@@ -4,7 +4,8 @@ restart without a checkpoint on the machine uses.
     restore_latest("gs://my-bucket/crashdrill", run_dir)   # -> Restored(step=…) or None
 
 Layout: `<mirror>/<run dir name>/step-XXXXXXXX/` holds the checkpoint's files and its
-`MANIFEST.json` (uploaded last; a copy without one does not exist). A pull reads the
+`MANIFEST.json` (uploaded last; a copy without one does not exist), named and checked by
+the same rule as on disk (trainer/checkpoint_layout.py). A pull reads the
 manifest as JSON (nothing from a mirror is ever unpickled), downloads every file it
 lists into `ckpt/step-XXXXXXXX.tmp/`, checks each size and sha256, renames the directory
 into place and writes the manifest last — the trainer's own atomic order — so the
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import time
 from collections.abc import Callable
@@ -24,33 +24,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crashdrill.trainer.checkpoint_files import MANIFEST, fsync_dir, sha256_of, step_dir_name
+from crashdrill.trainer.checkpoint_files import fsync_dir, sha256_of
+from crashdrill.trainer.checkpoint_layout import (
+    MANIFEST,
+    CorruptCheckpoint,
+    check_listed,
+    ckpt_root,
+    parse_step_dir,
+    step_dir_name,
+    temp_dir_name,
+)
 from crashdrill.workers.mirror_backends import Backend, MirrorError, MirrorURLError, open_backend
-
-STEP_DIR = re.compile(r"^step-(\d{8,})$")
-_FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,200}$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class CorruptCopy(Exception):
     """A mirrored checkpoint that fails verification; never used."""
-
-
-def check_manifest(manifest: Any, step: int) -> dict[str, dict[str, Any]]:
-    """The `files` of a manifest, each name a plain file name with a size and sha256."""
-    if not isinstance(manifest, dict) or manifest.get("step") != step:
-        raise ValueError(f"its manifest is not the manifest of step {step}")
-    files = manifest.get("files")
-    if not isinstance(files, dict) or not files:
-        raise ValueError("its manifest lists no files")
-    for name, entry in files.items():
-        if not _FILE_NAME.match(name) or name == MANIFEST:
-            raise ValueError(f"its manifest names a file {name!r}, which is not a plain name")
-        if not isinstance(entry, dict) or not isinstance(entry.get("bytes"), int):
-            raise ValueError(f"its manifest has no size for {name}")
-        if not isinstance(entry.get("sha256"), str) or not _SHA256.match(entry["sha256"]):
-            raise ValueError(f"its manifest has no sha256 for {name}")
-    return files
 
 
 def mirrored_files(backend: Backend, key: str) -> dict[int, set[str]]:
@@ -58,8 +46,8 @@ def mirrored_files(backend: Backend, key: str) -> dict[int, set[str]]:
     out: dict[int, set[str]] = {}
     for name in backend.list(f"{key}/"):
         parts = name.split("/")
-        if len(parts) == 3 and (m := STEP_DIR.match(parts[1])):
-            out.setdefault(int(m.group(1)), set()).add(parts[2])
+        if len(parts) == 3 and (step := parse_step_dir(parts[1])) is not None:
+            out.setdefault(step, set()).add(parts[2])
     return out
 
 
@@ -109,11 +97,11 @@ def _pull(backend: Backend, run_dir: Path, step: int) -> Restored:
     url = backend.url_of(base)
     raw = backend.read(f"{base}/{MANIFEST}")
     try:
-        files = check_manifest(json.loads(raw), step)
-    except ValueError as e:  # JSON only: nothing from the mirror is unpickled
+        files = check_listed(json.loads(raw), step)
+    except (ValueError, CorruptCheckpoint) as e:  # JSON only: nothing from the mirror is unpickled
         raise CorruptCopy(f"the copy of step {step} at {url} is unusable: {e}") from None
-    root = run_dir / "ckpt"
-    tmp = root / (name + ".tmp")  # never loaded by the trainer, removed by its next start
+    root = ckpt_root(run_dir)
+    tmp = root / temp_dir_name(step)  # never loaded by the trainer, removed by its next start
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:

@@ -4,7 +4,7 @@ The layout is the trainer's contract (docs/run-contract.md):
 
     DIR/records.jsonl          append-only run records, one JSON object a line
     DIR/run.json               {"pid", "started_at", "starts", ...}, rewritten at each start
-    DIR/ckpt/step-00000150/    a checkpoint; complete once MANIFEST.json exists
+    DIR/ckpt/step-00000150/    a checkpoint; which ones count is trainer/checkpoint_layout.py
     DIR/stdout.log, stderr.log the trainer's output (the supervisor's redirection)
 
 Only the supervisor writes records here besides the trainer, and only while no trainer
@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crashdrill.trainer.checkpoint_layout import find_latest
+
 RECORDS = "records.jsonl"
 RUN_JSON = "run.json"
 STDOUT = "stdout.log"
 STDERR = "stderr.log"
-_STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -54,24 +54,16 @@ class RunDir:
         return data if isinstance(data, dict) else {}
 
     def latest_checkpoint_step(self) -> int | None:
-        """Step of the newest checkpoint directory that has its MANIFEST.json.
+        """Step of the newest checkpoint whose manifest names it: a step directory or the
+        slot that an in-place writer (ckpt_write = "inplace") overwrites.
 
         The trainer also checks every sha256 before it loads one and falls back to the
         previous checkpoint when the newest is corrupt; that costs a full read of the
-        weights, so this cheap answer is for messages, and the trainer's own `resume`
-        record says where it really resumed.
+        weights, so this cheap answer is for messages and the supervisor's restart, and
+        the trainer's own `resume` record says where it really resumed.
         """
-        best: int | None = None
-        try:
-            entries = list((self.path / "ckpt").iterdir())
-        except OSError:
-            return None
-        for entry in entries:
-            match = _STEP_DIR.match(entry.name)
-            if match and (entry / "MANIFEST.json").is_file():
-                step = int(match.group(1))
-                best = step if best is None or step > best else best
-        return best
+        info = find_latest(self.path, check="manifest")
+        return info.step if info is not None else None
 
     def tail_records(self, max_bytes: int = 256 * 1024) -> list[dict[str, Any]]:
         """The complete, parseable records among the last `max_bytes` of records.jsonl."""

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from crashdrill.trainer import checkpoint as ck
+from crashdrill.trainer import checkpoint_layout as layout
 
 
 def _files(step: int) -> dict:
@@ -41,7 +42,7 @@ def test_atomic_write_leaves_manifest_and_no_temp_dirs(tmp_path):
 
 def test_keeps_only_the_newest_k(tmp_path):
     _save(tmp_path, [0, 10, 20, 30], keep=2)
-    assert [c.step for c in ck.list_checkpoints(tmp_path)] == [30, 20]
+    assert [c.step for c in layout.checkpoints(tmp_path)] == [30, 20]
 
 
 def test_load_files_uses_weights_only_and_round_trips(tmp_path):
