@@ -8,12 +8,12 @@ Two backends, one interface (`run`, `run_many`, `one`, `transaction`, `migrate`,
   string works as it is (`?sslmode=require` and the rest go to libpq untouched).
 
 `open_database(settings)` picks one. Everything above this module speaks SQL that both
-accept: `?` placeholders (translated to psycopg's `%s` outside string literals, quoted
-names and comments), `INSERT … ON CONFLICT DO NOTHING RETURNING id`, TEXT, INTEGER,
-BIGINT and DOUBLE PRECISION columns (no NUMERIC: psycopg would return Decimal; BIGINT
-where a value comes from a file, as SQLite's INTEGER is 64-bit), no `IN ()` with an empty
-list, no booleans stored in INTEGER columns. Postgres text cannot hold a NUL character:
-one in a parameter becomes U+FFFD there.
+accept (server/sql_text.py rewrites and splits it): `?` placeholders (translated to
+psycopg's `%s` outside string literals, quoted names and comments), `INSERT … ON CONFLICT
+DO NOTHING RETURNING id`, TEXT, INTEGER, BIGINT and DOUBLE PRECISION columns (no NUMERIC:
+psycopg would return Decimal; BIGINT where a value comes from a file, as SQLite's INTEGER
+is 64-bit), no `IN ()` with an empty list, no booleans stored in INTEGER columns.
+Postgres text cannot hold a NUL character: one in a parameter becomes U+FFFD there.
 
 Both backends serialise statements through one connection and a lock: record ids must
 become visible in id order, or a reader paging with `id > after` could skip a row that
@@ -32,8 +32,6 @@ and a comment for the other; write the two variants on adjacent lines:
 from __future__ import annotations
 
 import contextlib
-import functools
-import logging
 import re
 import sqlite3
 import threading
@@ -44,6 +42,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+from crashdrill.server.sql_text import is_read, split_sql, to_pyformat
+
 if TYPE_CHECKING:
     import psycopg
 
@@ -51,7 +51,6 @@ if TYPE_CHECKING:
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 _MIGRATION = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-_DIALECT_LINE = re.compile(r"^\s*--\s*(sqlite|postgres):(.*)$")
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 CONNECT_TIMEOUT_S = 10
 MIGRATION_LOCK_KEY = int.from_bytes(b"crashdri", "big") >> 1  # a signed 64-bit key
@@ -61,43 +60,6 @@ Row = dict[str, Any]
 
 class DatabaseUnavailable(Exception):
     """The configured database cannot be used; the message says why (password masked)."""
-
-
-class Outage:
-    """Says once that the database went away and once that it came back, not once per
-    statement that failed meanwhile (ingest retries every few hundred ms). Thread-safe."""
-
-    def __init__(self, logger: logging.Logger) -> None:
-        self._log = logger
-        self._lock = threading.Lock()
-        self._since: float | None = None
-        self.failures = 0  # failed attempts in the current outage
-
-    def failed(self, error: BaseException) -> None:
-        with self._lock:
-            self.failures += 1
-            if self._since is not None:
-                return
-            self._since = time.monotonic()
-        self._log.warning(
-            "the database is unreachable (%s); the lab retries with backoff. Runs keep"
-            " training: their records wait in the run dirs and are stored once it is back",
-            error,
-        )
-
-    def ok(self) -> None:
-        if self._since is None:
-            return
-        with self._lock:
-            since, self._since = self._since, None
-            failures, self.failures = self.failures, 0
-        if since is not None:
-            self._log.info(
-                "the database is reachable again after %.1f s (%d failed attempts); ingest"
-                " catches up",
-                time.monotonic() - since,
-                failures,
-            )
 
 
 class MigrationError(DatabaseUnavailable):
@@ -330,7 +292,7 @@ class PostgresDatabase(Database):
                         return cur.fetchall() if cur.description is not None else []
                 except psycopg.OperationalError as e:
                     retry = attempt == 1 and conn.broken and not self._in_transaction
-                    if retry and _is_read(sql):
+                    if retry and is_read(sql):
                         continue
                     if conn.broken:
                         raise DatabaseUnavailable(
@@ -430,64 +392,6 @@ def _without_nul(params: Sequence[Any]) -> tuple[Any, ...]:
     )
 
 
-def _is_read(sql: str) -> bool:
-    return sql.lstrip().upper().startswith(("SELECT", "WITH", "SHOW"))
-
-
-@functools.lru_cache(maxsize=1024)
-def to_pyformat(sql: str) -> str:
-    """`?` placeholders → psycopg's `%s`, and every literal `%` → `%%`.
-
-    A `?` inside a string literal ('…', E'…', $tag$…$tag$), a quoted name ("…") or a
-    comment stays as it is.
-    """
-    out: list[str] = []
-    i, n = 0, len(sql)
-    while i < n:
-        c = sql[i]
-        end = i + 1
-        if c == "'":
-            prefix = sql[max(0, i - 2) : i]
-            backslash = prefix[-1:] in ("e", "E") and not (
-                prefix[:1].isalnum() or prefix[:1] == "_"
-            )
-            end = _string_end(sql, i, backslash)
-        elif c == '"':
-            end = _string_end(sql, i, False, quote='"')
-        elif sql.startswith("--", i):
-            end = sql.find("\n", i)
-            end = n if end < 0 else end
-        elif sql.startswith("/*", i):
-            end = sql.find("*/", i + 2)
-            end = n if end < 0 else end + 2
-        elif c == "$" and (m := re.match(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$", sql[i:])):
-            close = sql.find(m.group(0), i + len(m.group(0)))
-            end = n if close < 0 else close + len(m.group(0))
-        elif c == "?":
-            out.append("%s")
-            i += 1
-            continue
-        out.append(sql[i:end].replace("%", "%%"))
-        i = end
-    return "".join(out)
-
-
-def _string_end(sql: str, start: int, backslash: bool, quote: str = "'") -> int:
-    """Index just past the literal that opens at `start` (doubled quotes stay inside)."""
-    i = start + 1
-    while i < len(sql):
-        if backslash and sql[i] == "\\":
-            i += 2
-            continue
-        if sql[i] == quote:
-            if sql.startswith(quote, i + 1):
-                i += 2
-                continue
-            return i + 1
-        i += 1
-    return len(sql)
-
-
 # ---- migrations -----------------------------------------------------------------------
 
 
@@ -502,16 +406,3 @@ def available_migrations(directory: Path = MIGRATIONS_DIR) -> list[tuple[int, st
     if versions != list(range(1, len(versions) + 1)):
         raise ValueError(f"{directory}: migration numbers must run 1, 2, 3… without gaps")
     return found
-
-
-def split_sql(text: str, dialect: str = "sqlite") -> list[str]:
-    """Statements of a migration file for `dialect` (no `;` inside strings, by rule)."""
-    if dialect not in ("sqlite", "postgres"):
-        raise ValueError(f"dialect = {dialect!r}: 'sqlite' or 'postgres'")
-    lines = []
-    for line in text.splitlines():
-        variant = _DIALECT_LINE.match(line)
-        if variant:
-            line = variant.group(2) if variant.group(1) == dialect else ""
-        lines.append(line.split("--", 1)[0])
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]

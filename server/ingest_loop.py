@@ -33,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from crashdrill.server.crash_modes import started_over_events
-from crashdrill.server.db import DatabaseUnavailable, Outage, Row
+from crashdrill.server.db import DatabaseUnavailable, Row
 from crashdrill.server.fanout import Fanout, Message
 from crashdrill.server.ingest import IngestBatch, ingest_mirror_log, ingest_run
+from crashdrill.server.outage import Outage
 from crashdrill.server.resume_check import checks_from_rows
 from crashdrill.server.settings import Settings
 from crashdrill.server.store import TERMINAL_STATES, Store

@@ -30,11 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from crashdrill.server.crash_modes import crash_mode, launch_env
-from crashdrill.server.db import Database, Outage, Row, open_database
+from crashdrill.server.db import Database, Row, open_database
 from crashdrill.server.errors import BadInput, Conflict, Forbidden, NotFound, TooMany
 from crashdrill.server.fanout import Fanout, LocalFanout
 from crashdrill.server.ingest_loop import IngestLoop, resume_checks
 from crashdrill.server.lesson_policy import public_view
+from crashdrill.server.outage import Outage
 from crashdrill.server.realtime import realtime_fanout
 from crashdrill.server.reports import SupervisorReports
 from crashdrill.server.scheduler import Scheduler

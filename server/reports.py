@@ -26,9 +26,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from crashdrill.server.db import DatabaseUnavailable, Outage, Row
+from crashdrill.server.db import DatabaseUnavailable, Row
 from crashdrill.server.fanout import Fanout, Message
 from crashdrill.server.ingest_loop import IngestLoop, run_message
+from crashdrill.server.outage import Outage
 from crashdrill.server.scheduler import on_signal
 from crashdrill.server.store import Store
 from crashdrill.workers.supervisor import Change

@@ -23,9 +23,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crashdrill.server.db import DatabaseUnavailable, Outage, Row
+from crashdrill.server.db import DatabaseUnavailable, Row
 from crashdrill.server.fanout import Fanout, Message
 from crashdrill.server.ingest_loop import view_message
+from crashdrill.server.outage import Outage
 from crashdrill.server.settings import Settings
 from crashdrill.server.store import ACTIVE_STATES, Store
 from crashdrill.server.views import queue_positions

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from crashdrill.server.db import Database, Row
+from crashdrill.server.sql_text import set_clause
 
 ACTIVE_STATES = ("starting", "running", "restarting")
 TERMINAL_STATES = ("finished", "failed", "stopped")
@@ -267,10 +268,7 @@ class Store:
 
 def _sets(fields: dict[str, Any]) -> str:
     """`a = ?, b = ?` for run columns (a name that is not one is refused)."""
-    unknown = set(fields) - _RUN_COLUMNS
-    if unknown:
-        raise ValueError(f"not a run column: {sorted(unknown)}")
-    return ", ".join(f"{k} = ?" for k in fields)
+    return set_clause(fields, _RUN_COLUMNS, "run column")
 
 
 def _insert_records(

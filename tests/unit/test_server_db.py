@@ -14,8 +14,6 @@ from crashdrill.server.db import (
     MigrationError,
     available_migrations,
     mask_url,
-    split_sql,
-    to_pyformat,
 )
 from tests.support.postgres import open_test_database, table_names
 
@@ -225,36 +223,6 @@ def test_migration_numbers_without_gaps_are_required(tmp_path: Path) -> None:
     (tmp_path / "0002_late.sql").write_text("SELECT 1;")
     with pytest.raises(ValueError, match="without gaps"):
         available_migrations(tmp_path)
-
-
-def test_split_sql_drops_comments_and_empty_statements() -> None:
-    assert split_sql("-- x;\nSELECT 1;\n\n;SELECT 2 -- two\n") == ["SELECT 1", "SELECT 2"]
-
-
-def test_split_sql_keeps_the_lines_of_its_dialect_only() -> None:
-    text = "SELECT 1;\n-- sqlite: SELECT 2;\n  -- postgres: SELECT 3;\n-- Postgres: prose\n"
-    assert split_sql(text, "sqlite") == ["SELECT 1", "SELECT 2"]
-    assert split_sql(text, "postgres") == ["SELECT 1", "SELECT 3"]
-    with pytest.raises(ValueError, match="dialect = 'mysql'"):
-        split_sql(text, "mysql")
-
-
-@pytest.mark.parametrize(
-    ("sql", "expected"),
-    [
-        ("SELECT a WHERE a = ? AND b IN (?, ?)", "SELECT a WHERE a = %s AND b IN (%s, %s)"),
-        ("SELECT '?', 'it''s ?', ? FROM t", "SELECT '?', 'it''s ?', %s FROM t"),
-        ('SELECT "odd?name" FROM t WHERE x = ?', 'SELECT "odd?name" FROM t WHERE x = %s'),
-        ("SELECT 1 -- why?\n, ?", "SELECT 1 -- why?\n, %s"),
-        ("SELECT /* ? */ ?", "SELECT /* ? */ %s"),
-        ("SELECT E'\\' ?', ?", "SELECT E'\\' ?', %s"),
-        ("SELECT 'a\\', ?", "SELECT 'a\\', %s"),  # standard strings: backslash is plain
-        ("SELECT $$ ? $$, $q$ ? $q$, ?", "SELECT $$ ? $$, $q$ ? $q$, %s"),
-        ("SELECT '50%' || ? || 100 % 7", "SELECT '50%%' || %s || 100 %% 7"),
-    ],
-)  # fmt: skip
-def test_placeholders_become_psycopgs_outside_literals(sql: str, expected: str) -> None:
-    assert to_pyformat(sql) == expected
 
 
 @pytest.mark.parametrize(
