@@ -5,7 +5,6 @@ Every setting is documented in docs/server.md (a test checks that).
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import os
 import secrets
@@ -186,9 +185,6 @@ class Settings:
     def realtime(self) -> bool:
         """Supabase Realtime is on (else the page uses only the server's SSE stream)."""
         return bool(self.supabase_url and self.supabase_anon_key)
-
-    def with_(self, **changes: object) -> Settings:
-        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
     @property
     def runs_dir(self) -> Path:
