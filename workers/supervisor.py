@@ -21,20 +21,19 @@ event. The supervisor writes its events into the run's records.jsonl (only while
 trainer is alive), so the file tells the whole story in order.
 
 The trainer runs in its own session with its output in files, not pipes: it outlives a
-server that is killed, and a new server adopts it (`adopt`) by pid.
+server that is killed, and a new server adopts it (`adopt`) by pid. Starting, finding,
+waiting for and signalling that process is workers/trainer_process.py; which checkpoint a
+restart resumes from is the checkpoint layout's rule (trainer/checkpoint_layout.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
-import json
 import logging
 import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -44,8 +43,11 @@ from typing import Any, Literal
 
 import psutil
 
+from crashdrill.trainer.checkpoint_layout import ckpt_root
+from crashdrill.trainer.presets import CRASH_MODES
 from crashdrill.workers.mirror import Restored, pull_for_restart
 from crashdrill.workers.run_dir import RunDir
+from crashdrill.workers.trainer_process import TrainerProcess, adopt_trainer
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +55,6 @@ DEFAULT_COMMAND = (sys.executable, "-m", "crashdrill", "run")
 EXIT_OK = 0
 EXIT_NO_CHECKPOINT = 3
 STOP_GRACE_S = 5.0
-CRASH_MODES = ("kill", "during_save", "wipe")
 # What the trainer prints when CRASHDRILL_CKPT_PAUSE holds a checkpoint write open.
 _PAUSED = re.compile(rb"crashdrill: paused inside checkpoint write at step (\d+)")
 
@@ -92,87 +93,6 @@ class NotRunning(RuntimeError):
     """The run has no live trainer process to signal."""
 
 
-class _Process:
-    """A trainer process: our child (exit status known) or adopted (status unknown)."""
-
-    def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None = None) -> None:
-        self.pid = pid
-        self.popen = popen
-        self.ps: psutil.Process | None = None
-        self.started = 0.0
-        try:
-            self.ps = psutil.Process(pid)
-            self.started = self.ps.create_time()
-        except psutil.Error:
-            if popen is None:
-                raise
-
-    def wait(self, timeout: float) -> int | None:
-        """Exit status (None when adopted); raises TimeoutError while it still runs."""
-        if self.popen is not None:
-            try:
-                return self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                raise TimeoutError from None
-        if self.ps is None:
-            return None
-        try:
-            # An exited trainer whose new parent does not reap it stays a zombie, which
-            # psutil's wait would take for alive forever.
-            if self.ps.status() == psutil.STATUS_ZOMBIE:
-                return None
-            self.ps.wait(timeout)
-        except psutil.TimeoutExpired:
-            raise TimeoutError from None
-        except psutil.NoSuchProcess:
-            pass
-        return None
-
-    def signal(self, sig: int) -> None:
-        """Signal the trainer's whole process group (it leads its own session)."""
-        if self.popen is not None and self.popen.returncode is not None:
-            raise ProcessLookupError(self.pid)
-        if self.popen is None and (self.ps is None or not self.ps.is_running()):
-            raise ProcessLookupError(self.pid)
-        pgid = os.getpgid(self.pid)
-        if pgid == self.pid:
-            os.killpg(pgid, sig)
-        else:
-            os.kill(self.pid, sig)
-
-
-def find_live_trainer(
-    run_dir: Path, pids: Iterable[int | None], *, scan: bool = True
-) -> int | None:
-    """A live trainer of `run_dir`, recognised by `--run-dir DIR` on its command line:
-    first among `pids` (known from the database and run.json), then, with `scan`, among
-    all processes (one started just before a server died, before anyone wrote its pid).
-    """
-
-    def is_trainer(proc: psutil.Process) -> bool:
-        try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                return False
-            cmd = proc.cmdline()
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            return False
-        return any(a == "--run-dir" and b == wanted for a, b in itertools.pairwise(cmd))
-
-    wanted = str(run_dir)
-    for pid in pids:
-        if pid:
-            try:
-                if is_trainer(psutil.Process(pid)):
-                    return pid
-            except psutil.NoSuchProcess:
-                continue
-    if scan:
-        for proc in psutil.process_iter():
-            if proc.pid != os.getpid() and is_trainer(proc):
-                return int(proc.pid)
-    return None
-
-
 class Supervisor:
     """Watches one run's trainer in a thread; restarts it after SIGKILL."""
 
@@ -192,7 +112,7 @@ class Supervisor:
         self._max_unrequested = max_unrequested_kills
         self._poll_s = poll_s
         self._lock = threading.Lock()
-        self._proc: _Process | None = None
+        self._proc: TrainerProcess | None = None
         self._thread: threading.Thread | None = None
         self._crash_requested = False
         self._crash_mode = "kill"
@@ -217,17 +137,13 @@ class Supervisor:
 
     def adopt(self, pids: Iterable[int | None]) -> bool:
         """Watch a trainer of this run that is still alive; False when there is none."""
-        pid = find_live_trainer(self.launch.run_dir, pids)
-        if pid is None:
-            return False
-        try:
-            proc = _Process(pid)
-        except psutil.Error:
+        proc = adopt_trainer(self.launch.run_dir, pids)
+        if proc is None:
             return False
         with self._lock:
             self._proc = proc
         self._stderr_since = max(0, self.run_dir.stderr_size() - 4096)
-        self._notify(Change("running", pid=pid, pid_started=proc.started))
+        self._notify(Change("running", pid=proc.pid, pid_started=proc.started))
         self._watch_in_thread()
         return True
 
@@ -268,7 +184,7 @@ class Supervisor:
                 raise NotRunning("the trainer has already exited") from None
             return proc.pid
 
-    def _kill_inside_save(self, proc: _Process, since: int) -> None:
+    def _kill_inside_save(self, proc: TrainerProcess, since: int) -> None:
         """Wait for the trainer to announce a paused checkpoint write, then SIGKILL it."""
         buf = b""
         while self._proc is proc and not self._detached:
@@ -366,7 +282,7 @@ class Supervisor:
                 lead += f" at step {step}"
             if save_step is not None:
                 lead += f", in the middle of writing the checkpoint for step {save_step}"
-            had = self._checkpoint_step() is not None
+            had = self.run_dir.latest_checkpoint_step() is not None
             if mode == "wipe":
                 lead += self._wipe_checkpoints()
             return self._restart(
@@ -389,24 +305,10 @@ class Supervisor:
         self._fail(self._failure_text(code), exit_code=code, segment=segment, stage=stage)
         return False
 
-    def _checkpoint_step(self) -> int | None:
-        """Newest checkpoint whose manifest exists: step dirs, or the single slot that an
-        in-place writer (ckpt_write = "inplace") overwrites. Not verified here: the trainer
-        checks every sha256 before it loads one."""
-        best = self.run_dir.latest_checkpoint_step()
-        try:
-            manifest = json.loads(
-                (self.run_dir.path / "ckpt" / "latest" / "MANIFEST.json").read_text()
-            )
-            slot = int(manifest["step"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return best
-        return slot if best is None or slot > best else best
-
     def _wipe_checkpoints(self) -> str:
         """Delete the run's local checkpoints (crash mode "wipe"); the sentence for the event."""
-        ckpt = self._checkpoint_step()
-        shutil.rmtree(self.run_dir.path / "ckpt", ignore_errors=True)
+        ckpt = self.run_dir.latest_checkpoint_step()
+        shutil.rmtree(ckpt_root(self.run_dir.path), ignore_errors=True)
         gone = f", the checkpoint at step {ckpt} with it" if ckpt is not None else ""
         return (
             ". Its disk went with it: the run's checkpoint directory was deleted, like local"
@@ -427,7 +329,7 @@ class Supervisor:
         """Restart the trainer. Once the run has saved a checkpoint (`had_checkpoint`,
         default: one exists now) the restart requires one: resume it or refuse, never a
         silent fresh start. A run that never saved starts over, and the event says so."""
-        ckpt = self._checkpoint_step()
+        ckpt = self.run_dir.latest_checkpoint_step()
         pulled = self._pull_from_mirror(segment) if ckpt is None else None
         if pulled is not None:
             ckpt = pulled.step
@@ -487,18 +389,10 @@ class Supervisor:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.launch.env}
         try:
             with open(rd.stdout, "ab") as out, open(rd.stderr, "ab") as err:
-                popen = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=err,
-                    env=env,
-                    start_new_session=True,  # outlives the server; crash kills its group
-                )
+                proc = TrainerProcess.start(argv, env, stdout=out, stderr=err)
         except OSError as e:
             self._fail(f"Could not start the trainer ({argv[0]}): {e}.", exit_code=None)
             return False
-        proc = _Process(popen.pid, popen)
         with self._lock:
             self._proc = proc
         self._notify(Change("running", pid=proc.pid, pid_started=proc.started))

@@ -1,0 +1,133 @@
+"""A trainer process as the supervisor handles it: started in its own session, found
+again after a server restart, waited for, signalled as a whole process group.
+
+    proc = TrainerProcess.start(argv, env, stdout=out, stderr=err)   # our child
+    proc = adopt_trainer(run_dir, [pid_from_db, pid_from_run_json])  # or None
+    proc.wait(0.2)            # exit status; None when adopted; TimeoutError while alive
+    proc.signal(SIGKILL)      # the whole group: the trainer and everything it started
+
+The trainer runs in its own session with its output in files, not pipes: it outlives a
+server that is killed, and a new server adopts it by pid, recognised by `--run-dir DIR` on
+its command line (a recycled pid runs something else). `started` is the process's start
+time, which the server stores beside the pid.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import IO
+
+import psutil
+
+
+class TrainerProcess:
+    """A trainer process: our child (exit status known) or adopted (status unknown)."""
+
+    def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None = None) -> None:
+        self.pid = pid
+        self.popen = popen
+        self.ps: psutil.Process | None = None
+        self.started = 0.0
+        try:
+            self.ps = psutil.Process(pid)
+            self.started = self.ps.create_time()
+        except psutil.Error:
+            if popen is None:
+                raise
+
+    @classmethod
+    def start(
+        cls, argv: list[str], env: Mapping[str, str], *, stdout: IO[bytes], stderr: IO[bytes]
+    ) -> TrainerProcess:
+        """Start `argv` as a child in a session of its own; raises OSError when it cannot
+        be started."""
+        popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            env=dict(env),
+            start_new_session=True,  # outlives the server; a crash kills its group
+        )
+        return cls(popen.pid, popen)
+
+    def wait(self, timeout: float) -> int | None:
+        """Exit status (None when adopted); raises TimeoutError while it still runs."""
+        if self.popen is not None:
+            try:
+                return self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                raise TimeoutError from None
+        if self.ps is None:
+            return None
+        try:
+            # An exited trainer whose new parent does not reap it stays a zombie, which
+            # psutil's wait would take for alive forever.
+            if self.ps.status() == psutil.STATUS_ZOMBIE:
+                return None
+            self.ps.wait(timeout)
+        except psutil.TimeoutExpired:
+            raise TimeoutError from None
+        except psutil.NoSuchProcess:
+            pass
+        return None
+
+    def signal(self, sig: int) -> None:
+        """Signal the trainer's whole process group (it leads its own session)."""
+        if self.popen is not None and self.popen.returncode is not None:
+            raise ProcessLookupError(self.pid)
+        if self.popen is None and (self.ps is None or not self.ps.is_running()):
+            raise ProcessLookupError(self.pid)
+        pgid = os.getpgid(self.pid)
+        if pgid == self.pid:
+            os.killpg(pgid, sig)
+        else:
+            os.kill(self.pid, sig)
+
+
+def find_live_trainer(
+    run_dir: Path, pids: Iterable[int | None], *, scan: bool = True
+) -> int | None:
+    """A live trainer of `run_dir`, recognised by `--run-dir DIR` on its command line:
+    first among `pids` (known from the database and run.json), then, with `scan`, among
+    all processes (one started just before a server died, before anyone wrote its pid).
+    """
+
+    def is_trainer(proc: psutil.Process) -> bool:
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return False
+            cmd = proc.cmdline()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            return False
+        return any(a == "--run-dir" and b == wanted for a, b in itertools.pairwise(cmd))
+
+    wanted = str(run_dir)
+    for pid in pids:
+        if pid:
+            try:
+                if is_trainer(psutil.Process(pid)):
+                    return pid
+            except psutil.NoSuchProcess:
+                continue
+    if scan:
+        for proc in psutil.process_iter():
+            if proc.pid != os.getpid() and is_trainer(proc):
+                return int(proc.pid)
+    return None
+
+
+def adopt_trainer(run_dir: Path, pids: Iterable[int | None]) -> TrainerProcess | None:
+    """The live trainer of `run_dir` (see find_live_trainer) to watch; None when there is
+    none, or when it exits before it is taken."""
+    pid = find_live_trainer(run_dir, pids)
+    if pid is None:
+        return None
+    try:
+        return TrainerProcess(pid)
+    except psutil.Error:
+        return None
