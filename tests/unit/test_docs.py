@@ -23,6 +23,7 @@ README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 PAGES = [README, *sorted(DOCS.glob("*.md"))]
 SOURCE_DIRS = ("crashdrill", "trainer", "drill", "workers", "server", "scripts")
+CODE_DIRS = (*SOURCE_DIRS, "web", "tests", "benchmarks")
 
 
 def text(path: Path) -> str:
@@ -65,6 +66,17 @@ def test_every_relative_link_points_at_a_file_and_heading_that_exist(page: Path)
         elif anchor and dest.suffix == ".md" and anchor not in anchors(text(dest)):
             broken.append(f"{target}: no heading #{anchor} in {dest.name}")
     assert not broken, f"{page.name}: {broken}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_file_of_the_repo_a_page_names_exists(page: Path) -> None:
+    """A module that moved (server/runs.py split by job) leaves no stale path behind."""
+    named = re.findall(
+        rf"\b(?:{'|'.join(CODE_DIRS)})/[\w./-]*\w\.(?:py|js|md|toml|sql)\b", text(page)
+    )
+    placeholders = re.compile(r"[A-Z]")  # server/migrations/NNNN_name.sql
+    missing = sorted({p for p in named if not placeholders.search(p) and not (ROOT / p).exists()})
+    assert not missing, f"{page.name} names files that do not exist: {missing}"
 
 
 def test_the_readme_links_every_page_in_docs() -> None:
