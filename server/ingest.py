@@ -16,19 +16,19 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from crashdrill.server.db import Row
-from crashdrill.server.schemas import RecordKind
 from crashdrill.server.store import NewRecord, Store
+from crashdrill.trainer.record_contract import STATE_KINDS, STEP_KEYED_KINDS
 from crashdrill.workers.mirror import MIRROR_LOG
 from crashdrill.workers.run_dir import RECORDS
 
 log = logging.getLogger(__name__)
 
-KINDS: tuple[str, ...] = get_args(RecordKind)
-STEP_KEYED_KINDS = frozenset({"step", "val", "probe", "sample", "ckpt", "mirror"})
-LATEST_KINDS = frozenset({"step", "val", "probe", "sample", "ckpt", "mirror", "resume", "run"})
+# From the run-record contract: kinds stored once per (segment, step), and kinds whose
+# newest record the run row keeps in `latest_json`.
+LATEST_KINDS = frozenset(STATE_KINDS)
 CHUNK_BYTES = 1 << 20
 INT64 = (-(2**63), 2**63 - 1)  # BIGINT in Postgres, INTEGER in SQLite
 

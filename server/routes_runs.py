@@ -1,4 +1,5 @@
-"""One run: crash test, stop, records for charts, resume checks, the human log."""
+"""One run: crash test, stop, records for charts, resume checks, the human log; and the
+run-record contract those records follow (GET /api/record-kinds)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from crashdrill.server.schemas import (
     CrashResult,
     Events,
     RecordKind,
+    RecordKinds,
     RecordsPage,
     ResumeChecks,
     StopResult,
@@ -19,8 +21,10 @@ from crashdrill.server.schemas import (
 )
 from crashdrill.server.sessions import is_instructor, session_of
 from crashdrill.server.views import event_view, record_json
+from crashdrill.trainer.record_contract import contract_json
 
-router = APIRouter(prefix="/api/runs", tags=["runs"])
+router = APIRouter(tags=["runs"])
+RUN = "/api/runs/{run}"
 
 MAX_PAGE = 20000
 
@@ -31,7 +35,7 @@ def _who(request: Request) -> tuple[str, bool]:
 
 
 @router.post(
-    "/{run}/crash",
+    RUN + "/crash",
     status_code=202,
     response_model=CrashResult,
     summary="Crash test: SIGKILL the trainer now; it resumes from its last checkpoint",
@@ -43,7 +47,7 @@ async def crash(run: str, request: Request) -> dict[str, Any]:
 
 
 @router.post(
-    "/{run}/stop",
+    RUN + "/stop",
     status_code=202,
     response_model=StopResult,
     summary="Stop a run for good (queued: leaves the queue)",
@@ -55,7 +59,7 @@ async def stop(run: str, request: Request) -> dict[str, Any]:
 
 
 @router.get(
-    "/{run}/records",
+    RUN + "/records",
     response_model=RecordsPage,
     summary="Run records (history for charts), oldest first, after a record id",
     responses=problems(404, 422),
@@ -77,7 +81,7 @@ def records(
 
 
 @router.get(
-    "/{run}/resume-checks",
+    RUN + "/resume-checks",
     response_model=ResumeChecks,
     summary="Per resume: the recomputed steps compared with the originals, bit for bit",
     responses=problems(404, 422),
@@ -89,7 +93,7 @@ def resume_checks(run: str, request: Request) -> dict[str, Any]:
 
 
 @router.get(
-    "/{run}/events",
+    RUN + "/events",
     response_model=Events,
     summary="The human log of a run, in order",
     responses=problems(404, 422),
@@ -98,3 +102,12 @@ def events(run: str, request: Request) -> dict[str, Any]:
     lab = lab_of(request)
     lab.run_row(run)
     return {"run": run, "events": [event_view(r) for r in lab.store.records_of_kind(run, "event")]}
+
+
+@router.get(
+    "/api/record-kinds",
+    response_model=RecordKinds,
+    summary="The run-record contract: every record kind, its fields, which are deterministic",
+)
+def record_kinds() -> dict[str, Any]:
+    return contract_json()

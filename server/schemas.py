@@ -3,24 +3,18 @@ and for the OpenAPI schema at /openapi.json."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# The record kinds of docs/run-contract.md; ingest accepts exactly these.
-RecordKind = Literal[
-    "stage",
-    "step",
-    "val",
-    "probe",
-    "sample",
-    "ckpt",
-    "mirror",
-    "resume",
-    "event",
-    "run",
-    "telemetry",
-]
+from crashdrill.trainer.record_contract import KIND_NAMES
+
+# The record kinds of the run-record contract (crashdrill.trainer.record_contract, in its
+# order): the records route's `kind` filter and the OpenAPI schema list exactly these.
+if TYPE_CHECKING:
+    RecordKind = str
+else:
+    RecordKind = Literal[KIND_NAMES]
 
 RunState = Literal["queued", "starting", "running", "restarting", "finished", "failed", "stopped"]
 
@@ -152,6 +146,29 @@ class Event(BaseModel):
 class Events(BaseModel):
     run: str
     events: list[Event]
+
+
+class RecordField(BaseModel):
+    name: str
+    type: str = Field(description="in JSON terms; 'X or null' when it may be null")
+    deterministic: bool = Field(description="a bit-identical resume reproduces it exactly")
+    meaning: str
+
+
+class RecordKindOut(BaseModel):
+    name: str
+    writers: list[str] = Field(description="trainer, supervisor, mirror or sampler")
+    meaning: str
+    keyed_by_step: bool = Field(description="at most one a (segment, step, kind)")
+    state: bool = Field(description="its newest record is in a run's `latest`")
+    fields: list[RecordField]
+    more_fields: str | None = Field(description="where fields not listed are defined")
+
+
+class RecordKinds(BaseModel):
+    version: int = Field(description='the "v" of every record')
+    common: list[RecordField] = Field(description="fields of every record")
+    kinds: list[RecordKindOut]
 
 
 class Machine(BaseModel):

@@ -7,8 +7,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from crashdrill.server.db import Row
+from crashdrill.trainer.record_contract import STATE_KINDS
 
-SHOWN_LATEST = ("step", "val", "probe", "sample", "ckpt", "mirror", "resume")
+# A run's `latest` shows the newest record of each state kind of the run-record contract,
+# but the `run` record (its whole config) only through `steps`.
+SHOWN_LATEST = tuple(k for k in STATE_KINDS if k != "run")
 
 
 def record_json(record_id: int, run_id: str, data: str) -> str:

@@ -1,5 +1,6 @@
 """Run records: an append-only JSONL file in the run dir, the source of truth for
-everything that shows a run (server, charts, resume checks, the drill).
+everything that shows a run (server, charts, resume checks, the drill). What each kind of
+record holds is the contract in `record_contract.py`; this module writes and reads them.
 
 Each record is one `os.write` of one line on an O_APPEND descriptor, so a SIGKILL leaves
 at most a final line without its newline; readers take complete lines only.
@@ -9,23 +10,24 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import time
 from pathlib import Path
 from typing import Any
 
+# The contract (kinds, fields, version, float32 bits) lives in record_contract; these
+# names are re-exported for the writer's users.
+from crashdrill.trainer.record_contract import VERSION, bits_to_float32, float32_bits
+
+__all__ = [
+    "RECORDS_FILE",
+    "VERSION",
+    "RecordWriter",
+    "bits_to_float32",
+    "float32_bits",
+    "read_records",
+]
+
 RECORDS_FILE = "records.jsonl"
-VERSION = 1
-
-
-def float32_bits(x: float) -> int:
-    """The IEEE-754 bits of x rounded to float32, as an unsigned int: compare these,
-    not printed decimals."""
-    return int(struct.unpack("<I", struct.pack("<f", x))[0])
-
-
-def bits_to_float32(bits: int) -> float:
-    return float(struct.unpack("<f", struct.pack("<I", bits))[0])
 
 
 class RecordWriter:

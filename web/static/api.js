@@ -35,6 +35,7 @@ export async function request(method, url, body) {
 }
 
 const enc = encodeURIComponent;
+let recordKinds = null; // the promise of GET /api/record-kinds
 
 export const api = {
   presets: () => request("GET", "/api/presets"),
@@ -46,6 +47,11 @@ export const api = {
   crash: (run) => request("POST", `/api/runs/${enc(run)}/crash`),
   resumeChecks: (run) => request("GET", `/api/runs/${enc(run)}/resume-checks`),
   machine: () => request("GET", "/api/machine"),
+  /** The run-record contract (every kind and its fields); asked once a page. */
+  recordKinds: () => (recordKinds ||= request("GET", "/api/record-kinds").catch((e) => {
+    recordKinds = null;
+    throw e;
+  })),
 
   /** Every record of a run with id > after, page by page; calls onPage(records) per page. */
   async records(run, after, onPage, limit = 5000) {

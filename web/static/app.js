@@ -160,8 +160,9 @@ function showLesson(preset, open) {
 
 async function openPair(pairId) {
   let view;
+  let contract;
   try {
-    view = await api.pair(pairId);
+    [view, contract] = await Promise.all([api.pair(pairId), api.recordKinds()]);
   } catch (e) {
     if (e.status === 404) {
       localStorage.removeItem(STORE_KEY);
@@ -172,7 +173,7 @@ async function openPair(pairId) {
     return undefined;
   }
   document.body.dataset.view = "pair";
-  const pair = new PairModel(view);
+  const pair = new PairModel(view, contract);
   page.pair = pair;
   page.ledger = new EnergyLedger(pair.id);
   renderHeader(view.preset, view.knob?.text);

@@ -1,12 +1,17 @@
 // The page's state of one pair: each run's view from GET /api/pairs/{pair} plus every
 // record it has seen (history from /api/runs/{run}/records, then live from the stream).
-// Records are idempotent by id (and by segment:step:kind), so a refetch that overlaps
-// the stream adds nothing twice.
+// Records are idempotent by id (and by segment:step:kind for the kinds that the record
+// contract, GET /api/record-kinds, marks keyed_by_step), so a refetch that overlaps the
+// stream adds nothing twice.
 
-const STEP_KEYED = new Set(["step", "val", "probe", "sample", "ckpt", "mirror"]);
+/** The names of the kinds stored once per (segment, step), from GET /api/record-kinds. */
+export function stepKeyedKinds(contract) {
+  return new Set((contract?.kinds || []).filter((k) => k.keyed_by_step).map((k) => k.name));
+}
 
 export class RunModel {
-  constructor(view) {
+  constructor(view, stepKeyed) {
+    this.stepKeyed = stepKeyed; // Set of kind names (stepKeyedKinds)
     this.id = view.id;
     this.label = view.label;
     this.view = view; // the server's run view: state, stage, step, steps, latest, …
@@ -38,7 +43,7 @@ export class RunModel {
     for (const r of records) {
       if (!r || typeof r.kind !== "string") continue;
       const seg = Number.isInteger(r.segment) ? r.segment : 0;
-      const key = STEP_KEYED.has(r.kind) && Number.isInteger(r.step)
+      const key = this.stepKeyed.has(r.kind) && Number.isInteger(r.step)
         ? `${seg}:${r.step}:${r.kind}`
         : Number.isInteger(r.id) ? `#${r.id}` : `${r.kind}@${r.t}:${r.text ?? r.stage ?? ""}`;
       if (Number.isInteger(r.id) && r.id > this.lastId) this.lastId = r.id;
@@ -163,12 +168,14 @@ function newer(a, b) {
   return sa > sb || (sa === sb && (a.segment ?? 0) >= (b.segment ?? 0));
 }
 
-/** The whole pair: preset text, knob and the two runs in label order. */
+/** The whole pair: preset text, knob and the two runs in label order. `contract` is the
+ * answer of GET /api/record-kinds. */
 export class PairModel {
-  constructor(view) {
+  constructor(view, contract) {
     this.id = view.pair;
     this.view = view;
-    this.runs = new Map(view.runs.map((r) => [r.id, new RunModel(r)]));
+    this.stepKeyed = stepKeyedKinds(contract);
+    this.runs = new Map(view.runs.map((r) => [r.id, new RunModel(r, this.stepKeyed)]));
     this.checks = new Map(); // run id -> resume checks
     this.machine = null; // newest telemetry sample
     this.telemetry = []; // [t, power_now_w, energy_kwh_total] for the sparkline
@@ -183,7 +190,7 @@ export class PairModel {
     for (const rv of view.runs || []) {
       const run = this.runs.get(rv.id);
       if (run) run.setView(rv);
-      else this.runs.set(rv.id, new RunModel(rv));
+      else this.runs.set(rv.id, new RunModel(rv, this.stepKeyed));
     }
   }
 

@@ -1,0 +1,297 @@
+"""The run-record contract: every kind of record a run writes, each kind's fields, and
+how an exact float is written. The trainer owns it; the server, the drill and (through
+GET /api/record-kinds) the page read it from here, and docs/run-contract.md spells it out
+(a test keeps the page and this module in step, and checks a real run against it).
+
+    from crashdrill.trainer.record_contract import KINDS, kind, float32_bits
+    kind("step").deterministic()   # ('step', 'loss', 'loss_bits', 'lr', 'grad_norm', 'tokens')
+    float32_bits(2.5)              # 1075838976: compare these, not printed decimals
+
+A record is one JSON object a line: `{"v": VERSION, "kind": KIND, "t": unix_seconds,
+"segment": k, ...}`. A field marked deterministic is training state: a resume that is
+bit-identical reproduces it exactly (the resume check compares `loss_bits` today; it is
+meant to grow to every deterministic field). Timing and machine fields are not.
+
+Imports nothing but the standard library: the drill and the server use it without torch.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+VERSION = 1  # the "v" of every record
+
+
+def float32_bits(x: float) -> int:
+    """The IEEE-754 bits of x rounded to float32, as an unsigned int: compare these,
+    not printed decimals."""
+    return int(struct.unpack("<I", struct.pack("<f", x))[0])
+
+
+def bits_to_float32(bits: int) -> float:
+    """The float32 whose bits are the low 32 bits of `bits` (as a Python float)."""
+    return float(struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0])
+
+
+def round_to_float32(x: float) -> float:
+    """x rounded to the nearest float32 (as a Python float)."""
+    return bits_to_float32(float32_bits(x))
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    type: str  # in JSON terms (int, float, str, list[str], object…), "X or null" if nullable
+    meaning: str
+    deterministic: bool = False  # a bit-identical resume reproduces it exactly
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    writers: tuple[str, ...]  # who appends it: trainer, supervisor, mirror, sampler
+    meaning: str
+    fields: tuple[Field, ...]  # besides the common ones (COMMON)
+    keyed_by_step: bool = False  # at most one a (segment, step): readers key it so
+    state: bool = False  # its newest record says where the run stands (the run's `latest`)
+    more_fields: str = ""  # where fields not listed here are defined, when some are not
+
+    def field_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+    def deterministic(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields if f.deterministic)
+
+
+COMMON = (
+    Field("v", "int", f"the record format version ({VERSION})"),
+    Field("kind", "str", "one of the kinds below"),
+    Field("t", "float", "unix seconds when it was written"),
+    Field(
+        "segment", "int", "0 for the original process, k after the k-th restart (not in telemetry)"
+    ),
+)
+
+_STEP = Field("step", "int", "optimizer updates done (steps run 1..steps)", deterministic=True)
+
+KINDS: tuple[Kind, ...] = (
+    Kind(
+        "stage",
+        ("trainer", "supervisor"),
+        "where the process is; its progress within that stage",
+        (
+            Field("stage", "str", "download, tokenize, build, warmup, train, finished, failed"),
+            Field("progress", "float", "0..1 within the stage"),
+        ),
+    ),
+    Kind(
+        "step",
+        ("trainer",),
+        "one logged optimizer update (every `log_every` steps and the last)",
+        (
+            _STEP,
+            Field("loss", "float", "the loss of the batch of update `step`", deterministic=True),
+            Field(
+                "loss_bits",
+                "int",
+                "the float32 IEEE-754 bits of `loss` (unsigned): what the resume check compares",
+                deterministic=True,
+            ),
+            Field("lr", "float", "the learning rate of this update", deterministic=True),
+            Field("grad_norm", "float", "the gradient norm before clipping", deterministic=True),
+            Field("tokens", "int", "tokens trained on so far", deterministic=True),
+            Field("tokens_per_s", "float", "throughput since the previous step record"),
+            Field(
+                "mfu",
+                "float or null",
+                "share of the peak named in the `run` record (null: no peak known)",
+            ),
+            Field("mem_bytes", "int or null", "peak memory, see `mem_kind`"),
+            Field("mem_kind", "str", '"cuda_peak_allocated" or "rss"'),
+            Field("dt", "float", "seconds per step since the previous step record"),
+        ),
+        keyed_by_step=True,
+        state=True,
+    ),
+    Kind(
+        "val",
+        ("trainer",),
+        "an evaluation on held-out data (every `eval_every` steps and the last)",
+        (
+            _STEP,
+            Field("val_loss", "float", "mean loss on the validation batches", deterministic=True),
+            Field(
+                "train_loss",
+                "float",
+                "mean of the step losses of the last eval window",
+                deterministic=True,
+            ),
+        ),
+        keyed_by_step=True,
+        state=True,
+    ),
+    Kind(
+        "probe",
+        ("trainer",),
+        "fact probes (every `probe_every` steps and the last)",
+        (
+            _STEP,
+            Field(
+                "probes",
+                "object",
+                "{name: P(right) / (P(right) + P(wrong))}",
+                deterministic=True,
+            ),
+        ),
+        keyed_by_step=True,
+        state=True,
+    ),
+    Kind(
+        "sample",
+        ("trainer",),
+        "generated text (every `sample_every` steps and the last, when `sample_tokens` > 0)",
+        (
+            _STEP,
+            Field("prompt", "str", "the prompt", deterministic=True),
+            Field("text", "str", "what the model wrote after it", deterministic=True),
+        ),
+        keyed_by_step=True,
+        state=True,
+    ),
+    Kind(
+        "ckpt",
+        ("trainer",),
+        "a checkpoint became complete (its manifest is written)",
+        (
+            _STEP,
+            Field("bytes", "int", "size of its files"),
+            Field("seconds", "float", "how long training was blocked"),
+            Field("persist_seconds", "float", "how long the write took (background when async)"),
+            Field("path", "str", "its directory"),
+            Field(
+                "parts",
+                "list[str]",
+                'what it holds: ["weights", "optimizer", "schedule", "rng", "data"] or less',
+            ),
+            Field("mode", "str", 'the config\'s `ckpt_mode` ("sync" or "async")'),
+            Field("write", "str", "the config's `ckpt_write` (how the files are written)"),
+        ),
+        keyed_by_step=True,
+        state=True,
+    ),
+    Kind(
+        "mirror",
+        ("mirror",),
+        "a checkpoint copied to the mirror (in DIR/mirror.jsonl, never records.jsonl)",
+        (
+            _STEP,
+            Field("seconds", "float", "the upload, in the background"),
+            Field("bytes", "int", "bytes sent"),
+            Field("url", "str", "the copy"),
+            Field("created", "float or null", "the manifest's creation time"),
+            Field("files", "int", "files copied, the manifest included"),
+            Field("superseded", "list[int]", "steps replaced by a newer one before their upload"),
+        ),
+        keyed_by_step=True,
+        state=True,
+    ),
+    Kind(
+        "resume",
+        ("trainer",),
+        "a restarted process (segment ≥ 1) resumed, or found no checkpoint and started over",
+        (
+            Field("from_step", "int", "the checkpoint's step (0 when it started over)"),
+            Field("path", "str or null", "the checkpoint resumed (null: started over)"),
+            Field("parts", "list[str]", "what that checkpoint held (absent when started over)"),
+            Field(
+                "missing",
+                "list[str]",
+                "the parts it lacked: they start over (absent when started over)",
+            ),
+        ),
+        state=True,
+    ),
+    Kind(
+        "event",
+        ("trainer", "supervisor", "mirror"),
+        "a sentence for the run's log",
+        (
+            Field("text", "str", "the sentence"),
+            Field("level", "str", '"info", "warn" or "error"'),
+            Field("code", "str", "what happened, for code (e.g. resumed, ckpt_corrupt); optional"),
+            Field("step", "int", "the step it is about; optional"),
+        ),
+        more_fields="a supervisor's crash events add at_step, resume_from, lost_steps, crash_mode",
+    ),
+    Kind(
+        "run",
+        ("trainer",),
+        "once per process start, before training: what is running where",
+        (
+            Field("params", "int", "model parameters"),
+            Field("config", "object", "the whole TrainConfig"),
+            Field("dataset", "str", "the corpus's name"),
+            Field("device", "str", 'torch device ("cpu", "cuda:0")'),
+            Field("device_name", "str", 'the GPU\'s name, or "cpu"'),
+            Field("precision", "str", "the config's precision"),
+            Field("threads", "int", "torch threads (fixed per run)"),
+            Field("vocab", "int", "vocabulary size"),
+            Field("label", "str", "A or B"),
+            Field("preset", "str", "the preset id"),
+            Field("fingerprints", "object", '{"config", "dataset"}: what a checkpoint must match'),
+            Field("mfu_peak_flops", "float or null", "what MFU divides by"),
+            Field("mfu_peak_source", "str", "where that peak comes from"),
+        ),
+        state=True,
+    ),
+    Kind(
+        "telemetry",
+        ("sampler",),
+        "a machine sample (psutil + NVML), every few seconds, not per run",
+        (),
+        more_fields="the fields of crashdrill.workers.telemetry.TelemetrySample",
+    ),
+)
+
+KIND_NAMES: tuple[str, ...] = tuple(k.name for k in KINDS)
+STEP_KEYED_KINDS: frozenset[str] = frozenset(k.name for k in KINDS if k.keyed_by_step)
+STATE_KINDS: tuple[str, ...] = tuple(k.name for k in KINDS if k.state)
+
+_BY_NAME = {k.name: k for k in KINDS}
+
+
+def kind(name: str) -> Kind:
+    """The kind called `name`; KeyError names the known ones."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown record kind {name!r}; known: {', '.join(KIND_NAMES)}") from None
+
+
+def contract_json() -> dict[str, Any]:
+    """The contract as JSON (GET /api/record-kinds)."""
+
+    def fields(fs: tuple[Field, ...]) -> list[dict[str, Any]]:
+        return [
+            {"name": f.name, "type": f.type, "deterministic": f.deterministic, "meaning": f.meaning}
+            for f in fs
+        ]
+
+    return {
+        "version": VERSION,
+        "common": fields(COMMON),
+        "kinds": [
+            {
+                "name": k.name,
+                "writers": list(k.writers),
+                "meaning": k.meaning,
+                "keyed_by_step": k.keyed_by_step,
+                "state": k.state,
+                "fields": fields(k.fields),
+                "more_fields": k.more_fields or None,
+            }
+            for k in KINDS
+        ],
+    }
