@@ -18,9 +18,11 @@ import itertools
 import json
 import math
 import re
-import struct
 from collections import Counter
 from dataclasses import dataclass
+
+from crashdrill.trainer.record_contract import bits_to_float32, round_to_float32
+from crashdrill.trainer.resume_compare import Reading
 
 # float32 needs 9 significant decimal digits to round-trip any value (FLT_DECIMAL_DIG).
 FLOAT32_DIGITS = 9
@@ -43,28 +45,18 @@ class StepPoint:
     bits: int | None  # float32 bits when the script printed them
     t: float  # time.monotonic() when the line was read
 
+    @property
+    def reading(self) -> Reading:
+        """The loss as the resume comparison (trainer/resume_compare.py) takes it."""
+        return Reading(self.value, self.bits)
+
     def same_as(self, other: StepPoint) -> bool:
         """Equal at the precision both lines carry: bits when both have them, else the
         printed value."""
-        if self.bits is not None and other.bits is not None:
-            return self.bits == other.bits
-        if math.isnan(self.value) and math.isnan(other.value):
-            return True
-        return self.value == other.value
+        return self.reading.same_as(other.reading)
 
     def delta(self, other: StepPoint) -> float:
-        if self.same_as(other):
-            return 0.0
-        d = abs(self.value - other.value)
-        return d if not math.isnan(d) else math.inf
-
-
-def float32_of_bits(bits: int) -> float:
-    return float(struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0])
-
-
-def _to_float32(x: float) -> float:
-    return float(struct.unpack("<f", struct.pack("<f", x))[0])
+        return self.reading.delta(other.reading)
 
 
 class LossParser:
@@ -120,7 +112,7 @@ def _point(step: object, loss: object, bits: int | None, t: float) -> StepPoint 
     if step_i is None or text is None or value is None:
         return None
     if bits is not None:
-        value = float32_of_bits(bits)
+        value = bits_to_float32(bits)
     return StepPoint(step_i, text, value, bits, t)
 
 
@@ -150,10 +142,10 @@ def _shortest_float32_text(text: str) -> bool:
         return False
     if not math.isfinite(value):
         return True
-    f = _to_float32(value)
+    f = round_to_float32(value)
     for d in range(1, FLOAT32_DIGITS + 1):
         s = f"{f:.{d}g}"
-        if _to_float32(float(s)) == f:
+        if round_to_float32(float(s)) == f:
             return float(s) == value
     return False
 

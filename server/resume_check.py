@@ -8,48 +8,79 @@ max and mean |Δloss|, and `bit_identical` when every pair has the same float32 
 what the resumed checkpoint did not hold (from the trainer's `resume` record), so a check
 that is not bit-identical can say why; `started_over` marks a segment that trained from
 step 0 again (no checkpoint was resumed).
+
+This module pairs the rows; what a pair is worth (equal bits, |Δ|, the first divergence)
+is `crashdrill.trainer.resume_compare`, the comparison `crashdrill verify` uses too.
 """
 
 from __future__ import annotations
 
 import json
-import struct
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
+
+from crashdrill.trainer.resume_compare import FieldComparison, Reading, compare, loss_reading
 
 
 @dataclass(frozen=True)
 class ResumeCheck:
     segment: int
     from_step: int | None  # the checkpoint step it resumed from (None: started over)
-    steps: tuple[int, int] | None  # [lo, hi] of the compared steps
-    points: int
     expected_points: int  # steps between the checkpoint and the crash
-    complete: bool  # every lost step has been recomputed
-    max_abs_delta: float | None
-    mean_abs_delta: float | None
-    bit_identical: bool | None  # None until there is a point to compare
-    first_divergent_step: int | None = None
+    loss: FieldComparison  # the recomputed losses against the originals
     missing: tuple[str, ...] = ()  # words for the parts the checkpoint lacked
     started_over: bool = False
 
+    @property
+    def steps(self) -> tuple[int, int] | None:  # [lo, hi] of the compared steps
+        return self.loss.steps
+
+    @property
+    def points(self) -> int:
+        return self.loss.points
+
+    @property
+    def complete(self) -> bool:  # every lost step has been recomputed
+        return self.points >= self.expected_points
+
+    @property
+    def max_abs_delta(self) -> float | None:
+        return self.loss.max_abs_delta
+
+    @property
+    def mean_abs_delta(self) -> float | None:
+        return self.loss.mean_abs_delta
+
+    @property
+    def bit_identical(self) -> bool | None:  # None until there is a point to compare
+        return self.loss.identical
+
+    @property
+    def first_divergent_step(self) -> int | None:
+        return self.loss.first_divergent_step
+
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["steps"] = list(self.steps) if self.steps else None
-        d["missing"] = list(self.missing)
-        return d
+        return {
+            "segment": self.segment,
+            "from_step": self.from_step,
+            "steps": list(self.steps) if self.steps else None,
+            "points": self.points,
+            "expected_points": self.expected_points,
+            "complete": self.complete,
+            "max_abs_delta": self.max_abs_delta,
+            "mean_abs_delta": self.mean_abs_delta,
+            "bit_identical": self.bit_identical,
+            "first_divergent_step": self.first_divergent_step,
+            "missing": list(self.missing),
+            "started_over": self.started_over,
+        }
 
 
 def loss_bits(row: Mapping[str, Any]) -> int | None:
     """The float32 bits of a step record's loss (from `loss_bits`, else from `loss`)."""
-    bits = row.get("loss_bits")
-    if isinstance(bits, int) and not isinstance(bits, bool):
-        return bits & 0xFFFFFFFF
-    loss = row.get("loss")
-    if isinstance(loss, int | float) and not isinstance(loss, bool):
-        return int(struct.unpack("<I", struct.pack("<f", float(loss)))[0])
-    return None
+    reading = loss_reading(row)
+    return reading.bits if reading is not None else None
 
 
 # The trainer's words for checkpoint parts (trainer/checkpoint.py PART_WORDS, with what
@@ -61,10 +92,6 @@ PART_WORDS = {
     "rng": "RNG states",
     "data": "data position",
 }
-
-
-def bits_to_float(bits: int) -> float:
-    return float(struct.unpack("<f", struct.pack("<I", bits))[0])
 
 
 def resume_checks(
@@ -80,46 +107,37 @@ def resume_checks(
     """
     resumes = dict(resumes or {})
     missing = dict(missing or {})
-    by_segment: dict[int, dict[int, int]] = {}
+    by_segment: dict[int, dict[int, Reading]] = {}
     for segment, step, row in steps:
-        bits = loss_bits(row)
-        if bits is not None:
-            by_segment.setdefault(segment, {}).setdefault(step, bits)
+        reading = loss_reading(row)
+        if reading is not None:
+            by_segment.setdefault(segment, {}).setdefault(step, reading)
     segments = sorted(set(by_segment) | {s for s in resumes if s > 0})
     checks = []
-    original: dict[int, int] = {}  # step -> bits from the earliest segment that has it
+    original: dict[int, Reading] = {}  # step -> loss from the earliest segment that has it
     for k in segments:
         if k > 0:
             check = _check(k, by_segment.get(k, {}), original, resumes.get(k, -1))
             words = tuple(PART_WORDS.get(p, p) for p in missing.get(k, ()))
             checks.append(replace(check, missing=words) if words else check)
-        for step, bits in by_segment.get(k, {}).items():
-            original.setdefault(step, bits)
+        for step, reading in by_segment.get(k, {}).items():
+            original.setdefault(step, reading)
     return checks
 
 
 def _check(
-    segment: int, rows: dict[int, int], original: dict[int, int], from_step: int | None
+    segment: int, rows: dict[int, Reading], original: dict[int, Reading], from_step: int | None
 ) -> ResumeCheck:
     if from_step == -1:  # no resume record: infer from the first recomputed step
         from_step = min(rows) - 1 if rows else None
     reached = max(original) if original else 0
     start = (from_step or 0) + 1
-    expected = max(0, reached - start + 1)
     paired = sorted(s for s in rows if s in original and s >= start)
-    deltas = [abs(bits_to_float(rows[s]) - bits_to_float(original[s])) for s in paired]
-    differs = [s for s in paired if rows[s] != original[s]]
     return ResumeCheck(
         segment=segment,
         from_step=from_step,
-        steps=(paired[0], paired[-1]) if paired else None,
-        points=len(paired),
-        expected_points=expected,
-        complete=len(paired) >= expected,
-        max_abs_delta=max(deltas) if deltas else None,
-        mean_abs_delta=sum(deltas) / len(deltas) if deltas else None,
-        bit_identical=not differs if paired else None,
-        first_divergent_step=differs[0] if differs else None,
+        expected_points=max(0, reached - start + 1),
+        loss=compare("loss", [(s, original[s], rows[s]) for s in paired]),
         started_over=from_step in (0, None) and bool(rows) and min(rows) == 1,
     )
 
