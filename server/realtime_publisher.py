@@ -35,7 +35,6 @@ MAX_CHANNELS = 90  # Supabase: 100 channels per connection on every plan
 IDLE_LEAVE_S = 120.0
 ACK_TIMEOUT_S = 10
 BACKOFF_S = (1.0, 30.0)  # first retry delay, longest
-CHANNEL_CONFIG_KEYS = ("broadcast", "presence", "private")
 
 
 class PublishError(Exception):
