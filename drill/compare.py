@@ -1,12 +1,12 @@
 """Resume checks and diagnosis: what the two traces say, and why they differ.
 
 Each resume (segment k of the crashed run) is paired step by step with the uninterrupted
-reference. The findings name the likely cause wherever the evidence points to one.
+reference. The findings name the likely cause wherever the evidence points to one. The
+comparison of the paired losses is the lab's too (`crashdrill.trainer.resume_compare`).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from crashdrill.drill.engine import (
@@ -18,6 +18,7 @@ from crashdrill.drill.engine import (
 )
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.trace import Precision, StepPoint, classify_precision, step_spacing
+from crashdrill.trainer.resume_compare import FieldComparison, compare
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 TINY_RELATIVE = 1e-4  # a first difference this small is rounding, not a different batch
@@ -61,7 +62,10 @@ class Evidence:
 
 
 @dataclass
-class ResumeCheck:
+class ResumeVerdict:
+    """One resume as the drill saw it: the kill, the restart, the recomputed losses
+    against the reference, and what that means."""
+
     index: int  # resume k = segment k of the crashed run
     killed_at_step: int | None  # the last step the killed process printed
     kill_in_write: bool
@@ -69,11 +73,7 @@ class ResumeCheck:
     first_step: int | None  # the first step the resumed process printed
     recomputed: tuple[int, int] | None  # first and last recomputed step
     recomputed_steps: int
-    points: int  # step pairs compared with the reference
-    max_abs_delta: float | None
-    mean_abs_delta: float | None
-    first_divergent_step: int | None
-    divergent_offset: int | None  # 0: the very first step this process printed
+    loss: FieldComparison  # the losses this process printed against the reference's
     bit_identical: bool
     restarted_from_start: bool
     progress_saved: bool  # a checkpoint newer than the start existed at the kill
@@ -82,10 +82,30 @@ class ResumeCheck:
     verdict: str
     resume_args: bool | None = None  # started with the script's resume arguments
 
+    @property
+    def points(self) -> int:  # step pairs compared with the reference
+        return self.loss.points
+
+    @property
+    def max_abs_delta(self) -> float | None:
+        return self.loss.max_abs_delta
+
+    @property
+    def mean_abs_delta(self) -> float | None:
+        return self.loss.mean_abs_delta
+
+    @property
+    def first_divergent_step(self) -> int | None:
+        return self.loss.first_divergent_step
+
+    @property
+    def divergent_offset(self) -> int | None:  # 0: the very first step this process printed
+        return self.loss.divergent_offset
+
 
 @dataclass
 class Analysis:
-    resumes: list[ResumeCheck]
+    resumes: list[ResumeVerdict]
     findings: list[Finding]
     precision: Precision
     verdict: str  # "pass" or "fail"
@@ -98,8 +118,9 @@ def pair(reference: list[StepPoint], points: list[StepPoint]) -> list[tuple[Step
     return [(by_step[p.step], p) for p in points if p.step in by_step]
 
 
-def _first_divergence(pairs: list[tuple[StepPoint, StepPoint]]) -> int | None:
-    return next((i for i, (a, b) in enumerate(pairs) if not a.same_as(b)), None)
+def compare_losses(pairs: list[tuple[StepPoint, StepPoint]]) -> FieldComparison:
+    """The shared resume comparison over (reference, other) pairs."""
+    return compare("loss", [(a.step, a.reading, b.reading) for a, b in pairs])
 
 
 def _outcome(seg: Segment) -> str:
@@ -136,7 +157,7 @@ def analyse(ev: Evidence) -> Analysis:
 
     spacing = step_spacing(ref.points)
     seg0_pairs = pair(ref.points, segs[0].points) if segs else []
-    i0 = _first_divergence(seg0_pairs)
+    i0 = compare_losses(seg0_pairs).divergent_offset
     unrepeatable = i0 is not None
     if i0 is not None:
         a, b = seg0_pairs[i0]
@@ -256,7 +277,7 @@ def _check(
     precision: Precision,
     unrepeatable: bool,
     findings: list[Finding],
-) -> ResumeCheck:
+) -> ResumeVerdict:
     prev, seg = segs[k - 1], segs[k]
     killed_at = prev.last_step
     from_step = target.resumed_from(seg)
@@ -272,8 +293,8 @@ def _check(
     saved = target.progress_saved(segs[0].snapshot_first_step, prev.snapshot_before_kill)
     in_place = modified_in_place(prev.snapshot_before_kill, prev.snapshot_after_kill)
     pairs = pair(ref.points, seg.points)
-    deltas = [a.delta(b) for a, b in pairs]
-    i = _first_divergence(pairs)
+    loss = compare_losses(pairs)
+    i = loss.divergent_offset
     latency = None
     if seg.points and prev.kill_time is not None:
         latency = seg.points[0].t - prev.kill_time
@@ -325,6 +346,7 @@ def _check(
         verdict = verdict or "silent fresh start"
     if i is not None:
         a, b = pairs[i]
+        worst = loss.max_abs_delta or 0.0  # there are pairs: never None here
         verdict = verdict or f"diverged at step {a.step}"
         if not unrepeatable and not (from_start and saved):
             rel = a.delta(b) / max(abs(a.value), 1e-12)
@@ -349,7 +371,7 @@ def _check(
                 add(
                     "nondeterministic",
                     f"diverges {i} printed step(s) after the resume, at "
-                    f"step {a.step}, by {_fmt(a.delta(b))}, growing to {_fmt(max(deltas))}: "
+                    f"step {a.step}, by {_fmt(a.delta(b))}, growing to {_fmt(worst)}: "
                     "nondeterministic kernels or a different thread count (or state that "
                     "only acts later, e.g. the LR schedule or a data epoch)",
                 )
@@ -358,8 +380,7 @@ def _check(
         verdict = "bit-identical" if exact else f"equal at {precision.digits} digits"
     if not pairs and not verdict.startswith(("crashed", "hung", "refused")):
         verdict = "no steps"
-    finite = [d for d in deltas if math.isfinite(d)]
-    return ResumeCheck(
+    return ResumeVerdict(
         index=k,
         killed_at_step=killed_at,
         kill_in_write=prev.in_write,
@@ -367,11 +388,7 @@ def _check(
         first_step=seg.first_step,
         recomputed=recomputed,
         recomputed_steps=n_recomputed,
-        points=len(pairs),
-        max_abs_delta=max(deltas) if deltas else None,
-        mean_abs_delta=(sum(finite) / len(finite) if finite else math.inf) if deltas else None,
-        first_divergent_step=pairs[i][0].step if i is not None else None,
-        divergent_offset=i,
+        loss=loss,
         bit_identical=verdict == "bit-identical",
         restarted_from_start=from_start,
         progress_saved=saved,

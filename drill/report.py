@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from crashdrill.drill.compare import ResumeCheck
+from crashdrill.drill.compare import ResumeVerdict
 from crashdrill.drill.verify import DrillResult
 
 SCHEMA = "crashdrill.verify/1"
@@ -46,7 +46,7 @@ def kills(result: DrillResult) -> list[dict[str, Any]]:
     return out
 
 
-def _resume(r: ResumeCheck) -> dict[str, Any]:
+def _resume(r: ResumeVerdict) -> dict[str, Any]:
     return {
         "index": r.index,
         "killed_at_step": r.killed_at_step,

@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from crashdrill.drill.compare import compare_losses
 from crashdrill.drill.trace import StepPoint
 from crashdrill.server.resume_check import resume_checks
 from crashdrill.trainer.record_contract import bits_to_float32, float32_bits
@@ -75,6 +76,6 @@ def test_the_lab_and_the_drill_agree_on_the_same_losses(recomputed: dict[int, fl
         return StepPoint(s, repr(x), bits_to_float32(float32_bits(x)), float32_bits(x), 0.0)
 
     pairs = [(point(s, original_nan[s]), point(s, x)) for s, x in recomputed.items()]
-    drill = compare("loss", [(a.step, a.reading, b.reading) for a, b in pairs])
+    drill = compare_losses(pairs)
     assert lab.loss == drill
     assert lab.max_abs_delta is not None and not math.isnan(lab.max_abs_delta)
