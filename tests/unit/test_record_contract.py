@@ -138,10 +138,10 @@ def test_float32_bits_are_exact_and_ignore_bits_past_32() -> None:
     assert float32_bits(0.1) != float32_bits(0.1 + 1e-8)
 
 
-def test_the_contract_imports_without_torch() -> None:
+def test_the_contract_and_the_comparison_import_without_torch() -> None:
     code = (
         "import sys\n"
-        "import crashdrill.trainer.record_contract\n"
+        "import crashdrill.trainer.record_contract, crashdrill.trainer.resume_compare\n"
         "assert 'torch' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
