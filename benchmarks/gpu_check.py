@@ -103,6 +103,7 @@ def describe(name: str, r: dict[str, Any]) -> list[str]:
                 f"steps; MFU {p.get('mfu_trainer_median')} of the {p.get('precision')} peak, "
                 f"{p.get('mfu_bf16_peak')} of the dense bf16 peak"
             )
+            lines += [f"{preset}: {p['error']}"] if p.get("error") else []
     elif name == "verify":
         for precision, p in r.get("precisions", {}).items():
             lines.append(
@@ -111,6 +112,7 @@ def describe(name: str, r: dict[str, Any]) -> list[str]:
                 f"checkpoint write: {p.get('kill_in_checkpoint_write')}, final weights equal: "
                 f"{p.get('final_state_equal')}, {p.get('wall_seconds')} s"
             )
+            lines += [f"{precision}: {p['error']}"] if p.get("error") else []
     elif name == "nvml" and "fields" in r:
         lines.append(f"{r['gpu_name']} ({r['gpu_state']}; {r['gpu_reason'] or 'ok'})")
         for field, f in r["fields"].items():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -207,3 +208,49 @@ def test_a_preset_copy_pins_the_device_and_makes_the_knob_run_a_s_value(
         "bf16",
         "cuda",
     )
+
+
+def test_a_part_that_raises_is_recorded_and_the_next_part_still_runs(
+    gpu_check: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(check: Any) -> dict[str, Any]:
+        raise RuntimeError("no driver")
+
+    monkeypatch.setattr(gpu_check, "part_versions", broken)
+    monkeypatch.setattr(gpu_check, "part_nvml", lambda check: {"samples": 3})
+    saved: list[list[str]] = []
+    check = gpu_check.Check("cpu", gpu_check.SMOKE, tmp_path)
+    parts = gpu_check.run_parts(
+        check, ["versions", "nvml"], gpu_check.SMOKE_BUDGETS_S, lambda r: saved.append(list(r))
+    )
+    assert parts["versions"]["ok"] is False
+    assert parts["versions"]["error"] == "RuntimeError: no driver"
+    assert parts["nvml"]["ok"] is True and parts["nvml"]["samples"] == 3
+    assert saved == [["versions"], ["versions", "nvml"]]  # the report is saved after each part
+
+
+def test_a_command_past_its_timeout_is_killed_with_its_process_group(
+    gpu_check: Any, tmp_path: Path
+) -> None:
+    from gpu_check_common import run_bounded
+
+    pid_file = tmp_path / "child.pid"
+    # The shell starts a child that would outlive it; the whole group must go.
+    script = f"sleep 30 & echo $! > {pid_file}; wait"
+    started = time.monotonic()
+    assert run_bounded(["sh", "-c", script], tmp_path / "log", timeout=1.0) is None
+    assert time.monotonic() - started < 10
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
+    assert run_bounded(["sh", "-c", "exit 3"], tmp_path / "log", timeout=10) == 3
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
