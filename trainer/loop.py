@@ -14,7 +14,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +41,6 @@ class CheckpointMismatch(ValueError):
     train something else."""
 
 
-class NoCheckpoint(RuntimeError):
-    pass
-
-
 @dataclass
 class RunOptions:
     label: str = "A"
@@ -52,7 +48,6 @@ class RunOptions:
     require_checkpoint: bool = False
     jsonl: bool = False
     progress: Callable[[int, int, float], None] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -164,6 +159,78 @@ def _restore(
     return list(info.manifest.get("parts", ck.PARTS_FULL))
 
 
+def _find_checkpoint(run_dir: Path, rec: RecordWriter) -> layout.CheckpointInfo | None:
+    """The newest checkpoint that verifies; loud about each corrupt newer one."""
+
+    def on_corrupt(msg: str) -> None:
+        text = f"Checkpoint rejected: {msg}. Falling back to the previous checkpoint."
+        print(f"crashdrill: WARNING {text}", file=sys.stderr)
+        rec.event(text, level="warn", code="ckpt_corrupt")
+
+    return layout.find_latest(run_dir, on_corrupt=on_corrupt)
+
+
+def _refuse_to_start(run_dir: Path, rec: RecordWriter) -> int:
+    """--require-checkpoint and none is left: say so and exit, never train from scratch."""
+    msg = (
+        f"no checkpoint found in {layout.ckpt_root(run_dir)} and --require-checkpoint "
+        "is set; not training from scratch"
+    )
+    print(f"crashdrill: {msg}", file=sys.stderr)
+    rec.event(f"Refused to start: {msg}.", level="error", code="no_checkpoint")
+    rec.write("stage", stage="failed", progress=1.0)
+    return EXIT_NO_CHECKPOINT
+
+
+def _resume_or_fresh(
+    info: layout.CheckpointInfo | None,
+    cfg: TrainConfig,
+    opts: RunOptions,
+    segment: int,
+    rec: RecordWriter,
+    fingerprints: dict[str, str],
+    model: GPT,
+    opt: AdamW,
+    sampler: BatchSampler,
+    st: TrainState,
+) -> None:
+    """Resume from `info` (the state goes into model, opt, sampler and st) or start fresh
+    when it is None; either way print the one loud line and write the records."""
+    if info is None:
+        print("crashdrill: no checkpoint found, starting fresh", file=sys.stderr)
+        if segment > 0:
+            rec.write("resume", from_step=0, segment=segment, path=None)
+        # Starting fresh under --require-checkpoint means on_missing_checkpoint = "fresh",
+        # which stays silent here, as the scripts it imitates do; the lab points out the
+        # loss back at ln(vocab) from the records.
+        if segment > 0 and not opts.require_checkpoint:
+            rec.event(
+                "Restarted and found no checkpoint: training again from step 0 (everything "
+                "since the start is lost).",
+                level="warn",
+                code="fresh_start",
+            )
+        return
+    parts = _restore(info, cfg, fingerprints, model, opt, sampler, st)
+    print(f"crashdrill: resumed at step {st.step} from {info.path}", file=sys.stderr)
+    absent = [p for p in ck.PARTS_FULL if p not in parts]
+    rec.write(
+        "resume",
+        from_step=st.step,
+        segment=segment,
+        path=str(info.path),
+        parts=parts,
+        missing=absent,
+    )
+    missing = [ck.PART_WORDS[p] for p in absent]
+    rec.event(
+        f"Resumed at step {st.step} from a checkpoint."
+        + (f" It did not hold: {', '.join(missing)} — those start over." if missing else ""),
+        level="warn" if missing else "info",
+        code="resumed",
+    )
+
+
 def train(cfg: TrainConfig, run_dir: str | Path, opts: RunOptions | None = None) -> int:
     """Train (or resume) one run in `run_dir`. Returns the process exit code."""
     opts = opts or RunOptions()
@@ -197,54 +264,10 @@ def _train(
     st = TrainState()
     rec.write("stage", stage="build", progress=1.0)
 
-    def on_corrupt(msg: str) -> None:
-        text = f"Checkpoint rejected: {msg}. Falling back to the previous checkpoint."
-        print(f"crashdrill: WARNING {text}", file=sys.stderr)
-        rec.event(text, level="warn", code="ckpt_corrupt")
-
-    info = layout.find_latest(run_dir, on_corrupt=on_corrupt)
-    ignore_requirement = opts.require_checkpoint and cfg.on_missing_checkpoint == "fresh"
-    if info is None:
-        if opts.require_checkpoint and not ignore_requirement:
-            msg = (
-                f"no checkpoint found in {layout.ckpt_root(run_dir)} and --require-checkpoint "
-                "is set; not training from scratch"
-            )
-            print(f"crashdrill: {msg}", file=sys.stderr)
-            rec.event(f"Refused to start: {msg}.", level="error", code="no_checkpoint")
-            rec.write("stage", stage="failed", progress=1.0)
-            return EXIT_NO_CHECKPOINT
-        print("crashdrill: no checkpoint found, starting fresh", file=sys.stderr)
-        if segment > 0:
-            rec.write("resume", from_step=0, segment=segment, path=None)
-        if segment > 0 and not ignore_requirement:
-            # on_missing_checkpoint = "fresh" stays silent here, as the scripts it imitates
-            # do; the lab points out the loss back at ln(vocab) from the records.
-            rec.event(
-                "Restarted and found no checkpoint: training again from step 0 (everything "
-                "since the start is lost).",
-                level="warn",
-                code="fresh_start",
-            )
-    else:
-        parts = _restore(info, cfg, fingerprints, model, opt, sampler, st)
-        print(f"crashdrill: resumed at step {st.step} from {info.path}", file=sys.stderr)
-        absent = [p for p in ck.PARTS_FULL if p not in parts]
-        rec.write(
-            "resume",
-            from_step=st.step,
-            segment=segment,
-            path=str(info.path),
-            parts=parts,
-            missing=absent,
-        )
-        missing = [ck.PART_WORDS[p] for p in absent]
-        rec.event(
-            f"Resumed at step {st.step} from a checkpoint."
-            + (f" It did not hold: {', '.join(missing)} — those start over." if missing else ""),
-            level="warn" if missing else "info",
-            code="resumed",
-        )
+    info = _find_checkpoint(run_dir, rec)
+    if info is None and opts.require_checkpoint and cfg.on_missing_checkpoint != "fresh":
+        return _refuse_to_start(run_dir, rec)
+    _resume_or_fresh(info, cfg, opts, segment, rec, fingerprints, model, opt, sampler, st)
 
     rec.write("stage", stage="warmup", progress=0.0)
     if device.type == "cuda":

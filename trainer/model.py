@@ -18,7 +18,7 @@ from crashdrill.trainer.optim import AdamW
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: TrainConfig, vocab: int) -> None:
+    def __init__(self, cfg: TrainConfig) -> None:
         super().__init__()
         self.n_head = cfg.n_head
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
@@ -52,10 +52,10 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: TrainConfig, vocab: int) -> None:
+    def __init__(self, cfg: TrainConfig) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.d_model)
-        self.attn = CausalSelfAttention(cfg, vocab)
+        self.attn = CausalSelfAttention(cfg)
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = MLP(cfg)
 
@@ -72,7 +72,7 @@ class GPT(nn.Module):
         self.tok_emb = nn.Embedding(vocab, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.ctx, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg, vocab) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, vocab, bias=False)
         self.head.weight = self.tok_emb.weight  # tied: one matrix reads and writes tokens
