@@ -51,7 +51,7 @@ def test_add_parser_registers_verify_on_subparsers() -> None:
     assert args.resume_args == "--resume"
 
 
-def test_segment_helpers() -> None:
+def test_a_segment_without_steps_has_no_first_or_last_and_crashed_means_nonzero_exit() -> None:
     seg = Segment(0, ["x"], None, 0.0)
     assert seg.first_step is None and seg.last_step is None and not seg.crashed
     seg.exit_code = 1

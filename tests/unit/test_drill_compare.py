@@ -186,7 +186,7 @@ def test_divergence_after_an_in_place_write_kill_is_a_torn_checkpoint() -> None:
     assert _codes(_analyse(segs)) == ["torn-checkpoint"]
 
 
-def test_hung_restart() -> None:
+def test_a_restart_that_prints_no_step_is_diagnosed_as_hung() -> None:
     segs = [_seg(0, range(1, 23), killed=True, before=CKPT), _seg(1, range(16, 20), exit_code=-9)]
     segs[1].hung = True
     an = _analyse(segs)
