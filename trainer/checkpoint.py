@@ -72,7 +72,7 @@ class SaveResult:
     parts: tuple[str, ...]
 
 
-def _pause_for(step: int) -> float:
+def pause_for(step: int) -> float:
     """CRASHDRILL_CKPT_PAUSE="STEP:SECONDS[,…]": a test/drill hook that holds the writer
     inside the write of one checkpoint so a SIGKILL can land there."""
     spec = os.environ.get("CRASHDRILL_CKPT_PAUSE", "")
@@ -182,7 +182,7 @@ class CheckpointWriter:
                     os.fsync(f.fileno())
             entries[path.name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
             del data, buf
-        pause = _pause_for(step)
+        pause = pause_for(step)
         if pause:
             print(f"crashdrill: paused inside checkpoint write at step {step}", file=sys.stderr)
             sys.stderr.flush()

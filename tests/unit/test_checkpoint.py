@@ -107,7 +107,7 @@ def test_inplace_mode_uses_one_slot_and_a_torn_write_is_detected(tmp_path):
 
 def test_pause_hook_holds_the_writer_inside_the_write(tmp_path, monkeypatch):
     monkeypatch.setenv("CRASHDRILL_CKPT_PAUSE", "7:0.01,9:0.02")
-    assert ck._pause_for(7) == 0.01 and ck._pause_for(9) == 0.02 and ck._pause_for(8) == 0.0
+    assert ck.pause_for(7) == 0.01 and ck.pause_for(9) == 0.02 and ck.pause_for(8) == 0.0
 
 
 def test_load_model_state_without_checkpoint_says_where_it_looked(tmp_path):

@@ -214,7 +214,11 @@ def test_each_tick_sends_one_message_per_pair_with_everything_since_the_last(
     assert [r["id"] for r in runs["a2"]["records"]] == list(range(100, 105))
     assert runs["a1"]["view"] == {"step": 4} and batch["telemetry"] == {"cpu_pct": 3}
     assert all(size <= 8192 for _, _, size in pub.sent)
-    assert sse.dropped == 0 and sse._pending  # SSE clients still get every message
+    # SSE clients still get every message: one records frame with all 50 of a1's records
+    frames = [f.decode() for f in asyncio.run(sse.next(0.0))]
+    records = next(f for f in frames if f.startswith("event: records"))
+    body = json.loads(records.split("data: ", 1)[1])
+    assert sse.dropped == 0 and [r["id"] for r in body["records"]] == list(range(50))
     # Nothing new: no message (keepalives are due only after KEEPALIVE_S).
     assert fanout.flush(now=101.0) == 0
     fanout.publish("run:b1", records_message("b1", range(9, 10)))
