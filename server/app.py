@@ -19,7 +19,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 import crashdrill
-from crashdrill.server import routes_instructor, routes_live, routes_pairs, routes_runs
+from crashdrill.server import (
+    routes_health,
+    routes_instructor,
+    routes_live,
+    routes_pairs,
+    routes_runs,
+)
 from crashdrill.server.catalog import Catalog
 from crashdrill.server.db import DatabaseUnavailable
 from crashdrill.server.errors import LabError
@@ -70,6 +76,7 @@ def create_app(
     app.include_router(routes_runs.router)
     app.include_router(routes_live.router)
     app.include_router(routes_instructor.router)
+    app.include_router(routes_health.router)
     app.add_exception_handler(LabError, _lab_error)
     app.add_exception_handler(DatabaseUnavailable, _database_unavailable)
     app.add_exception_handler(RequestValidationError, _invalid_request)

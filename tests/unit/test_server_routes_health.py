@@ -1,0 +1,55 @@
+"""GET /api/health: ready once the lab has started and its database answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+import crashdrill
+from crashdrill.server.app import create_app
+from crashdrill.server.db import DatabaseUnavailable
+from crashdrill.server.settings import Settings
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def no_sampler(_settings: Settings) -> None:
+    return None
+
+
+def test_health_says_ready_with_the_database_kind_and_schema_once_the_lab_started(
+    tmp_path: Path,
+) -> None:
+    app = create_app(
+        Settings(data_dir=tmp_path / "lab", telemetry=False), sampler_factory=no_sampler
+    )
+    with TestClient(app) as client:
+        r = client.get("/api/health")
+        migrated = app.state.lab.db.schema_version()
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["ready"] is True and body["version"] == crashdrill.__version__
+    assert body["database"] == "sqlite"
+    assert body["schema_version"] == migrated > 0
+
+
+def test_health_answers_503_with_retry_after_while_the_database_is_unreachable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = create_app(
+        Settings(data_dir=tmp_path / "lab", telemetry=False), sampler_factory=no_sampler
+    )
+    with TestClient(app) as client:
+        db = app.state.lab.db
+
+        def unreachable(*_args: object) -> None:
+            raise DatabaseUnavailable("connection refused")
+
+        monkeypatch.setattr(db, "one", unreachable)
+        r = client.get("/api/health")
+        monkeypatch.undo()
+        assert r.status_code == 503, r.text
+        assert r.headers["retry-after"] and "unreachable" in r.json()["detail"]
+        assert client.get("/api/health").status_code == 200  # and ready again after
