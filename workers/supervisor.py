@@ -15,14 +15,17 @@ Crash modes (`crash(mode)`, from the lesson's `[crash] mode`): "kill" SIGKILLs n
 "during_save" SIGKILLs as soon as the trainer says it is inside a checkpoint write (the
 lab starts such runs with CRASHDRILL_CKPT_PAUSE, which holds each write open); "wipe"
 SIGKILLs and then deletes the run's local checkpoint directory, like a disk that vanished
-with the session.
+with the session; "host" does the same and restarts the run on another machine (a Ray
+node), which pulls the newest verified checkpoint from the mirror. A trainer whose machine
+vanishes (`lost_host`) is restarted elsewhere the same way, unasked.
 Exit 0 is finished; every other death marks the run failed, with the stderr tail as an
 event. The supervisor writes its events into the run's records.jsonl (only while no
 trainer is alive), so the file tells the whole story in order.
 
 The trainer runs in its own session with its output in files, not pipes: it outlives a
-server that is killed, and a new server adopts it (`adopt`) by pid. Starting, finding,
-waiting for and signalling that process is workers/trainer_process.py; which checkpoint a
+server that is killed, and a new server adopts it (`adopt`). Where it runs, and how it is
+started, found, waited for and signalled, is the executor's (workers/executor.py: this
+machine by default, or a Ray node, workers/ray_executor.py); which checkpoint a
 restart resumes from is the checkpoint layout's rule (trainer/checkpoint_layout.py).
 """
 
@@ -32,7 +35,6 @@ import contextlib
 import logging
 import os
 import re
-import shutil
 import signal
 import sys
 import threading
@@ -43,17 +45,20 @@ from typing import Any, Literal
 
 import psutil
 
-from crashdrill.trainer.checkpoint_layout import ckpt_root
 from crashdrill.trainer.presets import CRASH_MODES
-from crashdrill.workers.mirror import Restored, pull_for_restart
+from crashdrill.workers.executor import Executor, Host, LocalExecutor, Trainer
+from crashdrill.workers.mirror import Restored
+from crashdrill.workers.restart_events import (
+    failure_text,
+    moved_event,
+    restart_event,
+)
 from crashdrill.workers.run_dir import RunDir
-from crashdrill.workers.trainer_process import TrainerProcess, adopt_trainer
 
 log = logging.getLogger(__name__)
 
 DEFAULT_COMMAND = (sys.executable, "-m", "crashdrill", "run")
 EXIT_OK = 0
-EXIT_NO_CHECKPOINT = 3
 STOP_GRACE_S = 5.0
 # What the trainer prints when CRASHDRILL_CKPT_PAUSE holds a checkpoint write open.
 _PAUSED = re.compile(rb"crashdrill: paused inside checkpoint write at step (\d+)")
@@ -71,8 +76,11 @@ class Launch:
     command: tuple[str, ...] = DEFAULT_COMMAND
     env: Mapping[str, str] = field(default_factory=dict)
 
-    def argv(self, *, require_checkpoint: bool) -> list[str]:
-        args = [*self.command, self.preset, "--run-dir", str(self.run_dir), "--label", self.label]
+    def argv(self, *, require_checkpoint: bool, run_dir: Path | None = None) -> list[str]:
+        """The command line; `run_dir`: where the trainer keeps its files, when that is
+        not the server's copy (a cluster node's own disk)."""
+        where = str(run_dir or self.run_dir)
+        args = [*self.command, self.preset, "--run-dir", where, "--label", self.label]
         if require_checkpoint:
             args.append("--require-checkpoint")
         return args
@@ -104,15 +112,17 @@ class Supervisor:
         max_unrequested_kills: int = 5,
         poll_s: float = 0.2,
         mirror: str | None = None,
+        executor: Executor | None = None,
     ) -> None:
         self.launch = launch
         self._mirror = mirror  # checkpoint mirror URL: a restart with none on disk pulls one
-        self.run_dir = RunDir(launch.run_dir)
+        self.executor: Executor = executor or LocalExecutor()
+        self.run_dir = RunDir(launch.run_dir)  # the server's copy: records, mirror log
         self._on_change = on_change
         self._max_unrequested = max_unrequested_kills
         self._poll_s = poll_s
         self._lock = threading.Lock()
-        self._proc: TrainerProcess | None = None
+        self._proc: Trainer | None = None
         self._thread: threading.Thread | None = None
         self._crash_requested = False
         self._crash_mode = "kill"
@@ -137,12 +147,12 @@ class Supervisor:
 
     def adopt(self, pids: Iterable[int | None]) -> bool:
         """Watch a trainer of this run that is still alive; False when there is none."""
-        proc = adopt_trainer(self.launch.run_dir, pids)
+        proc = self.executor.adopt(self.launch.run_dir, pids)
         if proc is None:
             return False
         with self._lock:
             self._proc = proc
-        self._stderr_since = max(0, self.run_dir.stderr_size() - 4096)
+        self._stderr_since = max(0, self._stderr_size() - 4096)
         self._notify(Change("running", pid=proc.pid, pid_started=proc.started))
         self._watch_in_thread()
         return True
@@ -169,7 +179,7 @@ class Supervisor:
             self._crash_mode = mode
             self._crash_save_step = None
             if mode == "during_save":
-                since = self.run_dir.stderr_size()
+                since = self._stderr_size()
                 threading.Thread(
                     target=self._kill_inside_save,
                     args=(proc, since),
@@ -184,15 +194,13 @@ class Supervisor:
                 raise NotRunning("the trainer has already exited") from None
             return proc.pid
 
-    def _kill_inside_save(self, proc: TrainerProcess, since: int) -> None:
+    def _kill_inside_save(self, proc: Trainer, since: int) -> None:
         """Wait for the trainer to announce a paused checkpoint write, then SIGKILL it."""
         buf = b""
         while self._proc is proc and not self._detached:
             try:
-                with open(self.run_dir.stderr, "rb") as f:
-                    f.seek(since)
-                    chunk = f.read()
-            except OSError:
+                chunk = self.executor.stderr_since(self.launch.run_dir, since)
+            except Exception:  # its host going away: the watcher hears of it
                 chunk = b""
             since += len(chunk)
             buf = (buf + chunk)[-4096:]
@@ -254,14 +262,14 @@ class Supervisor:
             if self._detached:
                 return
             try:
-                if not self._after_exit(code):
+                if not self._after_exit(code, proc.lost_host):
                     return
             except Exception as e:  # never leave a run silently unwatched
                 log.exception("supervisor of %s failed", self.launch.run_dir)
                 self._fail(f"The supervisor itself failed: {e!r}", exit_code=None)
                 return
 
-    def _after_exit(self, code: int | None) -> bool:
+    def _after_exit(self, code: int | None, lost_host: Host | None = None) -> bool:
         """Decide what a death means; True when a new trainer is being watched."""
         with self._lock:
             crash, stop = self._crash_requested, self._stop_requested
@@ -275,6 +283,8 @@ class Supervisor:
         if stop:
             self._stopped(stop, segment)
             return False
+        if lost_host is not None:
+            return self._restart_elsewhere(f"Lost host {lost_host.name}", lost_host, segment, step)
         killed = code == -signal.SIGKILL or (code is None and stage != "failed")
         if crash:
             lead = "Crash test: killed the process with SIGKILL (no chance to save)"
@@ -282,9 +292,18 @@ class Supervisor:
                 lead += f" at step {step}"
             if save_step is not None:
                 lead += f", in the middle of writing the checkpoint for step {save_step}"
-            had = self.run_dir.latest_checkpoint_step() is not None
-            if mode == "wipe":
+            had = self._checkpoint_step() is not None
+            if mode in ("wipe", "host"):
                 lead += self._wipe_checkpoints()
+            if mode == "host":
+                host = self.executor.host(self.launch.run_dir)
+                if host is not None and self.executor.relocate(self.launch.run_dir) is not None:
+                    lead = f"Crash test: lost host {host.name}"
+                    return self._restart_elsewhere(lead, host, segment, step, moved=True)
+                lead += (
+                    ". There is no other machine to move to (the lab runs without a Ray"
+                    " cluster), so the run restarts here, as in the wipe mode"
+                )
             return self._restart(
                 lead, segment, step, code="crash", level="info", had_checkpoint=had, mode=mode
             )
@@ -306,9 +325,10 @@ class Supervisor:
         return False
 
     def _wipe_checkpoints(self) -> str:
-        """Delete the run's local checkpoints (crash mode "wipe"); the sentence for the event."""
-        ckpt = self.run_dir.latest_checkpoint_step()
-        shutil.rmtree(ckpt_root(self.run_dir.path), ignore_errors=True)
+        """Delete the run's local checkpoints (crash modes "wipe", "host"); the sentence for
+        the event."""
+        ckpt = self._checkpoint_step()
+        self.executor.wipe(self.launch.run_dir)
         gone = f", the checkpoint at step {ckpt} with it" if ckpt is not None else ""
         return (
             ". Its disk went with it: the run's checkpoint directory was deleted, like local"
@@ -329,51 +349,44 @@ class Supervisor:
         """Restart the trainer. Once the run has saved a checkpoint (`had_checkpoint`,
         default: one exists now) the restart requires one: resume it or refuse, never a
         silent fresh start. A run that never saved starts over, and the event says so."""
-        ckpt = self.run_dir.latest_checkpoint_step()
+        ckpt = self._checkpoint_step()
         pulled = self._pull_from_mirror(segment) if ckpt is None else None
         if pulled is not None:
             ckpt = pulled.step
         require = ckpt is not None or bool(had_checkpoint)
-        lost_steps = None
-        if ckpt is not None:
-            lost = ""
-            if step is not None and step > ckpt:
-                lost_steps = step - ckpt
-                lost = f"; {lost_steps} steps to recompute"
-            text = f"{lead}. Resuming from the checkpoint at step {ckpt}{lost}."
-            if pulled is not None:
-                text = (
-                    f"{lead}. No checkpoint on this machine; pulled step {ckpt} from"
-                    f" {pulled.url} (verified) and resumed from it{lost}."
-                )
-        elif require:
-            text = (
-                f"{lead}. No checkpoint is left to resume from; the restart requires one"
-                " (--require-checkpoint), so the trainer must find one or refuse to start."
-            )
-            lost_steps = step
-        else:
-            lost_steps = step or 0
-            text = (
-                f"{lead}. There is no checkpoint yet, so the run starts over from step 0: "
-                f"all {lost_steps} trained steps are lost."
-            )
-            level = "warn"
-        event: dict[str, Any] = {"kind": "event", "segment": segment, "level": level}
-        event.update(code=code, text=text, at_step=step, resume_from=ckpt)
-        event.update(lost_steps=lost_steps, crash_mode=mode)
-        self.run_dir.append_records([event])
+        event = restart_event(
+            lead, segment, step, ckpt, pulled, require, code=code, level=level, mode=mode
+        )
+        text = event["text"]
+        self._append([event])
         self._notify(Change("restarting", text=text))
         return self._spawn(require_checkpoint=require)
+
+    def _restart_elsewhere(
+        self, lead: str, old: Host, segment: int, step: int | None, *, moved: bool = False
+    ) -> bool:
+        """The run's machine is gone (or, `moved`, taken away by a crash test): restart it
+        on another one, from the newest verified checkpoint in the mirror."""
+        if not moved:
+            self.executor.relocate(self.launch.run_dir)
+        new = self.executor.host(self.launch.run_dir)
+        ckpt = self._checkpoint_step()
+        pulled = self._pull_from_mirror(segment) if ckpt is None else None
+        if pulled is not None:
+            ckpt = pulled.step
+        event = moved_event(lead, old, new, segment, step, ckpt, pulled, moved=moved)
+        self._append([event])
+        self._notify(Change("restarting", text=event["text"]))
+        return self._spawn(require_checkpoint=True)
 
     def _pull_from_mirror(self, segment: int) -> Restored | None:
         """No checkpoint on disk (a wiped disk, a new machine): the newest mirrored one
         that verifies, pulled into the run dir; warnings for copies that did not verify."""
         if self._mirror is None:
             return None
-        pull = pull_for_restart(self._mirror, self.launch.run_dir, segment)
+        pull = self.executor.pull_from_mirror(self.launch.run_dir, self._mirror, segment)
         if pull.events:
-            self.run_dir.append_records(pull.events)
+            self._append(pull.events)
         return pull.restored
 
     def _spawn(self, *, require_checkpoint: bool) -> bool:
@@ -382,16 +395,14 @@ class Supervisor:
         if stop:
             self._stopped(stop, self.run_dir.last_seen()[0])
             return False
-        rd = self.run_dir
-        rd.path.mkdir(parents=True, exist_ok=True)
-        self._stderr_since = rd.stderr_size()
-        argv = self.launch.argv(require_checkpoint=require_checkpoint)
+        self.run_dir.path.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.launch.env}
         try:
-            with open(rd.stdout, "ab") as out, open(rd.stderr, "ab") as err:
-                proc = TrainerProcess.start(argv, env, stdout=out, stderr=err)
+            self._stderr_since = self._stderr_size()
+            proc = self.executor.start(self.launch, env, require_checkpoint=require_checkpoint)
         except OSError as e:
-            self._fail(f"Could not start the trainer ({argv[0]}): {e}.", exit_code=None)
+            what = self.launch.command[0]
+            self._fail(f"Could not start the trainer ({what}): {e}.", exit_code=None)
             return False
         with self._lock:
             self._proc = proc
@@ -401,22 +412,11 @@ class Supervisor:
     # ---- endings --------------------------------------------------------------------
 
     def _failure_text(self, code: int | None) -> str:
-        tail = self.run_dir.stderr_tail(since=self._stderr_since)
-        if code == EXIT_NO_CHECKPOINT:
-            text = (
-                "The trainer found no complete checkpoint to resume from (exit status 3),"
-                " so the run cannot continue."
-            )
-        elif code is not None and code < 0:
-            name = signal.Signals(-code).name if -code in signal.valid_signals() else -code
-            text = f"The trainer was ended by signal {name}."
-        elif code is None:
-            text = "The trainer exited while nobody was watching its exit status."
-        else:
-            text = f"The trainer failed (exit status {code})."
-        if tail:
-            text += " The end of its error output:\n" + tail
-        return text
+        try:
+            tail = self.executor.stderr_tail(self.launch.run_dir, self._stderr_since)
+        except Exception:  # its host is gone with its error output
+            tail = ""
+        return failure_text(code, tail)
 
     def _fail(
         self,
@@ -434,7 +434,7 @@ class Supervisor:
         if stage != "failed":
             records.append({"kind": "stage", "segment": segment, "stage": "failed", "progress": 1})
         try:
-            self.run_dir.append_records(records)
+            self._append(records)
         except OSError:  # the run is failed either way; say so even if the disk will not
             log.exception("could not write the failure of %s", self.launch.run_dir)
         self._notify(Change("failed", exit_code=exit_code, text=text))
@@ -442,8 +442,23 @@ class Supervisor:
     def _stopped(self, who: str, segment: int) -> None:
         text = f"Stopped by {who}."
         event = {"kind": "event", "segment": segment, "level": "info", "code": "stopped"}
-        self.run_dir.append_records([{**event, "text": text}])
+        self._append([{**event, "text": text}])
         self._notify(Change("stopped", text=text))
+
+    # ---- through the executor --------------------------------------------------------
+
+    def _append(self, records: list[dict[str, Any]]) -> None:
+        """The supervisor's records, after the trainer's own in the run's records file."""
+        self.executor.append_records(self.launch.run_dir, records)
+
+    def _checkpoint_step(self) -> int | None:
+        return self.executor.checkpoint_step(self.launch.run_dir)
+
+    def _stderr_size(self) -> int:
+        try:
+            return self.executor.stderr_size(self.launch.run_dir)
+        except Exception:  # its host is gone
+            return 0
 
     def _notify(self, change: Change) -> None:
         try:

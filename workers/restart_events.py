@@ -1,0 +1,120 @@
+"""What the supervisor writes when a trainer dies: the restart event, or why the run failed.
+
+    event = restart_event(lead, segment, step, ckpt, pulled, require, code=..., level=...)
+    event = moved_event(lead, old, new, segment, step, ckpt, pulled, moved=False)
+    text = failure_text(exit_code, stderr_tail)
+
+Pure functions of what the supervisor found (workers/supervisor.py decides; these say it).
+The sentences are the lab's event log: a restart names the step it resumes from and how
+many steps are recomputed, or says loudly that the run starts over or must refuse.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+from crashdrill.workers.executor import Host
+from crashdrill.workers.mirror import Restored
+
+EXIT_NO_CHECKPOINT = 3
+
+
+def restart_event(
+    lead: str,
+    segment: int,
+    step: int | None,
+    ckpt: int | None,
+    pulled: Restored | None,
+    require: bool,
+    *,
+    code: str,
+    level: str,
+    mode: str,
+) -> dict[str, Any]:
+    """The event of a restart on the same machine (`ckpt`: the step it resumes from)."""
+    lost_steps = None
+    if ckpt is not None:
+        lost = ""
+        if step is not None and step > ckpt:
+            lost_steps = step - ckpt
+            lost = f"; {lost_steps} steps to recompute"
+        text = f"{lead}. Resuming from the checkpoint at step {ckpt}{lost}."
+        if pulled is not None:
+            text = (
+                f"{lead}. No checkpoint on this machine; pulled step {ckpt} from"
+                f" {pulled.url} (verified) and resumed from it{lost}."
+            )
+    elif require:
+        text = (
+            f"{lead}. No checkpoint is left to resume from; the restart requires one"
+            " (--require-checkpoint), so the trainer must find one or refuse to start."
+        )
+        lost_steps = step
+    else:
+        lost_steps = step or 0
+        text = (
+            f"{lead}. There is no checkpoint yet, so the run starts over from step 0: "
+            f"all {lost_steps} trained steps are lost."
+        )
+        level = "warn"
+    event: dict[str, Any] = {"kind": "event", "segment": segment, "level": level}
+    event.update(code=code, text=text, at_step=step, resume_from=ckpt)
+    event.update(lost_steps=lost_steps, crash_mode=mode)
+    return event
+
+
+def moved_event(
+    lead: str,
+    old: Host,
+    new: Host | None,
+    segment: int,
+    step: int | None,
+    ckpt: int | None,
+    pulled: Restored | None,
+    *,
+    moved: bool,
+) -> dict[str, Any]:
+    """The event of a restart on another machine: "Lost host NODE at step N; resumed on
+    host OTHER from the mirror at step M — K steps recomputed" (`moved`: a crash test
+    took the host away; else it vanished by itself)."""
+    where = f"host {new.name}" if new is not None else "another host"
+    at = f" at step {step}" if step is not None else ""
+    lost_steps = None
+    if step is not None:
+        lost_steps = max(step - ckpt, 0) if ckpt is not None else step
+    if ckpt is not None:
+        source = "the mirror" if pulled is not None else "its disk"
+        text = f"{lead}{at}; resumed on {where} from {source} at step {ckpt}"
+        if lost_steps is not None:
+            text += f" — {lost_steps} steps recomputed"
+        text += "."
+    else:
+        text = (
+            f"{lead}{at}; restarted on {where}, but the mirror holds no checkpoint of this"
+            " run: the restart requires one (--require-checkpoint), so it must refuse."
+        )
+    event: dict[str, Any] = {"kind": "event", "segment": segment, "level": "warn"}
+    event.update(code="crash" if moved else "lost_host", text=text, at_step=step)
+    event.update(resume_from=ckpt, lost_steps=lost_steps, crash_mode="host")
+    event.update(lost_host=old.to_dict(), host=new.to_dict() if new is not None else None)
+    return event
+
+
+def failure_text(code: int | None, tail: str) -> str:
+    """Why a trainer that was not killed ended the run, with its stderr's last lines."""
+    if code == EXIT_NO_CHECKPOINT:
+        text = (
+            "The trainer found no complete checkpoint to resume from (exit status 3),"
+            " so the run cannot continue."
+        )
+    elif code is not None and code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else -code
+        text = f"The trainer was ended by signal {name}."
+    elif code is None:
+        text = "The trainer exited while nobody was watching its exit status."
+    else:
+        text = f"The trainer failed (exit status {code})."
+    if tail:
+        text += " The end of its error output:\n" + tail
+    return text
