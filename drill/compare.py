@@ -18,7 +18,7 @@ from crashdrill.drill.engine import (
 )
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.trace import Precision, StepPoint, classify_precision, step_spacing
-from crashdrill.trainer.resume_compare import FieldComparison, compare
+from crashdrill.trainer.resume_compare import LOSS, FieldComparison, compare
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 TINY_RELATIVE = 1e-4  # a first difference this small is rounding, not a different batch
@@ -120,7 +120,7 @@ def pair(reference: list[StepPoint], points: list[StepPoint]) -> list[tuple[Step
 
 def compare_losses(pairs: list[tuple[StepPoint, StepPoint]]) -> FieldComparison:
     """The shared resume comparison over (reference, other) pairs."""
-    return compare("loss", [(a.step, a.reading, b.reading) for a, b in pairs])
+    return compare(LOSS, [(a.step, a.reading, b.reading) for a, b in pairs])
 
 
 def _outcome(seg: Segment) -> str:

@@ -41,6 +41,7 @@ from crashdrill.server.resume_check import checks_from_rows
 from crashdrill.server.settings import Settings
 from crashdrill.server.store import TERMINAL_STATES, Store
 from crashdrill.server.views import queue_positions, record_json, run_view
+from crashdrill.trainer.resume_compare import COMPARED_KINDS
 from crashdrill.workers.mirror import MIRROR_LOG, CheckpointMirror
 from crashdrill.workers.run_dir import RECORDS
 
@@ -114,9 +115,10 @@ def run_message(store: Store, run_id: str) -> Message | None:
 
 def resume_checks(store: Store, run_id: str) -> list[dict[str, Any]]:
     """The run's resume checks as GET /api/runs/{run}/resume-checks shows them."""
-    steps = store.step_losses(run_id)
+    # Every kind whose deterministic fields a resume must reproduce (step, val, probe, sample)
+    records = [row for kind in COMPARED_KINDS for row in store.records_of_kind(run_id, kind)]
     resumes = store.records_of_kind(run_id, "resume")
-    return [c.to_dict() for c in checks_from_rows(steps, resumes)]
+    return [c.to_dict() for c in checks_from_rows(records, resumes)]
 
 
 class IngestLoop:

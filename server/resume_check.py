@@ -1,16 +1,20 @@
-"""The resume check: does the recomputed loss segment equal the original, bit for bit?
+"""The resume check: does the recomputed segment equal the original, bit for bit?
 
-For resume k of a run (segment k ≥ 1) take the step rows of segment k whose steps had
-already been trained by an earlier segment, pair each with the original row (the
-earliest segment that has the step), and report the steps range, the number of points,
-max and mean |Δloss|, and `bit_identical` when every pair has the same float32 bits.
-`first_divergent_step` is the first recomputed step whose bits differ; `missing` names
-what the resumed checkpoint did not hold (from the trainer's `resume` record), so a check
-that is not bit-identical can say why; `started_over` marks a segment that trained from
-step 0 again (no checkpoint was resumed).
+For resume k of a run (segment k ≥ 1) take the records of segment k whose steps had
+already been trained by an earlier segment, pair each with the original record of the
+same kind and step (from the earliest segment that has it), and report the steps range,
+the number of points, max and mean |Δloss|, and `bit_identical` when every pair is the
+same in every deterministic field the run records (`fields`: the loss, grad norm, lr,
+tokens, val loss and its train mean, every probe, the sample's prompt and text; one
+comparison each, see trainer/resume_compare.py). `first_divergent_step` is the first
+recomputed step whose loss bits differ; `differing` names every field that differs;
+`missing` names what the resumed checkpoint did not hold (from the trainer's `resume`
+record), so a check that is not bit-identical can say why; `started_over` marks a
+segment that trained from step 0 again (no checkpoint was resumed).
 
 This module pairs the rows; what a pair is worth (equal bits, |Δ|, the first divergence)
 is `crashdrill.trainer.resume_compare`, the comparison `crashdrill verify` uses too.
+JSON has no infinity: a |Δ| that is not finite is null with `infinite_delta: true`.
 """
 
 from __future__ import annotations
@@ -20,7 +24,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from crashdrill.trainer.resume_compare import FieldComparison, Reading, compare, loss_reading
+from crashdrill.trainer.checkpoint_layout import part_description
+from crashdrill.trainer.resume_compare import (
+    LOSS,
+    FieldComparison,
+    compare_records,
+    differing,
+    finite_or_none,
+    loss_reading,
+    not_finite,
+)
+
+Record = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -31,6 +46,7 @@ class ResumeCheck:
     loss: FieldComparison  # the recomputed losses against the originals
     missing: tuple[str, ...] = ()  # words for the parts the checkpoint lacked
     started_over: bool = False
+    fields: tuple[FieldComparison, ...] = ()  # every compared field, the loss included
 
     @property
     def steps(self) -> tuple[int, int] | None:  # [lo, hi] of the compared steps
@@ -53,8 +69,15 @@ class ResumeCheck:
         return self.loss.mean_abs_delta
 
     @property
-    def bit_identical(self) -> bool | None:  # None until there is a point to compare
-        return self.loss.identical
+    def bit_identical(self) -> bool | None:
+        """Every compared field the same (None until there is a loss to compare)."""
+        if self.loss.identical is None:
+            return None
+        return self.loss.identical and not self.differing
+
+    @property
+    def differing(self) -> list[str]:
+        return differing(self.fields or (self.loss,))
 
     @property
     def first_divergent_step(self) -> int | None:
@@ -68,12 +91,15 @@ class ResumeCheck:
             "points": self.points,
             "expected_points": self.expected_points,
             "complete": self.complete,
-            "max_abs_delta": self.max_abs_delta,
-            "mean_abs_delta": self.mean_abs_delta,
+            "max_abs_delta": finite_or_none(self.max_abs_delta),
+            "mean_abs_delta": finite_or_none(self.mean_abs_delta),
+            "infinite_delta": not_finite(self.max_abs_delta),
             "bit_identical": self.bit_identical,
             "first_divergent_step": self.first_divergent_step,
             "missing": list(self.missing),
             "started_over": self.started_over,
+            "differing": self.differing,
+            "fields": [f.to_json() for f in self.fields],
         }
 
 
@@ -83,71 +109,70 @@ def loss_bits(row: Mapping[str, Any]) -> int | None:
     return reading.bits if reading is not None else None
 
 
-# The trainer's words for checkpoint parts (trainer/checkpoint.py PART_WORDS, with what
-# each one holds spelled out for a resume check).
-PART_WORDS = {
-    "weights": "weights",
-    "optimizer": "AdamW state (moments and step counts)",
-    "schedule": "schedule position",
-    "rng": "RNG states",
-    "data": "data position",
-}
-
-
 def resume_checks(
-    steps: Iterable[tuple[int, int, Mapping[str, Any]]],
+    records: Iterable[tuple[int, int, Record]],
     resumes: Mapping[int, int | None] | None = None,
     missing: Mapping[int, Iterable[str]] | None = None,
 ) -> list[ResumeCheck]:
     """Checks for every segment ≥ 1.
 
-    `steps` holds (segment, step, step record) in any order; `resumes` maps a segment to
-    the `from_step` of its `resume` record (when the trainer wrote one); `missing` maps a
-    segment to the checkpoint parts its resume lacked.
+    `records` holds (segment, step, record) in any order, for records of the compared
+    kinds (COMPARED_KINDS: step, val, probe, sample; a record without `kind` is a step
+    record); `resumes` maps a segment to the `from_step` of its `resume` record (when the
+    trainer wrote one); `missing` maps a segment to the checkpoint parts its resume lacked.
     """
     resumes = dict(resumes or {})
     missing = dict(missing or {})
-    by_segment: dict[int, dict[int, Reading]] = {}
-    for segment, step, row in steps:
-        reading = loss_reading(row)
-        if reading is not None:
-            by_segment.setdefault(segment, {}).setdefault(step, reading)
+    by_segment: dict[int, dict[tuple[str, int], Record]] = {}
+    for segment, step, row in records:
+        kind = str(row.get("kind", "step"))
+        if kind == "step" and loss_reading(row) is None:
+            continue  # a step record without a loss says nothing a check can use
+        by_segment.setdefault(segment, {}).setdefault((kind, step), row)
     segments = sorted(set(by_segment) | {s for s in resumes if s > 0})
     checks = []
-    original: dict[int, Reading] = {}  # step -> loss from the earliest segment that has it
+    original: dict[tuple[str, int], Record] = {}  # from the earliest segment that has it
     for k in segments:
         if k > 0:
             check = _check(k, by_segment.get(k, {}), original, resumes.get(k, -1))
-            words = tuple(PART_WORDS.get(p, p) for p in missing.get(k, ()))
+            words = tuple(part_description(p) for p in missing.get(k, ()))
             checks.append(replace(check, missing=words) if words else check)
-        for step, reading in by_segment.get(k, {}).items():
-            original.setdefault(step, reading)
+        for key, row in by_segment.get(k, {}).items():
+            original.setdefault(key, row)
     return checks
 
 
 def _check(
-    segment: int, rows: dict[int, Reading], original: dict[int, Reading], from_step: int | None
+    segment: int,
+    rows: dict[tuple[str, int], Record],
+    original: dict[tuple[str, int], Record],
+    from_step: int | None,
 ) -> ResumeCheck:
+    steps = [s for kind, s in rows if kind == "step"]
     if from_step == -1:  # no resume record: infer from the first recomputed step
-        from_step = min(rows) - 1 if rows else None
-    reached = max(original) if original else 0
+        from_step = min(steps) - 1 if steps else None
+    reached = max((s for kind, s in original if kind == "step"), default=0)
     start = (from_step or 0) + 1
-    paired = sorted(s for s in rows if s in original and s >= start)
+    paired = sorted(key for key in rows if key in original and key[1] >= start)
+    fields = compare_records((key[1], original[key], rows[key]) for key in paired)
+    loss = next(f for f in fields if f.field == LOSS)
     return ResumeCheck(
         segment=segment,
         from_step=from_step,
         expected_points=max(0, reached - start + 1),
-        loss=compare("loss", [(s, original[s], rows[s]) for s in paired]),
-        started_over=from_step in (0, None) and bool(rows) and min(rows) == 1,
+        loss=loss,
+        started_over=from_step in (0, None) and bool(steps) and min(steps) == 1,
+        fields=fields,
     )
 
 
 def checks_from_rows(
-    step_rows: Iterable[Mapping[str, Any]], resume_rows: Iterable[Mapping[str, Any]]
+    record_rows: Iterable[Mapping[str, Any]], resume_rows: Iterable[Mapping[str, Any]]
 ) -> list[ResumeCheck]:
-    """Checks from database rows: step rows (segment, step, data) and resume rows (data)."""
+    """Checks from database rows: records of the compared kinds (segment, step, data) and
+    resume rows (data)."""
     steps = []
-    for row in step_rows:
+    for row in record_rows:
         if row["step"] is not None:
             steps.append((int(row["segment"]), int(row["step"]), json.loads(row["data"])))
     resumes: dict[int, int | None] = {}

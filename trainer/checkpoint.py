@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from crashdrill.trainer import checkpoint_layout
 from crashdrill.trainer.checkpoint_files import fsync_dir
 from crashdrill.trainer.checkpoint_layout import (
     FORMAT_VERSION,
@@ -51,15 +52,11 @@ from crashdrill.trainer.checkpoint_layout import (
     temp_dir_name,
 )
 
-PARTS_FULL = ("weights", "optimizer", "schedule", "rng", "data")
-PARTS_WEIGHTS = ("weights",)
-PART_WORDS = {
-    "weights": "weights",
-    "optimizer": "AdamW state",
-    "schedule": "schedule position",
-    "rng": "RNG states",
-    "data": "data position",
-}
+# What a checkpoint holds and the words for it: the layout's (no torch), named here too
+# for the writer's users.
+PARTS_FULL = checkpoint_layout.PARTS_FULL
+PARTS_WEIGHTS = checkpoint_layout.PARTS_WEIGHTS
+PART_WORDS = checkpoint_layout.PART_WORDS
 
 
 @dataclass(frozen=True)

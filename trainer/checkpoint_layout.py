@@ -52,6 +52,28 @@ INPLACE_SLOT = "latest"
 TEMP_SUFFIX = ".tmp"
 FORMAT_VERSION = 1
 
+# What a checkpoint holds (its manifest's `parts`), the one list of them and their words:
+# the trainer's events name a part by its word, the resume check adds what it holds.
+PARTS_FULL = ("weights", "optimizer", "schedule", "rng", "data")
+PARTS_WEIGHTS = ("weights",)
+PART_WORDS = {
+    "weights": "weights",
+    "optimizer": "AdamW state",
+    "schedule": "schedule position",
+    "rng": "RNG states",
+    "data": "data position",
+}
+_PART_HOLDS = {"optimizer": "moments and step counts"}
+
+
+def part_description(part: str) -> str:
+    """A part's word and, where the word does not say it, what it holds: "AdamW state
+    (moments and step counts)". An unknown part is its own name."""
+    word = PART_WORDS.get(part, part)
+    holds = _PART_HOLDS.get(part)
+    return f"{word} ({holds})" if holds else word
+
+
 Check = Literal["manifest", "listed", "verified"]
 _STEP_NAME = re.compile(r"step-([0-9]{8,})")
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,200}")

@@ -9,8 +9,10 @@ GET /api/record-kinds) the page read it from here, and docs/run-contract.md spel
 
 A record is one JSON object a line: `{"v": VERSION, "kind": KIND, "t": unix_seconds,
 "segment": k, ...}`. A field marked deterministic is training state: a resume that is
-bit-identical reproduces it exactly (the resume check compares `loss_bits` today; it is
-meant to grow to every deterministic field). Timing and machine fields are not.
+bit-identical reproduces it exactly, and the resume check (trainer/resume_compare.py, in
+the lab and in `crashdrill verify --preset`) compares every one of them by its exact
+value; a field that is `bits_of` another holds that one's exact bits (the check reads the
+loss through `loss_bits`). Timing and machine fields are not compared.
 
 Imports nothing but the standard library: the drill and the server use it without torch.
 """
@@ -46,6 +48,7 @@ class Field:
     type: str  # in JSON terms (int, float, str, list[str], object…), "X or null" if nullable
     meaning: str
     deterministic: bool = False  # a bit-identical resume reproduces it exactly
+    bits_of: str = ""  # the exact bits of that other field: compared as that field
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,7 @@ KINDS: tuple[Kind, ...] = (
                 "int",
                 "the float32 IEEE-754 bits of `loss` (unsigned): what the resume check compares",
                 deterministic=True,
+                bits_of="loss",
             ),
             Field("lr", "float", "the learning rate of this update", deterministic=True),
             Field("grad_norm", "float", "the gradient norm before clipping", deterministic=True),

@@ -4,6 +4,7 @@ former copies disagreed (a NaN loss on both sides, a NaN against a number)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -11,8 +12,16 @@ import pytest
 from crashdrill.drill.compare import compare_losses
 from crashdrill.drill.trace import StepPoint
 from crashdrill.server.resume_check import resume_checks
-from crashdrill.trainer.record_contract import bits_to_float32, float32_bits
-from crashdrill.trainer.resume_compare import Reading, compare, loss_reading
+from crashdrill.trainer.record_contract import KINDS, bits_to_float32, float32_bits
+from crashdrill.trainer.resume_compare import (
+    COMPARED,
+    FieldComparison,
+    Reading,
+    compare,
+    compare_records,
+    differing,
+    loss_reading,
+)
 
 
 def exact(x: float) -> Reading:
@@ -79,3 +88,85 @@ def test_the_lab_and_the_drill_agree_on_the_same_losses(recomputed: dict[int, fl
     drill = compare_losses(pairs)
     assert lab.loss == drill
     assert lab.max_abs_delta is not None and not math.isnan(lab.max_abs_delta)
+
+
+# ---------------------------------------------------------------- every deterministic field
+
+
+def test_every_deterministic_field_of_the_contract_is_compared_and_nothing_else() -> None:
+    want = {
+        f"{k.name}.{f.name}"
+        for k in KINDS
+        for f in k.fields
+        if f.deterministic and f.name != "step" and not f.bits_of
+    }
+    assert {c.name for c in COMPARED} == want
+    assert {"step.loss", "step.grad_norm", "val.train_loss", "sample.text"} <= want
+    assert not {c.name for c in COMPARED} & {"step.dt", "step.tokens_per_s", "step.mfu"}
+
+
+def step_record(loss: float, **more: object) -> dict[str, object]:
+    exact_loss = {"loss": loss, "loss_bits": float32_bits(loss)}
+    return {
+        "kind": "step",
+        **exact_loss,
+        "lr": 1e-3,
+        "grad_norm": 0.5,
+        "tokens": 64,
+        "dt": 0.1,
+        **more,
+    }
+
+
+def by_name(fields: tuple[FieldComparison, ...]) -> dict[str, FieldComparison]:
+    return {f.field: f for f in fields}
+
+
+def test_a_field_that_differs_is_named_with_its_first_step_and_size() -> None:
+    val = {"kind": "val", "val_loss": 2.0, "train_loss": 2.5}
+    pairs = [
+        (10, step_record(1.0), step_record(1.0, dt=9.9)),  # timing differs: not compared
+        (10, val, {**val, "train_loss": 2.25}),
+        (11, step_record(1.0), step_record(1.0, grad_norm=0.5 + 2**-40)),
+    ]
+    fields = by_name(compare_records(pairs))
+    assert fields["step.loss"].identical and fields["val.val_loss"].identical
+    assert fields["val.train_loss"].first_divergent_step == 10
+    assert fields["val.train_loss"].max_abs_delta == 0.25
+    assert fields["step.grad_norm"].first_divergent_step == 11  # below float32 precision
+    assert differing(fields.values()) == ["step.grad_norm", "val.train_loss"]
+    assert not any(name.startswith("probe.") for name in fields)  # no probe record paired
+    assert fields["sample.text"].identical is None and fields["sample.text"].points == 0
+
+
+def test_each_probe_and_the_sample_text_are_compared_on_their_own() -> None:
+    probe = {"kind": "probe", "probes": {"paris": 0.75, "water": 0.5}}
+    sample = {"kind": "sample", "prompt": "Water is", "text": "Water is wet"}
+    pairs = [
+        (20, probe, {**probe, "probes": {"paris": 0.75, "water": 0.625}}),
+        (20, sample, {**sample, "text": "Water is dry"}),
+    ]
+    fields = by_name(compare_records(pairs))
+    assert fields["probe.probes.paris"].identical is True
+    water = fields["probe.probes.water"]
+    assert (water.first_divergent_step, water.max_abs_delta) == (20, 0.125)
+    text = fields["sample.text"]
+    assert text.identical is False and not text.numeric and text.max_abs_delta is None
+    assert fields["sample.prompt"].identical is True
+
+
+def test_a_value_that_one_side_did_not_record_is_a_difference() -> None:
+    probe = {"kind": "probe", "probes": {"paris": 0.75, "water": 0.5}}
+    fields = by_name(compare_records([(5, probe, {"kind": "probe", "probes": {"paris": 0.75}})]))
+    water = fields["probe.probes.water"]
+    assert water.identical is False and water.max_abs_delta == math.inf
+
+
+def test_json_of_a_comparison_against_a_nan_is_finite_with_a_flag() -> None:
+    c = compare("step.loss", [(1, exact(1.0), exact(math.nan))])
+    out = c.to_json()
+    json.dumps(out, allow_nan=False)  # what Starlette's JSONResponse does
+    assert out["max_abs_delta"] is None and out["infinite_delta"] is True
+    assert out["equal"] is False and out["first_divergent_step"] == 1
+    same = compare("step.loss", [(1, exact(1.0), exact(1.0))]).to_json()
+    assert same["max_abs_delta"] == 0.0 and same["infinite_delta"] is False

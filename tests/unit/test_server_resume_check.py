@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import json
+import math
 import struct
+from pathlib import Path
 
 import pytest
+from starlette.responses import JSONResponse
 
+from crashdrill.server import resume_check
+from crashdrill.server.db import Database
+from crashdrill.server.ingest_loop import resume_checks as resume_checks_of_run
 from crashdrill.server.resume_check import checks_from_rows, loss_bits, resume_checks
+from crashdrill.server.store import NewRecord, Store
+from crashdrill.trainer.checkpoint_layout import PART_WORDS, PARTS_FULL
 
 
 def bits(x: float) -> int:
@@ -68,3 +76,81 @@ def test_checks_from_database_rows_use_the_resume_records() -> None:
     resume_rows = [{"segment": 1, "data": json.dumps({"from_step": 0, "segment": 1, "path": None})}]
     [check] = checks_from_rows(step_rows, resume_rows)
     assert check.from_step == 0 and check.steps == (1, 8) and check.bit_identical
+
+
+def test_a_resume_with_equal_losses_but_a_different_val_train_loss_is_not_bit_identical() -> None:
+    def val(train: float) -> dict[str, object]:
+        return {"kind": "val", "val_loss": 2.0, "train_loss": train}
+
+    records = [(0, s, row(1.0)) for s in range(1, 11)] + [(0, 10, val(1.5))]
+    records += [(1, s, row(1.0)) for s in range(7, 11)] + [(1, 10, val(1.25))]
+    [check] = resume_checks(records, {1: 6})
+    assert check.loss.identical is True and check.bit_identical is False
+    assert check.differing == ["val.train_loss"]
+    out = check.to_dict()
+    assert out["differing"] == ["val.train_loss"] and out["bit_identical"] is False
+    fields = {f["field"]: f for f in out["fields"]}
+    assert fields["val.train_loss"] == {
+        "field": "val.train_loss",
+        "equal": False,
+        "points": 1,
+        "steps": [10, 10],
+        "first_divergent_step": 10,
+        "max_abs_delta": 0.25,
+        "mean_abs_delta": 0.25,
+        "infinite_delta": False,
+        "numeric": True,
+    }
+    assert fields["step.loss"]["equal"] is True and fields["val.val_loss"]["equal"] is True
+
+
+def test_records_before_the_checkpoint_are_not_compared() -> None:
+    probe = {"kind": "probe", "probes": {"paris": 0.5}}
+    records = [(0, s, row(1.0)) for s in range(1, 11)] + [(0, 5, probe)]
+    records += [(1, s, row(1.0)) for s in range(6, 11)]
+    records += [(1, 5, {"kind": "probe", "probes": {"paris": 0.75}})]  # at the checkpoint
+    [check] = resume_checks(records, {1: 5})
+    assert check.bit_identical is True and "probe.probes.paris" not in check.differing
+
+
+def test_a_nan_loss_on_one_side_gives_json_that_the_api_can_send() -> None:
+    records = [(0, s, row(1.0)) for s in (1, 2)] + [(1, 2, row(math.nan))]
+    [check] = resume_checks(records, {1: 1})
+    assert check.max_abs_delta == math.inf
+    body = JSONResponse({"run": "r", "checks": [check.to_dict()]}).body  # the route's encoder
+    [sent] = json.loads(body)["checks"]
+    assert sent["max_abs_delta"] is None and sent["infinite_delta"] is True
+    assert sent["bit_identical"] is False and sent["first_divergent_step"] == 2
+
+
+def test_the_check_names_missing_parts_with_the_trainer_s_words() -> None:
+    records = [(0, s, row(1.0)) for s in range(1, 5)] + [(1, 3, row(2.0))]
+    [check] = resume_checks(records, {1: 2}, {1: list(PARTS_FULL)})
+    assert len(check.missing) == len(PARTS_FULL)
+    for part, words in zip(PARTS_FULL, check.missing, strict=True):
+        assert words.startswith(PART_WORDS[part])  # the trainer's event says PART_WORDS[part]
+    assert check.missing[1] == "AdamW state (moments and step counts)"
+    assert not hasattr(resume_check, "PART_WORDS")  # no second list to disagree with
+
+
+def test_the_api_reads_every_compared_kind_from_the_database(tmp_path: Path) -> None:
+    db = Database(tmp_path / "lab.sqlite3")
+    db.migrate()
+    store = Store(db)
+    store.create_pair("p1", "owner", "quick", {"knob": {}}, [("r1", "A", str(tmp_path / "r1"))])
+
+    def rec(kind: str, segment: int, step: int | None, **data: object) -> NewRecord:
+        line = json.dumps({"kind": kind, "segment": segment, "step": step, **data})
+        return NewRecord(f"{segment}:{kind}:{step}", segment, kind, step, 1.0, line)
+
+    store.insert_records(
+        "r1",
+        [rec("step", seg, s, **row(1.0)) for seg, steps in ((0, (1, 2)), (1, (2,))) for s in steps]
+        + [rec("sample", 0, 2, prompt="A", text="A b"), rec("sample", 1, 2, prompt="A", text="A c")]
+        + [rec("resume", 1, None, from_step=1, path="ckpt/step-00000001")],
+        0,
+        {},
+    )
+    [check] = resume_checks_of_run(store, "r1")
+    assert check["bit_identical"] is False and check["differing"] == ["sample.text"]
+    db.close()
