@@ -3,6 +3,7 @@
     crashdrill serve                                  the lab at http://127.0.0.1:8000
     crashdrill run quick --run-dir runs/q             one headless run; again after a kill: resumes
     crashdrill run quick --run-dir runs/q --mirror gs://BUCKET/runs   … its checkpoints copied off
+    crashdrill run quick --run-dir runs/q --stop-after 11h30m   stop and save before a 12 h wall
     crashdrill verify --preset quick --kills 2        the kill-and-resume drill
     crashdrill verify -- python train.py              the drill on any training script
     crashdrill presets list|show NAME|validate FILE
@@ -11,7 +12,9 @@
     crashdrill doctor supabase                        check a Supabase project's Realtime
 
 Exit codes: 0 ok, 1 a check failed, 2 bad usage or input, 3 a run was told a checkpoint
-must exist and none did, 141 our output was closed (`crashdrill … | head`).
+must exist and none did, 75 a run stopped gracefully (SIGTERM, SIGINT or --stop-after) with
+a complete checkpoint: run the same command to resume, 141 our output was closed
+(`crashdrill … | head`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import argparse
 import importlib
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +72,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         cfg = preset.config_for(args.label, cuda=_cuda_available())
         if args.set:
             cfg = cfg.with_overrides(dict(parse_override(s) for s in args.set))
+        if args.stop_after is not None:
+            cfg = cfg.with_overrides({"stop_after": args.stop_after})
     except (PresetError, ConfigError) as e:
         print(f"crashdrill run: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -83,15 +87,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         if not args.mirror:
             return train(cfg, args.run_dir, opts)
-        return _train_mirrored(
-            args.mirror, Path(args.run_dir), lambda: train(cfg, args.run_dir, opts)
-        )
+        return _train_mirrored(args.mirror, Path(args.run_dir), cfg, opts)
     except (RunDirError, DataError, CheckpointMismatch, ConfigError) as e:
         print(f"crashdrill run: {e}", file=sys.stderr)
         return EXIT_USAGE
 
 
-def _train_mirrored(url: str, run_dir: Path, train: Callable[[], int]) -> int:
+def _train_mirrored(url: str, run_dir: Path, cfg: Any, opts: Any) -> int:
+    from crashdrill.trainer.loop import train
     from crashdrill.workers.mirror_backends import MirrorError, MirrorURLError
     from crashdrill.workers.run_mirror import mirrored_run
 
@@ -102,8 +105,9 @@ def _train_mirrored(url: str, run_dir: Path, train: Callable[[], int]) -> int:
         say(f"--run-dir {str(run_dir)!r} is a file; give a directory")
         return EXIT_USAGE
     try:
-        with mirrored_run(url, run_dir, say):
-            return train()
+        with mirrored_run(url, run_dir, say) as mirrored:
+            opts.flush = mirrored.flush  # a graceful stop copies its checkpoint before exiting
+            return train(cfg, run_dir, opts)
     except (MirrorURLError, MirrorError) as e:
         say(f"--mirror {url!r}: {e}")
         return EXIT_USAGE
@@ -204,6 +208,14 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         help="copy each checkpoint off the machine in the background (a directory, or"
         " gs://BUCKET[/PREFIX]); a run dir without a checkpoint resumes from the newest"
         " copy there that verifies",
+    )
+    run.add_argument(
+        "--stop-after",
+        metavar="DURATION",
+        help="a time budget such as 11h30m, 45m or 90s: stop gracefully before it runs out,"
+        " leaving a margin sized from the measured checkpoint time. SIGTERM and SIGINT stop"
+        " the same way at once: the step in flight finishes, a complete checkpoint is saved,"
+        " and the exit status is 75 (run the same command to resume)",
     )
     run.add_argument("--jsonl", action="store_true", help="print one JSON line per step to stdout")
     run.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from crashdrill.trainer.preemption import parse_duration
+
 PRECISIONS = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 TOKENIZERS = ("byte", "gpt2")
@@ -28,6 +30,9 @@ ON_MISSING_CHECKPOINT = ("fail", "fresh")
 # "on": checkpoints are copied off the machine when the lab has a mirror configured
 # (workers/mirror.py); "off": local disk only. The trainer itself never reads it.
 MIRROR_CHOICES = ("on", "off")
+# "on": SIGTERM/SIGINT finish the step, save and exit 75 (trainer/preemption.py); "off", a
+# teaching mode: a SIGTERM ends the process on the spot like any script without a handler.
+GRACEFUL_STOP_CHOICES = ("on", "off")
 
 
 class ConfigError(ValueError):
@@ -51,6 +56,9 @@ _NOT_FINGERPRINTED = frozenset(
         "ckpt_policy",
         "on_missing_checkpoint",
         "mirror",
+        "graceful_stop",
+        "stop_grace",
+        "stop_after",
         "eval_every",
         "eval_batches",
         "probe_every",
@@ -98,6 +106,12 @@ class TrainConfig:
     ckpt_policy: str = "every"
     on_missing_checkpoint: str = "fail"
     mirror: str = "on"
+    # graceful stops (trainer/preemption.py): what SIGTERM does, the grace the platform
+    # gives between SIGTERM and SIGKILL (reported against the save time), and a time budget
+    # ("11h30m", "" = none) after which the run stops itself before a wall
+    graceful_stop: str = "on"
+    stop_grace: float = 30.0
+    stop_after: str = ""
     # what we look at while it trains
     eval_every: int = 50
     eval_batches: int = 4
@@ -165,6 +179,18 @@ class TrainConfig:
         _choice("ckpt_policy", self.ckpt_policy, CKPT_POLICIES)
         _choice("on_missing_checkpoint", self.on_missing_checkpoint, ON_MISSING_CHECKPOINT)
         _choice("mirror", self.mirror, MIRROR_CHOICES)
+        _choice("graceful_stop", self.graceful_stop, GRACEFUL_STOP_CHOICES)
+        if not (isinstance(self.stop_grace, int | float) and 0 < self.stop_grace <= 86400):
+            raise ConfigError("stop_grace", self.stop_grace, "seconds in (0, 86400], e.g. 30")
+        if self.stop_after != "":
+            try:
+                parse_duration(self.stop_after)
+            except ValueError:
+                raise ConfigError(
+                    "stop_after",
+                    self.stop_after,
+                    "a duration like '11h30m', '45m', '90s' or '90' (seconds), or '' for none",
+                ) from None
         if not isinstance(self.data, str) or not (
             self.data == "builtin"
             or (self.data.startswith("file:") and len(self.data) > 5)

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -27,18 +26,23 @@ from crashdrill.trainer.config import TrainConfig
 from crashdrill.trainer.data import BatchSampler, Dataset, load_dataset
 from crashdrill.trainer.model import GPT, lr_at
 from crashdrill.trainer.optim import AdamW
+from crashdrill.trainer.preemption import (
+    EXIT_STOPPED,
+    GracefulStop,
+    check_previous_stop,
+    parse_duration,
+    stop_and_save,
+)
 from crashdrill.trainer.records import RecordWriter, float32_bits
+from crashdrill.trainer.train_state import CheckpointMismatch, TrainState, restore, state_files
+
+__all__ = ["CheckpointMismatch", "RunDirError", "RunOptions", "train"]
 
 EXIT_NO_CHECKPOINT = 3
 
 
 class RunDirError(ValueError):
     pass
-
-
-class CheckpointMismatch(ValueError):
-    """A checkpoint written by a different config or dataset: resuming it would silently
-    train something else."""
 
 
 @dataclass
@@ -48,13 +52,9 @@ class RunOptions:
     require_checkpoint: bool = False
     jsonl: bool = False
     progress: Callable[[int, int, float], None] | None = None
-
-
-@dataclass
-class TrainState:
-    step: int = 0
-    tokens: int = 0
-    best_val: float | None = None
+    # On a graceful stop: copy the last checkpoint to the mirror within the seconds given
+    # (the grace left); True when it got there. None: no mirror.
+    flush: Callable[[float], bool] | None = None
 
 
 def _fmt_bytes(n: int) -> str:
@@ -95,68 +95,6 @@ def _start_run_dir(run_dir: Path, label: str, preset: str, cfg: TrainConfig) -> 
     tmp.write_text(json.dumps(info, indent=1))
     os.replace(tmp, info_path)
     return starts
-
-
-def _train_files(
-    cfg: TrainConfig,
-    model: GPT,
-    opt: AdamW,
-    sampler: BatchSampler,
-    st: TrainState,
-    fingerprints: dict[str, str],
-) -> tuple[dict[str, Any], list[str]]:
-    base = {
-        "step": st.step,
-        "tokens": st.tokens,
-        "config": cfg.to_dict(),
-        "fingerprints": fingerprints,
-        "format": layout.FORMAT_VERSION,
-    }
-    if cfg.ckpt_state == "weights":
-        return {"model": model.state_dict(), "train_state": base}, list(ck.PARTS_WEIGHTS)
-    train_state = {
-        **base,
-        "best_val": st.best_val,
-        "schedule": {"step": st.step, "lr": lr_at(st.step, cfg), "warmup": cfg.warmup},
-        "data": sampler.state_dict(),
-        "rng": determinism.get_rng_state(),
-    }
-    files = {"model": model.state_dict(), "optimizer": opt.state_dict(), "train_state": train_state}
-    return files, list(ck.PARTS_FULL)
-
-
-def _restore(
-    info: layout.CheckpointInfo,
-    cfg: TrainConfig,
-    fingerprints: dict[str, str],
-    model: GPT,
-    opt: AdamW,
-    sampler: BatchSampler,
-    st: TrainState,
-) -> list[str]:
-    files = ck.load_files(info)
-    ts = files["train_state"]
-    for name, want in fingerprints.items():
-        got = ts.get("fingerprints", {}).get(name)
-        if got != want:
-            raise CheckpointMismatch(
-                f"checkpoint {info.path} was written by a different {name} "
-                f"(fingerprint {name}: checkpoint {got}, this run {want}); refusing to resume "
-                "it. Use a fresh --run-dir, or the settings that wrote it"
-            )
-    model.load_state_dict(files["model"])
-    st.step, st.tokens = int(ts["step"]), int(ts["tokens"])
-    if "optimizer" in files:
-        opt.load_state_dict(files["optimizer"])
-        sampler.load_state_dict(ts["data"])
-        if sampler.samples_consumed != st.step * cfg.batch:
-            raise layout.CorruptCheckpoint(
-                f"{info.path.name}: data cursor says {sampler.samples_consumed} samples "
-                f"consumed, step × batch = {st.step * cfg.batch}"
-            )
-        determinism.set_rng_state(ts["rng"])
-        st.best_val = ts.get("best_val")
-    return list(info.manifest.get("parts", ck.PARTS_FULL))
 
 
 def _find_checkpoint(run_dir: Path, rec: RecordWriter) -> layout.CheckpointInfo | None:
@@ -211,7 +149,7 @@ def _resume_or_fresh(
                 code="fresh_start",
             )
         return
-    parts = _restore(info, cfg, fingerprints, model, opt, sampler, st)
+    parts = restore(info, cfg, fingerprints, model, opt, sampler, st)
     print(f"crashdrill: resumed at step {st.step} from {info.path}", file=sys.stderr)
     absent = [p for p in ck.PARTS_FULL if p not in parts]
     rec.write(
@@ -237,18 +175,30 @@ def train(cfg: TrainConfig, run_dir: str | Path, opts: RunOptions | None = None)
     run_dir = Path(run_dir)
     segment = _start_run_dir(run_dir, opts.label, opts.preset, cfg)
     rec = RecordWriter(run_dir, segment)
+    stop = GracefulStop(
+        grace_s=float(cfg.stop_grace),
+        stop_after_s=parse_duration(cfg.stop_after) if cfg.stop_after else None,
+        enabled=cfg.graceful_stop == "on",
+    )
+    stop.install()  # from here a SIGTERM waits for a step boundary (graceful_stop "on")
     try:
-        return _train(cfg, run_dir, opts, segment, rec)
+        return _train(cfg, run_dir, opts, segment, rec, stop)
     except Exception as e:
         rec.write("stage", stage="failed", progress=1.0)
         rec.event(f"The run failed: {type(e).__name__}: {e}", level="error")
         raise
     finally:
+        stop.restore()
         rec.close()
 
 
 def _train(
-    cfg: TrainConfig, run_dir: Path, opts: RunOptions, segment: int, rec: RecordWriter
+    cfg: TrainConfig,
+    run_dir: Path,
+    opts: RunOptions,
+    segment: int,
+    rec: RecordWriter,
+    stop: GracefulStop,
 ) -> int:
     device = _pick_device(cfg)
     determinism.configure(cfg.threads, device)
@@ -268,6 +218,7 @@ def _train(
     if info is None and opts.require_checkpoint and cfg.on_missing_checkpoint != "fresh":
         return _refuse_to_start(run_dir, rec)
     _resume_or_fresh(info, cfg, opts, segment, rec, fingerprints, model, opt, sampler, st)
+    check_previous_stop(run_dir, st.step, rec)
 
     rec.write("stage", stage="warmup", progress=0.0)
     if device.type == "cuda":
@@ -318,6 +269,7 @@ def _train(
             write=cfg.ckpt_write,
         )
         rec.event(f"Checkpoint at step {r.step}: {_fmt_bytes(r.bytes)} ({words}) {how}.")
+        stop.note_save(r.persist_seconds)  # sizes the time budget's margin
 
     writer = ck.CheckpointWriter(
         run_dir,
@@ -328,13 +280,33 @@ def _train(
         on_saved=on_saved,
     )
 
+    saved = {"step": info.step if info is not None else None}
+
     def save() -> None:
-        files, parts = _train_files(cfg, model, opt, sampler, st, fingerprints)
+        files, parts = state_files(cfg, model, opt, sampler, st, fingerprints)
         meta = {"parts": parts, "fingerprints": fingerprints, "tokens": st.tokens}
         writer.save(st.step, files, meta)
+        saved["step"] = st.step
+
+    def stop_now() -> int:
+        """Finish with a complete checkpoint of this step (unless it has one) and exit 75."""
+        previous = saved["step"]
+
+        def save_this_step() -> Path | None:
+            if saved["step"] != st.step:
+                save()
+            done = writer.wait()  # an async write must be on disk before the process ends
+            if done is not None and done.step == st.step:
+                return done.path
+            return info.path if info is not None and info.step == st.step else None
+
+        stop_and_save(stop, st.step, run_dir, rec, save_this_step, previous, opts.flush)
+        return EXIT_STOPPED
 
     if info is None and cfg.ckpt_policy == "every":
         save()  # step 0: a crash before the first cadence point still has somewhere to go
+    if stop.due():
+        return stop_now()
 
     rec.write("stage", stage="train", progress=st.step / cfg.steps)
     autocast = evaluate._autocast(device, cfg)
@@ -343,6 +315,7 @@ def _train(
     window_t, window_steps, recent_losses = time.perf_counter(), 0, []
     model.train()
     while st.step < cfg.steps:
+        step_t = time.perf_counter()
         lr = lr_at(st.step, cfg)
         for group in opt.param_groups:
             group["lr"] = lr
@@ -411,6 +384,9 @@ def _train(
             save()  # its time lands in the next step's dt: the stall shows in throughput
         if st.step % 25 == 0:
             rec.write("stage", stage="train", progress=round(st.step / cfg.steps, 4))
+        stop.note_step(time.perf_counter() - step_t)
+        if st.step < cfg.steps and stop.due():  # at a step boundary, reports and saves done
+            return stop_now()
 
     writer.wait()
     rec.write("stage", stage="train", progress=1.0)

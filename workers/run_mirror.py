@@ -5,7 +5,9 @@ newest mirrored copy that verifies, pulled the way the lab's supervisor pulls on
 (workers/mirror_restore.py), and the run resumes from it; while training, each new
 checkpoint is copied off the machine by the mirror's background threads (training never
 waits for a copy); at the end the last checkpoint is copied before the command returns,
-for at most `wait_s`. Every mirror event is also printed through `say`.
+for at most `wait_s`. A graceful stop (SIGTERM, --stop-after) copies it sooner, through
+`MirroredRun.flush`, within what is left of its grace. Every mirror event is also printed
+through `say`.
 
 The lab does not use this: its server owns one mirror for all runs, and its trainers are
 started without --mirror. Nothing here reads CRASHDRILL_MIRROR, so a lab's trainer never
@@ -35,10 +37,27 @@ def next_segment(run_dir: Path) -> int:
         return 0
 
 
+class MirroredRun:
+    """One run dir watched by a mirror: what the block of `mirrored_run` gets."""
+
+    def __init__(self, mirror: CheckpointMirror, key: str) -> None:
+        self.mirror = mirror
+        self.key = key
+
+    def flush(self, timeout: float) -> bool:
+        """Copy the newest checkpoint now (the run is ending) and wait for it for at most
+        `timeout` seconds; True when it reached the mirror."""
+        self.mirror.release(self.key)
+        deadline = time.monotonic() + timeout
+        while self.mirror.busy(self.key) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return not self.mirror.busy(self.key)
+
+
 @contextmanager
 def mirrored_run(
     url: str, run_dir: Path, say: Callable[[str], None], wait_s: float = WAIT_S
-) -> Iterator[CheckpointMirror]:
+) -> Iterator[MirroredRun]:
     """Pull if the run dir has no checkpoint, mirror while the block runs, copy the last
     checkpoint at the end. Raises MirrorURLError for a URL of no known kind."""
     run_dir = Path(run_dir)
@@ -63,7 +82,7 @@ def mirrored_run(
     key = mirror.watch(run_dir)
     mirror.start()
     try:
-        yield mirror
+        yield MirroredRun(mirror, key)
     finally:
         mirror.release(key)
         deadline = time.monotonic() + wait_s
