@@ -226,8 +226,31 @@ KINDS: tuple[Kind, ...] = (
             Field("level", "str", '"info", "warn" or "error"'),
             Field("code", "str", "what happened, for code (e.g. resumed, ckpt_corrupt); optional"),
             Field("step", "int", "the step it is about; optional"),
+            Field(
+                "reason",
+                "str",
+                'a graceful stop\'s cause: "SIGTERM", "SIGINT" or "stop_after" (code'
+                " stopped_gracefully, trainer/preemption.py)",
+            ),
+            Field("checkpoint_step", "int", "a graceful stop: the step of its checkpoint"),
+            Field(
+                "save_seconds",
+                "float",
+                "a graceful stop: from the signal (or the budget's margin) to a complete"
+                " checkpoint, mirror copy included",
+            ),
+            Field(
+                "grace_s", "float", "a graceful stop: the grace it had (the config's stop_grace)"
+            ),
+            Field("within_grace", "bool", "a graceful stop: save_seconds ≤ grace_s"),
+            Field(
+                "mirrored",
+                "bool or null",
+                "a graceful stop: its checkpoint reached the --mirror (null: no mirror)",
+            ),
         ),
-        more_fields="a supervisor's crash events add at_step, resume_from, lost_steps, crash_mode",
+        more_fields="a supervisor's crash events add at_step, resume_from, lost_steps, crash_mode;"
+        " a graceful stop cut off by a SIGKILL (code graceful_stop_lost) adds lost_steps",
     ),
     Kind(
         "run",
