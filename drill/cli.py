@@ -24,6 +24,7 @@ from crashdrill.closed_output import quiet_when_output_closed
 from crashdrill.drill.compare import EXIT_USAGE
 from crashdrill.drill.engine import StartError
 from crashdrill.drill.trace import TraceError
+from crashdrill.workers.process_tree import become_subreaper
 
 MAX_KILLS = 100
 
@@ -35,6 +36,11 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--kills", type=int, default=2, help="how many SIGKILLs (default 2)")
     p.add_argument("--seed", type=int, help="draws the kill points; printed, so it replays")
     p.add_argument("--json", metavar="FILE", help="write the report as JSON ('-': stdout)")
+    p.add_argument(
+        "--junit",
+        metavar="FILE",
+        help="also write the report as JUnit XML, one test case per resume (for CI)",
+    )
     p.add_argument(
         "--loss-regex",
         metavar="RE",
@@ -51,6 +57,12 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         action="store_true",
         help="add --resume-args on every restart, even when the checkpoint dir is still empty "
         "(default: only when it holds something)",
+    )
+    p.add_argument(
+        "--rank",
+        type=int,
+        default=0,
+        help="a multi-process script (torchrun): read steps from this rank's lines (default 0)",
     )
     p.add_argument(
         "--timeout",
@@ -112,12 +124,14 @@ def run(args: argparse.Namespace) -> int:
         return _usage("give either --preset NAME or -- COMMAND… (one of them)")
     if not 0 <= args.kills <= MAX_KILLS:
         return _usage(f"--kills {args.kills}: a whole number in [0, {MAX_KILLS}]")
+    if args.rank < 0:
+        return _usage(f"--rank {args.rank}: a rank is a whole number >= 0")
     if args.timeout <= 0:
         return _usage(f"--timeout {args.timeout:g}: a number of seconds > 0")
     if args.preset:
         extra = [
             f"--{n.replace('_', '-')}"
-            for n in ("loss_regex", "resume_args", "resume_args_always", "compare_file")
+            for n in ("loss_regex", "resume_args", "resume_args_always", "compare_file", "rank")
             if getattr(args, n)
         ]
         if extra:
@@ -128,6 +142,9 @@ def run(args: argparse.Namespace) -> int:
         flag = "--run" if args.run else "--no-fork-server"
         return _usage(f"{flag} applies to --preset, not to a COMMAND")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
+    # Orphans of a run (a launcher's child whose parent died) are re-parented to the drill,
+    # not to init: they stay findable, and the drill reaps what it kills.
+    become_subreaper()
     try:
         if args.preset:
             from crashdrill.trainer.presets import PresetError
@@ -152,12 +169,17 @@ def run(args: argparse.Namespace) -> int:
                 seed=seed,
                 resume_args=shlex.split(args.resume_args) if args.resume_args else None,
                 resume_args_always=args.resume_args_always,
+                rank=args.rank,
                 timeout=args.timeout,
                 work_dir=args.work_dir,
                 compare_files=args.compare_file,
             )
     except (TraceError, StartError, FileExistsError, ValueError) as e:
         return _usage(str(e))
+    if args.junit:
+        from crashdrill.drill.junit import write_junit
+
+        write_junit(result, args.junit)
     if args.json == "-":
         print(json.dumps(report.to_json(result), indent=2))
     else:

@@ -52,7 +52,9 @@ class CommandTarget(Target):
         resume_args_always: bool = False,
         timeout: float = 600.0,
         cwd: str | None = None,
+        rank: int = 0,
     ) -> None:
+        self.rank = rank
         self.argv = list(argv)
         self.resume_args = list(resume_args or [])
         self.resume_args_always = resume_args_always
@@ -72,7 +74,13 @@ class CommandTarget(Target):
             return None
         if not restart:
             return False
-        return self.resume_args_always or bool(final_names(self.snapshot(ckpt_dir)))
+        return self.resume_args_always or self.has_checkpoint(self.snapshot(ckpt_dir))
+
+    def has_checkpoint(self, snap: Snapshot | None) -> bool:
+        """Anything under a final name: a temp file (`x.tmp`, `tmp…/`) of a write under way
+        is not a checkpoint yet (the drill may read the step line before the write began
+        only once the temp file exists)."""
+        return bool(final_names(snap))
 
     def command(self, ckpt_dir: Path, restart: bool) -> list[str]:
         resume = self.gets_resume_args(ckpt_dir, restart)
@@ -92,4 +100,5 @@ class CommandTarget(Target):
             "command": self.argv,
             "resume_args": self.resume_args,
             "resume_args_always": self.resume_args_always,
+            "rank": self.rank,
         }

@@ -2,17 +2,18 @@
 
 A run is a chain of segments. Segment 0 is the first process; each SIGKILL from the plan
 ends a segment and the next one is the same command started again (with the target's
-resume arguments). Every process gets its own process group, so the kill reaches the
-script's children too, and every process is bounded by the target's timeout.
+resume arguments). A kill takes down the process and every descendant, whatever session
+or process group each made for itself (workers/process_tree.py), and every process is
+bounded by the target's timeout.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import selectors
-import signal
 import subprocess
 import time
 from collections import deque
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from crashdrill.drill.plan import KillPoint
+from crashdrill.drill.ranks import line_of_rank
 from crashdrill.drill.snapshot import (  # re-exported: the engine's callers import them here
     Snapshot,
     appeared_incomplete,
@@ -29,6 +31,7 @@ from crashdrill.drill.snapshot import (  # re-exported: the engine's callers imp
     scan,
 )
 from crashdrill.drill.trace import LossParser, StepPoint
+from crashdrill.workers.process_tree import kill_tree, tree_marker
 
 __all__ = [
     "Child",
@@ -137,6 +140,7 @@ class Target:
 
     parser: LossParser
     timeout: float
+    rank: int = 0  # whose output the steps are read from (drill/ranks.py)
 
     def command(self, ckpt_dir: Path, restart: bool) -> list[str]:
         raise NotImplementedError
@@ -210,6 +214,7 @@ class Segment:
     in_write: bool = False  # the kill landed inside a checkpoint write
     cpu_s: float | None = None  # user + system CPU seconds of the process
     resume_args: bool | None = None  # started with the target's resume arguments
+    processes_killed: int | None = None  # by the plan's kill: the process and its tree
 
     @property
     def last_step(self) -> int | None:
@@ -225,19 +230,21 @@ class Segment:
         return not self.killed and not self.hung and self.exit_code not in (0, None)
 
 
-_LIVE: set[Child] = set()  # started and not yet reaped
+_LIVE: dict[Child, str] = {}  # started and not yet reaped → the marker of its tree
+_MARKERS = itertools.count(1)
 
 
-def _kill_group(proc: Child) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+def _kill_tree(proc: Child) -> int:
+    """SIGKILL the process and everything it started, whatever session or process group
+    they made (torchrun's ranks make their own): how many processes that took down."""
+    return kill_tree(proc.pid, marker=_LIVE.get(proc))
 
 
 def kill_all() -> None:
-    """Kill every process group this module started and has not reaped (on Ctrl-C, or
+    """Kill every process tree this module started and has not reaped (on Ctrl-C, or
     when the drill stops early)."""
     for proc in list(_LIVE):
-        _kill_group(proc)
+        _kill_tree(proc)
 
 
 def run_segment(
@@ -254,21 +261,22 @@ def run_segment(
     path); its children inherit it."""
     resume_args = target.gets_resume_args(ckpt_dir, restart=index > 0)
     argv = target.command(ckpt_dir, restart=index > 0)
-    env = {**os.environ, **target.environ(ckpt_dir, kill)}
+    marker = f"{os.getpid()}-{next(_MARKERS)}"
+    env = {**os.environ, **target.environ(ckpt_dir, kill), **tree_marker(marker)}
     if kill is None or not kill.during_write:
         env.pop("CRASHDRILL_CKPT_PAUSE", None)
     seg = Segment(index, argv, kill, started=time.monotonic(), resume_args=resume_args)
     proc = target.start(argv, env, target.cwd)
-    _LIVE.add(proc)
+    _LIVE[proc] = marker
     if nice:
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, proc.pid, nice)
     try:
         _follow(proc, seg, target, ckpt_dir, kill, observe_checkpoints)
     finally:
-        _kill_group(proc)  # a no-op when it has exited; children left behind die with it
+        _kill_tree(proc)  # when it has exited: whatever it left running in the background
         proc.wait()
-        _LIVE.discard(proc)
+        _LIVE.pop(proc, None)
     if seg.killed and seg.exit_code is not None and seg.exit_code >= 0:
         # It exited on its own before the SIGKILL reached it (the kill came too late on a
         # busy machine): no crash happened, so there is nothing to resume from it.
@@ -297,7 +305,7 @@ def _follow(
     def do_kill(in_write: bool) -> None:
         before = watch.snapshot_before() if watch else None
         seg.snapshot_before_kill = before if before is not None else target.snapshot(ckpt_dir)
-        _kill_group(proc)
+        seg.processes_killed = _kill_tree(proc)
         seg.kill_time = time.monotonic()
         seg.killed = True
         seg.in_write = in_write
@@ -312,7 +320,10 @@ def _follow(
             if watch and not seg.killed and watch.on_stderr(line):
                 do_kill(True)
             return
-        point = target.parser.parse(line, now)
+        ranked = line_of_rank(line, target.rank)
+        if ranked is None:
+            return  # another rank's line
+        point = target.parser.parse(ranked, now)
         if point is None:
             if len(seg.other_stdout) < 5 and line.strip():
                 seg.other_stdout.append(line[:200])
@@ -341,7 +352,7 @@ def _follow(
         if stopped is not None and now > stopped + DRAIN_SECONDS:
             break  # something outside the group holds the pipes open
         if stopped is None and now > deadline:
-            _kill_group(proc)
+            _kill_tree(proc)
             seg.hung = True
             stopped = now
         interval = watch.interval if watch and stopped is None else 0.05
@@ -365,7 +376,7 @@ def _follow(
             do_kill(True)
     sel.close()
     if not _reap(proc, seg, max(deadline, time.monotonic() + 0.1)):
-        _kill_group(proc)  # closed its pipes but kept running
+        _kill_tree(proc)  # closed its pipes but kept running
         seg.hung = True
         _reap(proc, seg, math.inf)
     for stream in (proc.stdout, proc.stderr):

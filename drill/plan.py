@@ -5,7 +5,8 @@ The plan is a list of KillPoints in the order the crashed run meets them:
 - the first kill lands before the first checkpoint after the start (a resume from
   nothing, or from the step-0 checkpoint, must work too);
 - with two kills or more, one lands *while a checkpoint is being written* (a torn write
-  must not be loadable);
+  must not be loadable); in a soak (10 kills or more) one in five does, each in a
+  different write;
 - the others are spread over the run, one per equal slice of it.
 """
 
@@ -14,6 +15,9 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+SOAK_KILLS = 10  # from this many kills on, a plan is a soak:
+WRITES_EVERY = 5  # one kill in this many lands inside a checkpoint write
 
 
 @dataclass(frozen=True)
@@ -63,9 +67,18 @@ def draw_kills(
         if write_steps is not None:
             choices = [c for c in write_steps if c > after]
         else:
-            choices = [s for s in cands if s > after and (first_ckpt is None or s >= first_ckpt)]
+            # Armed after the first checkpoint's step: the write it lands in is a later one,
+            # so a complete checkpoint exists to fall back on (or to find torn in place).
+            choices = [s for s in cands if s > after and (first_ckpt is None or s > first_ckpt)]
         if choices:
             points.append(KillPoint(_pick(choices, u[1]), during_write=True))
+            used.add(points[-1].step)
+        rest = [c for c in choices if c not in used]
+        n = min(kills // WRITES_EVERY - 1 if kills >= SOAK_KILLS else 0, len(rest))
+        more = [rng.random() for _ in range(n)]  # after the others: small plans unchanged
+        for i in range(n):  # a soak: one kill in five inside a write, spread over them
+            lo, hi = i * len(rest) // n, (i + 1) * len(rest) // n
+            points.append(KillPoint(_pick(rest[lo:hi], more[i]), during_write=True))
             used.add(points[-1].step)
 
     pool = [s for s in cands if s not in used]

@@ -41,6 +41,7 @@ def kills(result: DrillResult) -> list[dict[str, Any]]:
                 ),
                 "step": seg.last_step if landed and seg else None,
                 "in_checkpoint_write": bool(landed and seg and seg.in_write),
+                "processes": seg.processes_killed if landed and seg else None,
             }
         )
     return out
@@ -157,7 +158,8 @@ def table(result: DrillResult) -> str:
             else f"at step {k['step']}"
         )
         if k["landed"]:
-            lines.append(f"  kill {k['index']:<6} {where} (t {k['t']:.2f} s)")
+            took = f", {k['processes']} processes" if (k["processes"] or 1) > 1 else ""
+            lines.append(f"  kill {k['index']:<6} {where} (t {k['t']:.2f} s{took})")
         else:
             lines.append(f"  kill {k['index']:<6} planned {k['planned_step']}: never landed")
     if an.resumes:

@@ -173,6 +173,7 @@ def verify_command(
     work_dir: str | Path | None = None,
     compare_files: list[str] | None = None,
     cwd: str | None = None,
+    rank: int = 0,
 ) -> DrillResult:
     t0 = time.monotonic()
     target = CommandTarget(
@@ -182,6 +183,7 @@ def verify_command(
         resume_args_always=resume_args_always,
         timeout=timeout,
         cwd=cwd,
+        rank=rank,
     )
     with _work_dirs(work_dir) as (ref_dir, crash_dir):
         ref = run_segment(target, ref_dir, 0, None, observe_checkpoints=True)

@@ -26,6 +26,13 @@ for step in range(1, 201):
 """
 
 
+def _dead(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def target(code: str, timeout: float = 20.0) -> CommandTarget:
     return CommandTarget([sys.executable, "-c", code], parser=LossParser(), timeout=timeout)
 
@@ -66,6 +73,35 @@ def test_the_kill_reaches_the_scripts_children(tmp_path: Path) -> None:
         time.sleep(0.05)
     else:
         pytest.fail(f"child {child} outlived the kill")
+
+
+def test_the_kill_reaches_children_that_made_their_own_session(tmp_path: Path) -> None:
+    """As torchrun starts its ranks: a process group kill would leave them running."""
+    pidfile = tmp_path / "child.pid"
+    sleeper = "[sys.executable, '-c', 'import time; time.sleep(30)']"
+    code = (
+        "import subprocess, sys\n"
+        f"a = subprocess.Popen({sleeper}, start_new_session=True)\n"
+        f"b = subprocess.Popen({sleeper}, start_new_session=True)\n"
+        f"open({str(pidfile)!r}, 'w').write(f'{{a.pid}} {{b.pid}}')\n" + STEPS
+    )
+    seg = run_segment(target(code), tmp_path, 0, KillPoint(3))
+    assert seg.killed and seg.processes_killed == 3
+    assert all(_dead(pid) for pid in map(int, pidfile.read_text().split()))
+
+
+def test_what_a_finished_process_left_running_does_not_outlive_it(tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    code = (
+        "import subprocess, sys\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'],"
+        " start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        'print(\'{"step": 1, "loss": 1.5}\')\n'
+    )
+    seg = run_segment(target(code), tmp_path, 0, None)
+    assert seg.exit_code == 0 and not seg.killed
+    assert _dead(int(pidfile.read_text()))
 
 
 def test_a_last_line_without_a_newline_counts_when_the_process_exits(tmp_path: Path) -> None:

@@ -73,3 +73,12 @@ def test_the_quick_preset_plan_follows_its_checkpoint_cadence(seed: int) -> None
     assert 1 <= first.step < target.ckpt_every
     assert write.during_write and write.step % target.ckpt_every == 0
     assert first.step < write.step < target.steps
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_soak_lands_one_kill_in_five_inside_different_checkpoint_writes(seed: int) -> None:
+    plan = _draw(seed, 50, candidates=range(1, 600), write_steps=range(50, 600, 50))
+    writes = [p.step for p in plan if p.during_write]
+    assert len(plan) == 50 and len(writes) == 10 == len(set(writes))
+    assert all(w % 50 == 0 for w in writes) and plan[0].step < 50
+    assert [p.step for p in plan] == sorted(p.step for p in plan)

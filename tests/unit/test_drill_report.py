@@ -37,7 +37,10 @@ RESUME_KEYS = {
     "bit_identical", "restarted_from_start", "checkpoint_existed", "latency_s", "outcome",
     "verdict", "resume_args",
 }  # fmt: skip
-KILL_KEYS = {"index", "planned_step", "during_write", "landed", "t", "step", "in_checkpoint_write"}
+KILL_KEYS = {
+    "index", "planned_step", "during_write", "landed", "t", "step", "in_checkpoint_write",
+    "processes",
+}  # fmt: skip
 
 
 def test_json_report_has_the_documented_fields(tmp_path: Path) -> None:

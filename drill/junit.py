@@ -1,0 +1,74 @@
+"""The drill's report as JUnit XML (`--junit FILE`), so that a CI system shows each resume
+as a test case: `resume 2 (killed at step 22, inside a checkpoint write)` passes when it
+is bit-identical and fails with its verdict and its findings otherwise. Findings about
+the whole run (the reference failed, too few digits, the final state) are one more case,
+`the whole run`; a drill with no resume at all is that one case alone.
+
+    crashdrill verify --junit drill.xml -- python train.py
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from crashdrill.drill.verify import DrillResult
+
+SUITE = "crashdrill verify"
+
+
+def _title(result: DrillResult) -> str:
+    what = result.target.describe()
+    if result.mode == "preset":
+        return f"preset {what.get('preset')} run {what.get('run')}"
+    command = what.get("command")
+    return " ".join(map(str, command)) if isinstance(command, list) else "a command"
+
+
+def to_xml(result: DrillResult) -> ET.Element:
+    an, segs = result.analysis, result.evidence.crashed
+    suite = ET.Element("testsuite", name=SUITE)
+    classname = f"{SUITE}.seed {result.seed}"
+    props = ET.SubElement(suite, "properties")  # first, as JUnit readers expect
+    for key, value in (("target", _title(result)), ("seed", str(result.seed))):
+        ET.SubElement(props, "property", name=key, value=value)
+    cases = 0
+    failures = 0
+
+    def case(name: str, failure: str | None, message: str, seconds: float | None) -> None:
+        nonlocal cases, failures
+        el = ET.SubElement(suite, "testcase", classname=classname, name=name)
+        if seconds is not None:
+            el.set("time", f"{max(seconds, 0.0):.3f}")
+        cases += 1
+        if failure is not None:
+            failures += 1
+            fail = ET.SubElement(el, "failure", message=message)
+            fail.text = failure
+
+    for r in an.resumes:
+        where = "inside a checkpoint write" if r.kill_in_write else f"at step {r.killed_at_step}"
+        name = f"resume {r.index} (killed {where})"
+        texts = [f.text for f in an.findings if f.resume == r.index and f.fails]
+        ok = r.bit_identical and not texts
+        seg = segs[r.index] if r.index < len(segs) else None
+        seconds = seg.ended - seg.started if seg is not None and seg.ended else None
+        case(name, None if ok else "\n".join([r.verdict, *texts]), r.verdict, seconds)
+    general = [f for f in an.findings if f.resume is None]
+    failing = [f for f in general if f.fails]
+    if failing or not an.resumes:
+        text = "\n".join(f"[{f.code}] {f.text}" for f in general) or "no resume to compare"
+        bad = failing or an.verdict != "pass"
+        case("the whole run", text if bad else None, an.verdict, result.wall_s)
+    suite.set("tests", str(cases))
+    suite.set("failures", str(failures))
+    suite.set("errors", "0")
+    suite.set("time", f"{result.wall_s:.3f}")
+    return suite
+
+
+def write_junit(result: DrillResult, path: str | Path) -> None:
+    root = ET.Element("testsuites")
+    root.append(to_xml(result))
+    ET.indent(root)
+    Path(path).write_bytes(ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n")
