@@ -17,6 +17,7 @@ from crashdrill.drill.engine import (
     modified_in_place,
 )
 from crashdrill.drill.plan import KillPoint
+from crashdrill.drill.record_fields import RunRecords, field_verdict
 from crashdrill.drill.trace import Precision, StepPoint, classify_precision, step_spacing
 from crashdrill.trainer.resume_compare import LOSS, FieldComparison, compare
 
@@ -59,6 +60,7 @@ class Evidence:
     crashed: list[Segment]
     plan: list[KillPoint]
     final_params: FinalParams | None = None
+    records: RunRecords | None = None  # the built-in trainer's run records, both runs
 
 
 @dataclass
@@ -81,6 +83,8 @@ class ResumeVerdict:
     outcome: str  # how the resumed process ended: killed, finished, crashed, hung
     verdict: str
     resume_args: bool | None = None  # started with the script's resume arguments
+    # Every compared field of the run records (the built-in trainer), else only the loss
+    fields: tuple[FieldComparison, ...] = ()
 
     @property
     def points(self) -> int:  # step pairs compared with the reference
@@ -184,8 +188,7 @@ def analyse(ev: Evidence) -> Analysis:
         )
 
     resumes = [
-        _check(k, segs, ref, target, spacing, precision, unrepeatable, findings)
-        for k in range(1, len(segs))
+        _check(k, ev, spacing, precision, unrepeatable, findings) for k in range(1, len(segs))
     ]
 
     last = segs[-1] if segs else None
@@ -270,14 +273,13 @@ def _reference_problem(ref: Segment, target: Target) -> Finding:
 
 def _check(
     k: int,
-    segs: list[Segment],
-    ref: Segment,
-    target: Target,
+    ev: Evidence,
     spacing: int,
     precision: Precision,
     unrepeatable: bool,
     findings: list[Finding],
 ) -> ResumeVerdict:
+    segs, ref, target = ev.crashed, ev.reference, ev.target
     prev, seg = segs[k - 1], segs[k]
     killed_at = prev.last_step
     from_step = target.resumed_from(seg)
@@ -375,6 +377,11 @@ def _check(
                     "nondeterministic kernels or a different thread count (or state that "
                     "only acts later, e.g. the LR schedule or a data epoch)",
                 )
+    fields = ev.records.compare(k) if ev.records is not None else (loss,)
+    other = field_verdict(fields) if i is None and not verdict else None
+    if other is not None:
+        verdict = other[0]
+        add("fields-differ", other[1])
     exact = precision.exact
     if not verdict:
         verdict = "bit-identical" if exact else f"equal at {precision.digits} digits"
@@ -396,4 +403,5 @@ def _check(
         outcome=_outcome(seg),
         verdict=verdict,
         resume_args=seg.resume_args,
+        fields=fields,
     )

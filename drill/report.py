@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from crashdrill.drill.compare import ResumeVerdict
+from crashdrill.drill.record_fields import fields_summary
 from crashdrill.drill.verify import DrillResult
+from crashdrill.trainer.resume_compare import differing
 
 SCHEMA = "crashdrill.verify/1"
 
@@ -70,6 +72,8 @@ def _resume(r: ResumeVerdict) -> dict[str, Any]:
         "outcome": r.outcome,
         "verdict": r.verdict,
         "resume_args": r.resume_args,
+        "differing": differing(r.fields),
+        "fields": [f.to_json() for f in r.fields],
     }
 
 
@@ -180,6 +184,9 @@ def table(result: DrillResult) -> str:
                 f"{rec:<16}  {r.points:>6}  {_delta(r.max_abs_delta):>8}  "
                 f"{_delta(r.mean_abs_delta):>8}  {div:>9}  {lat:>7}  {r.verdict}"
             )
+    for r in an.resumes:
+        if len(r.fields) > 1:  # the run records were compared, not only the printed loss
+            lines.append(f"  resume {r.index} records: {fields_summary(r.fields)}")
     given = [r.index for r in an.resumes if r.resume_args]
     if any(r.resume_args is not None for r in an.resumes):
         without = [str(r.index) for r in an.resumes if r.resume_args is False]

@@ -33,6 +33,7 @@ from crashdrill.drill.compare import Analysis, Evidence, FinalParams, analyse
 from crashdrill.drill.engine import Segment, Target, kill_all, run_crashed, run_segment
 from crashdrill.drill.final_state import compare_final_params, compare_final_params_forked
 from crashdrill.drill.plan import KillPoint, draw_kills
+from crashdrill.drill.record_fields import RunRecords
 from crashdrill.drill.trace import LossParser
 
 REFERENCE_NICE = 5
@@ -157,7 +158,8 @@ def _verify_preset(
             else:  # torch is imported there already: no import here, on the critical path
                 server, env = target.fork_server, dict(os.environ)
                 final = compare_final_params_forked(server, ref_dir, crash_dir, env, timeout)
-        evidence = Evidence(target, ref, target.snapshot(ref_dir), crashed, plan, final)
+        records = RunRecords.read(ref_dir, crash_dir)  # every field, not only the loss
+        evidence = Evidence(target, ref, target.snapshot(ref_dir), crashed, plan, final, records)
     return _finish(target, "preset", seed, kills, plan, evidence, t0)
 
 

@@ -35,7 +35,11 @@ RESUME_KEYS = {
     "index", "killed_at_step", "kill_in_checkpoint_write", "from_step", "first_step",
     "recomputed", "points", "max_abs_delta", "mean_abs_delta", "first_divergent_step",
     "bit_identical", "restarted_from_start", "checkpoint_existed", "latency_s", "outcome",
-    "verdict", "resume_args",
+    "verdict", "resume_args", "differing", "fields",
+}  # fmt: skip
+FIELD_KEYS = {
+    "field", "equal", "points", "steps", "first_divergent_step", "max_abs_delta",
+    "mean_abs_delta", "infinite_delta", "numeric",
 }  # fmt: skip
 KILL_KEYS = {
     "index", "planned_step", "during_write", "landed", "t", "step", "in_checkpoint_write",
@@ -53,12 +57,14 @@ def test_json_report_has_the_documented_fields(tmp_path: Path) -> None:
     assert data["kills"][1]["in_checkpoint_write"] and data["kills"][1]["step"] == 22
     assert all(set(r) == RESUME_KEYS for r in data["resumes"])
     assert data["resumes"][1]["recomputed"] == {"first": 16, "last": 22, "steps": 7}
+    assert all(set(f) == FIELD_KEYS for r in data["resumes"] for f in r["fields"])
+    assert [f["field"] for f in data["resumes"][1]["fields"]] == ["step.loss"]  # stdout only
     assert data["final_state"]["method"] == "bytes"
 
 
 def test_every_json_field_is_documented() -> None:
     text = DOCS.read_text(encoding="utf-8")
-    for key in SCHEMA_KEYS | RESUME_KEYS | KILL_KEYS:
+    for key in SCHEMA_KEYS | RESUME_KEYS | KILL_KEYS | FIELD_KEYS:
         assert f"`{key}`" in text, f"docs/verify.md does not document {key}"
 
 
