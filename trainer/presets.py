@@ -70,7 +70,7 @@ _TOP_LEVEL = (
 )
 _KNOB_KEYS = ("name", "a", "b")
 _CRASH_KEYS = ("mode", "expect")
-CRASH_MODES = ("kill", "during_save", "wipe")
+CRASH_MODES = ("kill", "during_save", "wipe", "host")
 LABELS = ("A", "B")
 KNOB = "knob"
 SETTINGS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name != "extra")

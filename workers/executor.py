@@ -68,6 +68,8 @@ class Executor(Protocol):
 
     name: str
 
+    def prepare(self, launch: Launch) -> None: ...
+
     def start(
         self, launch: Launch, env: Mapping[str, str], *, require_checkpoint: bool
     ) -> Trainer: ...
@@ -92,6 +94,8 @@ class Executor(Protocol):
 
     def relocate(self, run_dir: Path) -> Host | None: ...
 
+    def release(self, run_dir: Path) -> None: ...
+
 
 class LocalTrainer:
     """A trainer on this machine: its host never vanishes while the server watches."""
@@ -114,6 +118,9 @@ class LocalExecutor:
     """Subprocesses on this machine, their run dir the server's own (the default)."""
 
     name = "local"
+
+    def prepare(self, launch: Launch) -> None:
+        """Nothing to learn in advance: the trainer runs here, whatever it needs."""
 
     def start(self, launch: Launch, env: Mapping[str, str], *, require_checkpoint: bool) -> Trainer:
         """Start the trainer in a session of its own, its output in the run dir's files;
@@ -161,3 +168,6 @@ class LocalExecutor:
     def relocate(self, run_dir: Path) -> Host | None:
         """Move the run to another machine: there is none here (the caller says so)."""
         return None
+
+    def release(self, run_dir: Path) -> None:
+        """The run ended: nothing is held for it here."""

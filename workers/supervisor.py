@@ -3,6 +3,7 @@
     sup = Supervisor(Launch(run_dir, "quick", "A"), on_change=print)
     sup.start()          # trainer in its own session; stdout/stderr go to files in run_dir
     sup.crash()          # a crash test: SIGKILL, then a restart with --require-checkpoint
+    sup.preempt(30)      # SIGTERM, SIGKILL after 30 s unless it stopped; then a resume
     sup.stop("its owner")
 
 A trainer that dies by SIGKILL (a crash test, or the out-of-memory killer) is restarted
@@ -18,6 +19,12 @@ SIGKILLs and then deletes the run's local checkpoint directory, like a disk that
 with the session; "host" does the same and restarts the run on another machine (a Ray
 node), which pulls the newest verified checkpoint from the mirror. A trainer whose machine
 vanishes (`lost_host`) is restarted elsewhere the same way, unasked.
+A preemption (`preempt(grace_s)`) is the announced death of spot VMs and SLURM: SIGTERM,
+then SIGKILL when the grace runs out. A trainer that stops gracefully (exit 75: a complete
+checkpoint of its last step) is restarted as a resume whose event says the stop cost 0
+steps; so is one that stopped itself (its time budget) or was SIGTERMed by its machine;
+one that died on the SIGTERM or was SIGKILLed after the grace resumes from its newest
+complete checkpoint, and the event counts the steps lost (workers/graceful_stop.py).
 Exit 0 is finished; every other death marks the run failed, with the stderr tail as an
 event. The supervisor writes its events into the run's records.jsonl (only while no
 trainer is alive), so the file tells the whole story in order.
@@ -47,6 +54,14 @@ import psutil
 
 from crashdrill.trainer.presets import CRASH_MODES
 from crashdrill.workers.executor import Executor, Host, LocalExecutor, Trainer
+from crashdrill.workers.graceful_stop import (
+    PREEMPT_GRACE_S,
+    Preemption,
+    StopHistory,
+    count_the_cost,
+    is_stop,
+    trainer_stop,
+)
 from crashdrill.workers.mirror import Restored
 from crashdrill.workers.restart_events import (
     failure_text,
@@ -128,6 +143,8 @@ class Supervisor:
         self._crash_mode = "kill"
         self._crash_save_step: int | None = None
         self._stop_requested: str | None = None
+        self._preempt: Preemption | None = None
+        self._stops = StopHistory()
         self._detached = False
         self._unrequested_kills = 0
         self._stderr_since = 0
@@ -173,8 +190,8 @@ class Supervisor:
             proc = self._proc
             if proc is None or self._stop_requested:
                 raise NotRunning("the trainer is not running")
-            if self._crash_requested:
-                raise NotRunning("a crash test is already on its way")
+            if self._crash_requested or self._preempt is not None:
+                raise NotRunning("a crash test or a preemption is already on its way")
             self._crash_requested = True
             self._crash_mode = mode
             self._crash_save_step = None
@@ -191,6 +208,21 @@ class Supervisor:
                 proc.signal(signal.SIGKILL)
             except (ProcessLookupError, psutil.NoSuchProcess):
                 self._crash_requested = False
+                raise NotRunning("the trainer has already exited") from None
+            return proc.pid
+
+    def preempt(self, grace_s: float = PREEMPT_GRACE_S) -> int:
+        """Preempt the trainer as a platform does: SIGTERM now, SIGKILL after `grace_s`
+        unless it has ended; then a restart that resumes. Returns the pid signalled."""
+        with self._lock:
+            proc = self._proc
+            if proc is None or self._stop_requested:
+                raise NotRunning("the trainer is not running")
+            if self._crash_requested or self._preempt is not None:
+                raise NotRunning("a crash test or a preemption is already on its way")
+            try:
+                self._preempt = Preemption(proc, grace_s, self.run_dir.last_seen()[1])
+            except (ProcessLookupError, psutil.NoSuchProcess):
                 raise NotRunning("the trainer has already exited") from None
             return proc.pid
 
@@ -274,8 +306,11 @@ class Supervisor:
         with self._lock:
             crash, stop = self._crash_requested, self._stop_requested
             mode, save_step = self._crash_mode, self._crash_save_step
+            preempt, self._preempt = self._preempt, None
             self._crash_requested = False
             self._proc = None
+        if preempt is not None:
+            preempt.cancel()  # it ended: no SIGKILL for a pid that may be reused
         segment, step, stage = self.run_dir.last_seen()
         if code == EXIT_OK or (code is None and stage == "finished" and not stop):
             self._notify(Change("finished", exit_code=code))
@@ -285,6 +320,16 @@ class Supervisor:
             return False
         if lost_host is not None:
             return self._restart_elsewhere(f"Lost host {lost_host.name}", lost_host, segment, step)
+        saved = trainer_stop(self.run_dir, segment)
+        if not crash and is_stop(preempt, code, saved):
+            lead, level, why = self._stops.after(preempt, code, saved, step, self.run_dir)
+            if why is None:
+                self._fail(lead, exit_code=code, segment=segment)
+                return False
+            return self._restart(
+                lead, segment, step, code=why, level=level, mode="preempt", stopped=True
+            )
+        self._stops.reset()
         killed = code == -signal.SIGKILL or (code is None and stage != "failed")
         if crash:
             lead = "Crash test: killed the process with SIGKILL (no chance to save)"
@@ -345,6 +390,7 @@ class Supervisor:
         level: str,
         had_checkpoint: bool | None = None,
         mode: str = "kill",
+        stopped: bool = False,
     ) -> bool:
         """Restart the trainer. Once the run has saved a checkpoint (`had_checkpoint`,
         default: one exists now) the restart requires one: resume it or refuse, never a
@@ -357,6 +403,8 @@ class Supervisor:
         event = restart_event(
             lead, segment, step, ckpt, pulled, require, code=code, level=level, mode=mode
         )
+        if stopped:
+            event = count_the_cost(event)
         text = event["text"]
         self._append([event])
         self._notify(Change("restarting", text=text))

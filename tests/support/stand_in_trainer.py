@@ -11,7 +11,10 @@ tests and the fan-out benchmark; integration tests use the real trainer.
 
 Environment: CRASHDRILL_STANDIN_STEPS (default 60), _STEP_S (0.01), _CKPT_EVERY (10),
 _STARTUP_S (0), _FAIL_AT (a step at which to die with exit 1), _DRIFT (a resumed segment
-adds segment × 1e-4 to the loss).
+adds segment × 1e-4 to the loss). Graceful stops (trainer/preemption.py's exit 75 and
+stopped_gracefully event): _GRACEFUL=1 stops so on SIGTERM, its save taking _SAVE_S (0);
+_STOP_AT (a step at which segment 0 stops itself, as a time budget does; every segment
+with _STOP_ALWAYS=1).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import struct
 import sys
 import time
@@ -58,6 +62,32 @@ def _loss(step: int, segment: int) -> float:
     return 5.0 / math.sqrt(step) + 0.5 + drift
 
 
+def _stop_gracefully(rec: _Records, ckpt: Path, step: int, reason: str) -> int:
+    t0 = time.monotonic()
+    d = ckpt / f"step-{step:08d}"
+    if not (d / "MANIFEST.json").is_file():
+        time.sleep(_env("SAVE_S", 0))
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "MANIFEST.json").write_text(json.dumps({"step": step}))
+        rec.write("ckpt", step=step, bytes=1, seconds=0.0, path=str(d))
+    took = time.monotonic() - t0
+    rec.write(
+        "event",
+        text=f"Stopped gracefully at step {step} after {reason}.",
+        level="info",
+        code="stopped_gracefully",
+        step=step,
+        reason=reason,
+        checkpoint_step=step,
+        save_seconds=took,
+        grace_s=30.0,
+        within_grace=took <= 30.0,
+        mirrored=None,
+    )
+    print(f"crashdrill: stopped gracefully at step {step} after {reason}", file=sys.stderr)
+    return 75
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="stand_in_trainer")
     p.add_argument("preset")
@@ -81,6 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     info_path.write_text(json.dumps(info))
     segment = starts
     rec = _Records(run_dir / "records.jsonl", segment)
+    stop: dict[str, str] = {}
+    if os.environ.get("CRASHDRILL_STANDIN_GRACEFUL"):
+        signal.signal(signal.SIGTERM, lambda *_: stop.setdefault("reason", "SIGTERM"))
+    stop_at = int(_env("STOP_AT", -1))
+    if segment > 0 and not os.environ.get("CRASHDRILL_STANDIN_STOP_ALWAYS"):
+        stop_at = -1
     time.sleep(_env("STARTUP_S", 0))
     rec.write("stage", stage="build", progress=1.0)
     rec.write("run", params=0, config={"steps": steps}, device="cpu", threads=1)
@@ -101,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         rec.write("resume", from_step=start, segment=segment, path=str(ckpt / f"step-{start:08d}"))
         rec.write("event", text=f"Resumed at step {start} from a checkpoint.", level="info")
     rec.write("stage", stage="train", progress=start / steps)
+    if stop or 0 <= stop_at <= start:
+        return _stop_gracefully(rec, ckpt, start, stop.get("reason", "stop_after"))
     for step in range(start + 1, steps + 1):
         if step == fail_at:
             print(
@@ -118,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
             (d / "MANIFEST.json").write_text(json.dumps({"step": step}))
             rec.write("ckpt", step=step, bytes=1, seconds=0.0, path=str(d))
             rec.write("event", text=f"Checkpoint at step {step}.", level="info")
+        if (stop or step == stop_at) and step < steps:
+            return _stop_gracefully(rec, ckpt, step, stop.get("reason", "stop_after"))
     rec.write("stage", stage="finished", progress=1.0)
     rec.write("event", text=f"Finished {steps} steps.", level="info", code="finished")
     return 0

@@ -1,0 +1,99 @@
+"""The supervisor's policy above an executor: the local one, and a host that vanishes."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pytest
+
+from crashdrill.workers.executor import Host, LocalExecutor, Trainer
+from crashdrill.workers.supervisor import Launch, Supervisor
+from tests.support.lab import STAND_IN
+from tests.unit.test_supervisor import Changes, records, wait_for_step
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(autouse=True)
+def env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRASHDRILL_STANDIN_STEPS", "40")
+    monkeypatch.setenv("CRASHDRILL_STANDIN_STEP_S", "0.02")
+    monkeypatch.setenv("CRASHDRILL_STANDIN_CKPT_EVERY", "10")
+
+
+class VanishingHost(LocalExecutor):
+    """The local executor on two pretend hosts: `vanish()` SIGKILLs the trainer the way a
+    machine that goes away does, and its next wait reports the host lost."""
+
+    def __init__(self) -> None:
+        self.current = Host("n1", "node-one")
+        self.trainer: Trainer | None = None
+        self.relocated = 0
+
+    def start(
+        self, launch: Launch, env: Mapping[str, str], *, require_checkpoint: bool
+    ) -> Trainer:
+        self.trainer = super().start(launch, env, require_checkpoint=require_checkpoint)
+        return self.trainer
+
+    def adopt(self, run_dir: Path, pids: Iterable[int | None]) -> Trainer | None:
+        return None
+
+    def host(self, run_dir: Path) -> Host | None:
+        return self.current
+
+    def relocate(self, run_dir: Path) -> Host | None:
+        self.relocated += 1
+        self.current = Host("n2", "node-two")
+        return self.current
+
+    def vanish(self) -> None:
+        assert self.trainer is not None
+        self.trainer.lost_host = self.current
+        self.trainer.signal(signal.SIGKILL)
+
+
+def test_crash_mode_host_without_a_cluster_restarts_here_like_wipe_and_says_so(
+    tmp_path: Path,
+) -> None:
+    changes = Changes()
+    sup = Supervisor(Launch(tmp_path / "run", "quick", "A", command=STAND_IN), changes)
+    sup.start()
+    wait_for_step(sup.run_dir, 15)
+    sup.crash("host")
+    changes.wait_for("failed")  # the checkpoints went with the "disk": --require-checkpoint
+    crash = next(r for r in records(sup.run_dir) if r.get("code") == "crash")
+    text = str(crash["text"])
+    assert "the run's checkpoint directory was deleted" in text
+    assert "There is no other machine to move to" in text
+    assert crash["crash_mode"] == "host"
+    assert changes.items[-1].exit_code == 3
+
+
+def test_a_lost_host_restarts_the_run_on_another_one_with_the_event_line(
+    tmp_path: Path,
+) -> None:
+    changes = Changes()
+    executor = VanishingHost()
+    launch = Launch(tmp_path / "run", "quick", "A", command=STAND_IN)
+    sup = Supervisor(launch, changes, poll_s=0.05, executor=executor)
+    sup.start()
+    wait_for_step(sup.run_dir, 25)
+    executor.vanish()
+    changes.wait_for("finished")
+    assert changes.states() == ["running", "restarting", "running", "finished"]
+    assert executor.relocated == 1
+    recs = records(sup.run_dir)
+    lost = next(r for r in recs if r.get("code") == "lost_host")
+    n, m = lost["at_step"], lost["resume_from"]
+    assert isinstance(n, int) and isinstance(m, int) and m <= n
+    assert lost["text"] == (
+        f"Lost host node-one at step {n}; resumed on host node-two from its disk at step {m}"
+        f" — {n - m} steps recomputed."
+    )
+    assert lost["lost_host"] == {"node_id": "n1", "name": "node-one"}
+    assert lost["host"] == {"node_id": "n2", "name": "node-two"}
+    resume = next(r for r in recs if r["kind"] == "resume")
+    assert resume["segment"] == 1 and resume["from_step"] == m

@@ -1,0 +1,411 @@
+"""The Ray executor: each run's trainer on a node of a Ray cluster (`crashdrill serve --ray`).
+
+    executor = RayExecutor.connect("127.0.0.1:6379", mirror="/shared/mirror")
+    Supervisor(launch, on_change, mirror=url, executor=executor)   # the same policy
+
+Each placement of a run is a detached, named actor (workers/ray_node.py's NodeRun) on a
+node with the resources the run's preset asks for (`num_gpus=1` for a CUDA run, else its
+`threads` CPUs): the actor starts `crashdrill run … --mirror URL` in a session of its own
+there, keeps the run dir on that node's disk, and outlives this server. Its name is kept
+in the server's copy of the run dir (ray.json), so a restarted server finds it again
+(`adopt`, the Ray form of adopting a trainer by pid).
+
+Records reach the server by offset: each `wait` asks the actor for the complete lines of
+records.jsonl and mirror.jsonl after the sizes of the server's copies, and appends them
+in one write each. A copy's size is its offset, so a server killed at any point neither
+loses nor repeats a line. A new placement is seeded with the server's copies (the node's
+files are always the server's copy plus what is not shipped yet).
+
+A node that dies takes the actor and its trainer with it: the next `wait` reports the host
+lost, and the supervisor restarts the run elsewhere (`relocate`), from the newest verified
+checkpoint in the mirror, which is why a cluster needs one every node reaches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import ray
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from crashdrill.trainer.presets import PresetError, get_preset
+from crashdrill.workers.executor import Host, Trainer
+from crashdrill.workers.mirror_restore import MirrorPull
+from crashdrill.workers.ray_node import SEEDED, SHIPPED, NodeRun
+from crashdrill.workers.run_dir import RUN_JSON, RunDir
+
+if TYPE_CHECKING:
+    from crashdrill.workers.supervisor import Launch
+
+NAMESPACE = "crashdrill"
+PLACEMENT = "ray.json"  # in the server's copy of the run dir: the actor of its placement
+CALL_S = 30.0  # one call to an actor
+PLACE_S = 120.0  # a new actor waiting for a node with the resources its run needs
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class ExecutorError(OSError):
+    """The cluster cannot do what was asked (unreachable, no node with the resources)."""
+
+
+@dataclass(frozen=True)
+class Resources:
+    num_cpus: float
+    num_gpus: float
+
+    @classmethod
+    def of_preset(cls, preset_ref: str) -> Resources:
+        """A CUDA run asks for one GPU; any other run for its `threads` CPUs."""
+        try:
+            cfg = get_preset(preset_ref).config_for("A")
+        except (PresetError, ValueError):
+            return cls(1, 0)
+        if cfg.device == "cuda":
+            return cls(1, 1)
+        return cls(max(1, cfg.threads), 0)
+
+
+def host_and_port(address: str) -> tuple[str, int] | None:
+    """The (host, port) a TCP check can try: HOST:PORT or ray://HOST:PORT; None: auto."""
+    rest = address.removeprefix("ray://")
+    if address == "auto" or ":" not in rest:
+        return None
+    host, _, port = rest.rpartition(":")
+    try:
+        return host.strip("[]"), int(port)
+    except ValueError:
+        return None
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Raise ExecutorError naming the address when nothing listens there."""
+    target = host_and_port(address)
+    if target is None:
+        return
+    try:
+        with socket.create_connection(target, timeout=timeout_s):
+            pass
+    except OSError as e:
+        raise ExecutorError(f"cannot reach the Ray cluster at {address}: {e}") from None
+
+
+class RayTrainer:
+    """A trainer on a node, seen through its actor; `wait` also ships its records."""
+
+    def __init__(self, executor: RayExecutor, run_dir: Path, where: dict[str, Any]) -> None:
+        self._executor = executor
+        self._run_dir = run_dir
+        self.pid = int(where.get("pid") or 0)
+        self.started = float(where.get("started") or 0.0)
+        self.host = Host(**where["host"])
+        self.lost_host: Host | None = None
+
+    def wait(self, timeout: float) -> int | None:
+        deadline = time.monotonic() + timeout
+        try:
+            answer = self._executor.ship(self._run_dir)
+        except (GetTimeoutError, ActorUnavailableError):
+            # The cluster is slow or unreachable for now: the trainer keeps training on
+            # its node, and its records catch up when the actor answers again.
+            time.sleep(max(0.0, deadline - time.monotonic()))
+            raise TimeoutError from None
+        except RayActorError:
+            self.lost_host = self.host
+            return None
+        if not answer["running"]:
+            return answer["code"] if isinstance(answer["code"], int) else None
+        time.sleep(max(0.0, deadline - time.monotonic()))
+        raise TimeoutError
+
+    def signal(self, sig: int) -> None:
+        try:
+            sent = self._executor.call(self._run_dir, "signal", sig)
+        except RayActorError:
+            raise ProcessLookupError(self.pid) from None
+        if not sent:
+            raise ProcessLookupError(self.pid)
+
+
+class RayExecutor:
+    """Runs on a Ray cluster this process is connected to (see `connect`)."""
+
+    name = "ray"
+
+    def __init__(self, mirror: str) -> None:
+        self.mirror = mirror
+        self._lock = threading.Lock()
+        self._actors: dict[Path, Any] = {}  # run dir -> actor handle of its placement
+        self._hosts: dict[Path, Host] = {}
+        self._launches: dict[Path, Launch] = {}
+        self._ship_locks: dict[Path, threading.Lock] = {}
+        self._remote = ray.remote(NodeRun)
+
+    @classmethod
+    def connect(cls, address: str, mirror: str) -> RayExecutor:
+        """Connect this process to the cluster at `address` (auto, HOST:PORT, ray://…);
+        raises ExecutorError naming it when it cannot."""
+        check_reachable(address)
+        target = host_and_port(address)
+        loopback = target is not None and target[0] in LOOPBACK
+        if loopback:  # a cluster on this machine stays on 127.0.0.1 (else Ray rewrites it)
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        kwargs: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": False}
+        if loopback and not address.startswith("ray://"):
+            kwargs["_node_ip_address"] = "127.0.0.1"
+        try:
+            if not ray.is_initialized():
+                ray.init(address=address, **kwargs)
+        except Exception as e:
+            raise ExecutorError(f"cannot connect to the Ray cluster at {address}: {e}") from None
+        return cls(mirror)
+
+    # ---- the Executor protocol ------------------------------------------------------
+
+    def prepare(self, launch: Launch) -> None:
+        self._launches[launch.run_dir] = launch
+
+    def start(self, launch: Launch, env: Mapping[str, str], *, require_checkpoint: bool) -> Trainer:
+        self._launches[launch.run_dir] = launch
+        actor = self._actor(launch.run_dir)
+        node_dir = Path(self._call(actor, "where")["run_dir"])
+        argv: list[str | None] = list(
+            launch.argv(require_checkpoint=require_checkpoint, run_dir=node_dir)
+        )
+        if tuple(launch.command[:1]) == (sys.executable,):
+            argv[0] = None  # the node's own Python
+        argv += ["--mirror", self.mirror]
+        where = self._call(actor, "start", argv, {**env, "PYTHONUNBUFFERED": "1"})
+        return RayTrainer(self, launch.run_dir, where)
+
+    def adopt(self, run_dir: Path, pids: Iterable[int | None]) -> Trainer | None:
+        """The run's actor, found by the name the server kept (None: it is gone)."""
+        name = _placement(run_dir).get("actor")
+        if not name:
+            return None
+        try:
+            actor = ray.get_actor(name, namespace=NAMESPACE)
+            where = self._call(actor, "where")
+        except (ValueError, RayActorError, GetTimeoutError):
+            return None
+        with self._lock:
+            self._actors[run_dir] = actor
+            self._hosts[run_dir] = Host(**where["host"])
+        return RayTrainer(self, run_dir, where)
+
+    def host(self, run_dir: Path) -> Host | None:
+        """Where the run trains, or last trained (kept in ray.json)."""
+        with self._lock:
+            host = self._hosts.get(run_dir)
+        if host is None:
+            kept = _placement(run_dir)
+            if kept.get("node_id"):
+                host = Host(str(kept["node_id"]), str(kept.get("name", kept["node_id"])))
+        return host
+
+    def checkpoint_step(self, run_dir: Path) -> int | None:
+        step = self.call(run_dir, "checkpoint_step")
+        return int(step) if step is not None else None
+
+    def wipe(self, run_dir: Path) -> None:
+        self.call(run_dir, "wipe")
+
+    def pull_from_mirror(self, run_dir: Path, url: str, segment: int) -> MirrorPull:
+        pull: MirrorPull = self.call(run_dir, "pull", url, segment)
+        return pull
+
+    def append_records(self, run_dir: Path, records: list[dict[str, Any]]) -> None:
+        """On the node, after the trainer's own lines, then shipped; with no live actor,
+        into the server's copy (which seeds the next placement)."""
+        with self._lock:
+            actor = self._actors.get(run_dir)
+        if actor is not None:
+            try:
+                self._call(actor, "append", records)
+                self.ship(run_dir)
+                return
+            except RayActorError:
+                self._forget(run_dir)
+        RunDir(run_dir).append_records(records)
+
+    def stderr_size(self, run_dir: Path) -> int:
+        return int(self.call(run_dir, "stderr_size"))
+
+    def stderr_since(self, run_dir: Path, offset: int) -> bytes:
+        data: bytes = self.call(run_dir, "stderr_since", offset)
+        return data
+
+    def stderr_tail(self, run_dir: Path, since: int) -> str:
+        return str(self.call(run_dir, "stderr_tail", since))
+
+    def relocate(self, run_dir: Path) -> Host | None:
+        """Move the run to another node (its trainer is dead): the old actor goes, a new
+        one is placed elsewhere and seeded; None when no other node is alive."""
+        old = self.host(run_dir)
+        with self._lock:
+            actor = self._actors.get(run_dir)
+        others = [n for n in _alive_nodes() if old is None or n != old.node_id]
+        if old is not None and not others:
+            return None
+        if actor is not None:
+            with contextlib.suppress(Exception):  # already gone with its node
+                ray.kill(actor)
+        self._forget(run_dir)
+        self._actor(run_dir, avoid=old.node_id if old is not None else None)
+        return self.host(run_dir)
+
+    def release(self, run_dir: Path) -> None:
+        """The run ended: its last lines shipped, its actor (and node dir) gone."""
+        with self._lock:
+            actor = self._actors.get(run_dir)
+        if actor is None:
+            return
+        with contextlib.suppress(RayActorError, GetTimeoutError):
+            self.ship(run_dir)
+            self._call(actor, "close")
+        with contextlib.suppress(Exception):
+            ray.kill(actor)
+        self._forget(run_dir)
+        self._launches.pop(run_dir, None)
+
+    # ---- shipping and calls ---------------------------------------------------------
+
+    def ship(self, run_dir: Path) -> dict[str, Any]:
+        """Append the node's new complete lines to the server's copies until none is
+        left; the last poll's answer (running, code)."""
+        with self._lock:
+            lock = self._ship_locks.setdefault(run_dir, threading.Lock())
+        with lock:
+            while True:
+                offsets = {name: _size(run_dir / name) for name in SHIPPED}
+                answer: dict[str, Any] = self.call(run_dir, "poll", offsets)
+                got = False
+                if answer.get("run_json"):
+                    _replace_bytes(run_dir / RUN_JSON, answer["run_json"])
+                for name, chunk in answer["chunks"].items():
+                    if chunk:
+                        _append_bytes(run_dir / name, chunk)
+                        got = True
+                if not got:
+                    return answer
+
+    def call(self, run_dir: Path, method: str, *args: Any) -> Any:
+        """Call the run's actor (placing one when it has none)."""
+        return self._call(self._actor(run_dir), method, *args)
+
+    def _call(self, actor: Any, method: str, *args: Any) -> Any:
+        return ray.get(getattr(actor, method).remote(*args), timeout=CALL_S)
+
+    def _actor(self, run_dir: Path, avoid: str | None = None) -> Any:
+        with self._lock:
+            actor = self._actors.get(run_dir)
+        if actor is not None:
+            return actor
+        return self._place(run_dir, avoid)
+
+    def _place(self, run_dir: Path, avoid: str | None) -> Any:
+        """A new actor for the run, on a node with its resources (not `avoid`), seeded
+        with the server's copies of the files the trainer appends to."""
+        launch = self._launches.get(run_dir)
+        need = Resources.of_preset(launch.preset) if launch else Resources(1, 0)
+        attempt = int(_placement(run_dir).get("attempt", 0)) + 1
+        name = f"crashdrill-{run_dir.name}-{attempt}"
+        options: dict[str, Any] = {
+            "name": name,
+            "namespace": NAMESPACE,
+            "lifetime": "detached",
+            "num_cpus": need.num_cpus,
+            "num_gpus": need.num_gpus,
+            "max_restarts": 0,
+        }
+        if avoid is not None:
+            target = next((n for n in _alive_nodes(need) if n != avoid), None)
+            if target is not None:
+                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(target, soft=False)
+        seed = {n: (run_dir / n).read_bytes() for n in SEEDED if (run_dir / n).exists()}
+        actor = self._remote.options(**options).remote(run_dir.name, seed)
+        try:
+            where = ray.get(actor.where.remote(), timeout=PLACE_S)
+        except GetTimeoutError:
+            ray.kill(actor)
+            raise ExecutorError(
+                f"no node of the Ray cluster could take run {run_dir.name} within"
+                f" {PLACE_S:.0f}s (it needs {need.num_cpus:g} CPUs, {need.num_gpus:g} GPUs)"
+            ) from None
+        _write_placement(run_dir, {"actor": name, "attempt": attempt, **where["host"]})
+        with self._lock:
+            self._actors[run_dir] = actor
+            self._hosts[run_dir] = Host(**where["host"])
+        return actor
+
+    def _forget(self, run_dir: Path) -> None:
+        with self._lock:
+            self._actors.pop(run_dir, None)
+            self._hosts.pop(run_dir, None)
+
+
+def _alive_nodes(need: Resources | None = None) -> list[str]:
+    """Ids of the live nodes (with at least `need` in total resources)."""
+    out = []
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        res = node.get("Resources", {})
+        if need is not None and (
+            res.get("CPU", 0) < need.num_cpus or res.get("GPU", 0) < need.num_gpus
+        ):
+            continue
+        out.append(str(node["NodeID"]))
+    return out
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _append_bytes(path: Path, data: bytes) -> None:
+    """Complete lines, in one write (a reader never sees half of what was shipped)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def _replace_bytes(path: Path, data: bytes) -> None:
+    try:
+        if path.read_bytes() == data:
+            return
+    except OSError:
+        pass
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _placement(run_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((run_dir / PLACEMENT).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_placement(run_dir: Path, data: dict[str, Any]) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / (PLACEMENT + ".tmp")
+    tmp.write_text(json.dumps(data), encoding="utf-8")
+    os.replace(tmp, run_dir / PLACEMENT)

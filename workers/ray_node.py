@@ -1,0 +1,174 @@
+"""The cluster side of one run: a Ray actor that owns the run's trainer on its node.
+
+    actor = ray.remote(NodeRun).options(name=..., lifetime="detached").remote(run_id, seed)
+    actor.start.remote(argv, env)           # `crashdrill run …` in its own session, here
+    actor.poll.remote({"records.jsonl": 1234, "mirror.jsonl": 0})   # status + new bytes
+    actor.signal.remote(SIGKILL)            # the trainer's whole process group
+    actor.wipe.remote()                     # its checkpoints on this node's disk
+
+workers/ray_executor.py creates one per placement of a run and talks to it; this module is
+what runs on the node, so it imports nothing of the server. The run dir lives on the
+node's own disk (CRASHDRILL_NODE_DIR, else the temp dir, then the node id: nodes sharing
+one machine in a test keep separate "disks"). A new placement is seeded with the server's
+copy of records.jsonl, mirror.jsonl and run.json, so the node's files are always that copy
+followed by what is not shipped yet: the server asks for bytes from its copy's sizes
+(`poll`), which makes shipping idempotent across a server or actor restart.
+
+The trainer gets SIGKILL when the actor's process dies (PR_SET_PDEATHSIG): a node that is
+removed takes its trainer with it, instead of leaving an orphan that still writes to the
+mirror while the run resumes elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from crashdrill.trainer.checkpoint_layout import ckpt_root
+from crashdrill.workers.mirror import MIRROR_LOG
+from crashdrill.workers.mirror_restore import MirrorPull, pull_for_restart
+from crashdrill.workers.run_dir import RECORDS, RUN_JSON, RunDir
+from crashdrill.workers.trainer_process import TrainerProcess
+
+SHIPPED = (RECORDS, MIRROR_LOG)  # the files the server keeps a copy of, by offset
+SEEDED = (*SHIPPED, RUN_JSON)
+MAX_CHUNK = 1 << 20  # bytes of one file in one poll
+_PR_SET_PDEATHSIG = 1
+
+
+def node_root(node_id: str) -> Path:
+    base = os.environ.get("CRASHDRILL_NODE_DIR") or str(Path(tempfile.gettempdir()))
+    return Path(base) / "crashdrill-node" / node_id[:16]
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def complete_lines(path: Path, offset: int, limit: int = MAX_CHUNK) -> bytes:
+    """The bytes of `path` from `offset` up to its last newline (at most `limit`)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(limit)
+    except OSError:
+        return b""
+    end = data.rfind(b"\n")
+    return data[: end + 1] if end >= 0 else b""
+
+
+class NodeRun:
+    """One run's trainer on this node (one actor per placement of the run)."""
+
+    def __init__(self, run_id: str, seed: dict[str, bytes]) -> None:
+        import ray
+
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.run_dir = RunDir(node_root(self.node_id) / run_id)
+        self.run_dir.path.mkdir(parents=True, exist_ok=True)
+        for name in SEEDED:  # what the server has; the trainer counts starts in run.json
+            target = self.run_dir.path / name
+            if name in seed:
+                target.write_bytes(seed[name])
+            else:
+                target.unlink(missing_ok=True)
+        self.proc: TrainerProcess | None = None
+        self.code: int | None = None
+
+    def where(self) -> dict[str, Any]:
+        pid = self.proc.pid if self.proc is not None else None
+        started = self.proc.started if self.proc is not None else None
+        host = {"node_id": self.node_id, "name": f"{socket.gethostname()}/{self.node_id[:8]}"}
+        return {"host": host, "run_dir": str(self.run_dir.path), "pid": pid, "started": started}
+
+    def start(self, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+        """Start the trainer (argv[0] None: this node's Python) in its own session."""
+        argv = [sys.executable if a is None else a for a in argv]
+        rd = self.run_dir
+        with open(rd.stdout, "ab") as out, open(rd.stderr, "ab") as err:
+            popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        self.proc = TrainerProcess(popen.pid, popen)
+        self.code = None
+        return self.where()
+
+    def poll(self, offsets: dict[str, int]) -> dict[str, Any]:
+        """Whether the trainer runs, its exit status once it ended, and each shipped file's
+        complete lines after the server's offset (read after the status: an ended
+        trainer's last lines are in the answer), and run.json as it is now."""
+        running = False
+        if self.proc is not None and self.code is None:
+            try:
+                self.code = self.proc.wait(0)
+            except TimeoutError:
+                running = True
+        chunks = {n: complete_lines(self.run_dir.path / n, off) for n, off in offsets.items()}
+        try:
+            run_json: bytes | None = (self.run_dir.path / RUN_JSON).read_bytes()
+        except OSError:
+            run_json = None
+        return {"running": running, "code": self.code, "chunks": chunks, "run_json": run_json}
+
+    def signal(self, sig: int) -> bool:
+        """Signal the trainer's process group; False when it is not running."""
+        if self.proc is None:
+            return False
+        try:
+            self.proc.signal(sig)
+        except (ProcessLookupError, OSError):
+            return False
+        return True
+
+    def wipe(self) -> None:
+        import shutil
+
+        shutil.rmtree(ckpt_root(self.run_dir.path), ignore_errors=True)
+
+    def checkpoint_step(self) -> int | None:
+        return self.run_dir.latest_checkpoint_step()
+
+    def pull(self, url: str, segment: int) -> MirrorPull:
+        return pull_for_restart(url, self.run_dir.path, segment)
+
+    def append(self, records: list[dict[str, Any]]) -> None:
+        self.run_dir.append_records(records)
+
+    def close(self) -> None:
+        """The run ended: the node's copy of its files goes (the mirror has its
+        checkpoints, the server its records)."""
+        import shutil
+
+        if self.proc is not None and self.code is None:
+            self.signal(signal.SIGKILL)
+        shutil.rmtree(self.run_dir.path, ignore_errors=True)
+
+    def stderr_size(self) -> int:
+        return self.run_dir.stderr_size()
+
+    def stderr_since(self, offset: int) -> bytes:
+        try:
+            with open(self.run_dir.stderr, "rb") as f:
+                f.seek(offset)
+                return f.read(MAX_CHUNK)
+        except OSError:
+            return b""
+
+    def stderr_tail(self, since: int) -> str:
+        return self.run_dir.stderr_tail(since=since)
