@@ -1,8 +1,12 @@
 """What a checkpoint dir holds at one moment, and what a write killed midway left in it.
 
-    before = scan(root); …; after = scan(root)
+    before = scan(root)                 # …a kill inside a write, then once it is dead:
+    after = scan(root)
     modified_in_place(before, after)    # files overwritten in place (not renamed over)
     appeared_incomplete(before, after)  # new files under final names: a torn new checkpoint
+
+Temp files (`x.tmp`, `tmp…`, `x~`, anything under a `*.tmp/` dir) are an atomic writer's
+work in progress: neither counts.
 """
 
 from __future__ import annotations
