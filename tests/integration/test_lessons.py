@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from crashdrill.trainer.presets import get_preset
 from tests.support.lab import lab_client, wait_for_pair
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -94,6 +95,11 @@ def start(client: httpx.Client, preset: str) -> Pair:
     return Pair(client, body["pair"], (a, b))
 
 
+def every(preset: str, label: str) -> int:
+    """The run's checkpoint cadence, read from the lesson (tests must not restate it)."""
+    return get_preset(preset).config_for(label).ckpt_every
+
+
 def crash_event(pair: Pair, label: str) -> dict[str, Any]:
     return next(e for e in pair.events(label) if e["code"] == "crash")
 
@@ -110,10 +116,11 @@ def test_lesson_1_7_fast_work_lost_follows_the_cadence(client: httpx.Client) -> 
     runs = pair.wait_ended()
     assert [r["state"] for r in runs] == ["finished", "finished"]
     lost = {}
-    for label, every in (("A", 50), ("B", 250)):
+    for label in "AB":
+        cadence = every("lesson-1.7-fast", label)
         (check,) = pair.checks(label)
         at = crash_event(pair, label)["step"]
-        assert check["from_step"] == at // every * every, (label, at, check)
+        assert check["from_step"] == at // cadence * cadence, (label, at, check)
         assert check["points"] == check["expected_points"] == at - check["from_step"]
         if at > check["from_step"]:
             assert check["bit_identical"] is True and check["complete"], check
@@ -135,7 +142,7 @@ def test_lesson_1_8_weights_only_diverges_at_once_and_names_what_was_missing(
     (a,) = pair.checks("A")
     (b,) = pair.checks("B")
     assert a["bit_identical"] is True and a["missing"] == [] and a["complete"]
-    assert b["from_step"] % 100 == 0 and b["from_step"] > 0
+    assert b["from_step"] % every("lesson-1.8", "B") == 0 and b["from_step"] > 0
     assert b["bit_identical"] is False and b["max_abs_delta"] > 0
     assert b["first_divergent_step"] == b["from_step"] + 1
     assert b["missing"] == [
@@ -177,9 +184,9 @@ def test_lesson_1_9_saving_only_at_the_end_starts_over_and_says_so(client: httpx
     assert abs(first_loss - LN_256) < 0.1, started_over["text"]
     assert f"The {at} steps trained before the crash are gone" in started_over["text"]
     (b,) = pair.checks("B")
-    assert (
-        b["started_over"] is False and b["from_step"] == crash_event(pair, "B")["step"] // 100 * 100
-    )
+    cadence_b = every("lesson-1.9", "B")
+    assert b["started_over"] is False
+    assert b["from_step"] == crash_event(pair, "B")["step"] // cadence_b * cadence_b
     assert b["bit_identical"] is True
     report(
         "lesson-1.9",
@@ -200,11 +207,15 @@ def test_lesson_1_10_a_torn_in_place_write_is_caught_and_atomic_loses_nothing_sa
     wall = time.monotonic() - t0
     assert [r["state"] for r in runs] == ["finished", "failed"]
     assert runs[1]["exit_code"] == 3
+    # "during_save" waits for the next checkpoint after the click (step 110) and kills inside it
+    cadence = every("lesson-1.10", "A")
+    assert cadence == every("lesson-1.10", "B")
+    torn = (110 // cadence + 1) * cadence
     for label in "AB":
         text = crash_event(pair, label)["text"]
-        assert "in the middle of writing the checkpoint for step 200" in text, text
+        assert f"in the middle of writing the checkpoint for step {torn}" in text, text
     (a,) = pair.checks("A")
-    assert a["from_step"] == 100 and a["bit_identical"] is True and a["complete"]
+    assert a["from_step"] == torn - cadence and a["bit_identical"] is True and a["complete"]
     events_b = pair.events("B")
     rejected = next(e for e in events_b if e["code"] == "ckpt_corrupt")
     assert "latest" in rejected["text"] and "sha256" in rejected["text"], rejected
@@ -231,8 +242,9 @@ def test_lesson_1_12_one_run_refuses_and_the_other_silently_starts_from_scratch(
     for label in "AB":
         event = crash_event(pair, label)
         # The kill lands a little after step 150 (later on a loaded machine): the newest
-        # checkpoint it wiped is the last multiple of ckpt_every = 100 before it.
-        newest = {event["step"] // 100 * 100, (event["step"] - 1) // 100 * 100}
+        # checkpoint it wiped is the last multiple of the run's ckpt_every before it.
+        e = every("lesson-1.12", label)
+        newest = {event["step"] // e * e, (event["step"] - 1) // e * e}
         assert "checkpoint directory was deleted" in event["text"]
         assert any(f"the checkpoint at step {n}" in event["text"] for n in newest)
     events_a = pair.events("A")
@@ -286,9 +298,12 @@ def test_lesson_1_13_sync_saves_stall_training_and_async_resumes_bit_identically
 
 def test_lesson_1_11_only_the_mirrored_run_survives_its_disk(client: httpx.Client) -> None:
     pair = start(client, "lesson-1.11")
+    first = every("lesson-1.11", "B")  # B's first checkpoint must be off the machine
     deadline = time.monotonic() + 120
-    while not any(r["step"] >= 100 for r in pair.records("B", "mirror")):
-        assert time.monotonic() < deadline, "B's checkpoint at step 100 never reached the mirror"
+    while not any(r["step"] >= first for r in pair.records("B", "mirror")):
+        assert time.monotonic() < deadline, (
+            f"B's checkpoint at step {first} never reached the mirror"
+        )
         time.sleep(0.05)
     pair.crash_at("A", 150)
     pair.crash_at("B", 150)
@@ -300,7 +315,7 @@ def test_lesson_1_11_only_the_mirrored_run_survives_its_disk(client: httpx.Clien
     assert "checkpoint directory was deleted" in text_b and "pulled step" in text_b, text_b
     (b,) = pair.checks("B")
     at_b = crash_event(pair, "B")["step"]
-    assert b["from_step"] >= 100 and b["bit_identical"] is True and b["complete"]
+    assert b["from_step"] >= first and b["bit_identical"] is True and b["complete"]
     failed = next(e for e in pair.events("A") if e["code"] == "failed")
     assert "exit status 3" in failed["text"]
     report(
