@@ -48,6 +48,12 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         help="checkpoint mirror: a directory, gs://BUCKET[/PREFIX], or off (default: a"
         " directory beside the data dir, DATA_DIR-mirror)",
     )
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run the trainers on a Ray cluster: auto, HOST:PORT or ray://HOST:PORT (needs"
+        " crashdrill[ray] and --mirror; default: subprocesses on this machine)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
@@ -66,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
             max_concurrent=args.max_concurrent,
             stop_runs_on_exit=args.stop_runs_on_exit,
             mirror=args.mirror,
+            ray=args.ray,
         )
     except SettingsError as e:
         print(f"crashdrill serve: {e}", file=sys.stderr)

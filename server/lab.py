@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from crashdrill.server.cluster import executor_for
 from crashdrill.server.crash_modes import crash_mode, launch_env
 from crashdrill.server.db import Database, Row, open_database
 from crashdrill.server.errors import BadInput, Conflict, Forbidden, NotFound, TooMany
@@ -75,6 +76,7 @@ class Lab:
                 self.mirror = CheckpointMirror(settings.mirror_url)
             except MirrorError as e:
                 raise SettingsError(f"mirror = {settings.mirror!r}: {e}") from None
+        self.executor = executor_for(settings)  # this machine, or a Ray cluster's nodes
         # Supabase Realtime when configured (SSE stays on beside it), else SSE alone.
         fanout = fanout or realtime_fanout(settings, self._pair_of_run, self._live_pairs)
         self._lock_fd = lock_data_dir(settings.data_dir)
@@ -218,7 +220,12 @@ class Lab:
             command=self.settings.trainer_command,
             env=launch_env(preset_ref, row["label"], mode),
         )
-        return Supervisor(launch, self.reports.callback(row["id"]), mirror=self.settings.mirror_url)
+        return Supervisor(
+            launch,
+            self.reports.callback(row["id"]),
+            mirror=self.settings.mirror_url,
+            executor=self.executor,
+        )
 
     def _release_mirror(self, row: Row) -> None:
         """The run ended: its last checkpoint still goes to the mirror, then it is dropped."""
@@ -300,7 +307,12 @@ class Lab:
             raise NotFound(f"no pair {pair_id!r}")
         positions = queue_positions(self.store.runs_in(["queued"]))
         runs = self.store.runs_of_pair(pair_id)
-        return pair_view(pair, runs, positions, is_owner=pair["owner"] == session)
+        view = pair_view(pair, runs, positions, is_owner=pair["owner"] == session)
+        dirs = {r["id"]: Path(r["run_dir"]) for r in runs}
+        for run in view["runs"]:  # where each trains: this machine, or a Ray node
+            host = self.executor.host(dirs[run["id"]]) if run["state"] != "queued" else None
+            run["host"] = host.to_dict() if host is not None else None
+        return view
 
     def run_row(self, run_id: str) -> Row:
         row = self.store.run(run_id)

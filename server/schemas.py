@@ -53,6 +53,11 @@ class RunKnob(BaseModel):
     value: Any = None
 
 
+class RunHost(BaseModel):
+    node_id: str = Field(description="the Ray node id; the machine's name without Ray")
+    name: str
+
+
 class RunStatus(BaseModel):
     id: str
     label: str
@@ -72,6 +77,9 @@ class RunStatus(BaseModel):
     message: str | None
     exit_code: int | None
     latest: dict[str, Any] = Field(description="the newest record of each kind: step, val, …")
+    host: RunHost | None = Field(
+        None, description="where it trains (or last trained); null while queued"
+    )
 
 
 class PairStatus(BaseModel):
@@ -88,10 +96,11 @@ class CrashResult(BaseModel):
     killed_pid: int
     at_step: int | None
     state: RunState
-    crash_mode: Literal["kill", "during_save", "wipe"] = Field(
+    crash_mode: Literal["kill", "during_save", "wipe", "host"] = Field(
         "kill",
         description="the lesson's crash mode: kill now, kill during the next checkpoint write"
-        " (the kill follows when the write starts), or kill and delete the local checkpoints",
+        " (the kill follows when the write starts), kill and delete the local checkpoints, or"
+        " that and restart on another host of the Ray cluster (from the mirror)",
     )
 
 

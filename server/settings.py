@@ -94,6 +94,9 @@ class Settings:
     # Checkpoint mirror: "" = the directory DATA_DIR-mirror beside the data dir; "off";
     # a local directory; or gs://BUCKET[/PREFIX] (needs crashdrill[gcs]).
     mirror: str = ""
+    # Ray cluster for the runs (docs/cluster.md): None = subprocesses on this machine;
+    # "auto", HOST:PORT or ray://HOST:PORT (needs crashdrill[ray] and an explicit mirror).
+    ray: str | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.port <= 65535:
@@ -123,6 +126,19 @@ class Settings:
                 parse_mirror_url(self.mirror)
             except MirrorURLError as e:
                 raise SettingsError(f"{e}, or off") from None
+        self._check_ray()
+
+    def _check_ray(self) -> None:
+        if self.ray is None:
+            return
+        if not self.ray.strip():
+            raise SettingsError("ray = '': auto, HOST:PORT or ray://HOST:PORT (or unset it)")
+        if self.mirror in ("", "off"):
+            raise SettingsError(
+                f"ray = {self.ray!r} needs a checkpoint mirror that every node reaches (a node"
+                " and its disk can vanish): set mirror (--mirror, CRASHDRILL_MIRROR) to"
+                " gs://BUCKET[/PREFIX], or to a directory all nodes share"
+            )
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -146,6 +162,8 @@ class Settings:
             values["telemetry"] = env["CRASHDRILL_TELEMETRY"].lower() not in ("0", "false", "no")
         if env.get("CRASHDRILL_MIRROR", "").strip():
             values["mirror"] = env["CRASHDRILL_MIRROR"].strip()
+        if env.get("CRASHDRILL_RAY_ADDRESS", "").strip():
+            values["ray"] = env["CRASHDRILL_RAY_ADDRESS"].strip()
         if env.get("CRASHDRILL_DATABASE_URL", "").strip():
             values["database_url"] = env["CRASHDRILL_DATABASE_URL"].strip()
         values.update({k: v for k, v in overrides.items() if v is not None})

@@ -1,0 +1,57 @@
+"""`crashdrill serve --ray`: what cannot work exits 2 naming the setting, before serving."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from crashdrill.server import cli
+from crashdrill.server.cluster import executor_for
+from crashdrill.server.settings import Settings, SettingsError
+from crashdrill.workers.executor import LocalExecutor
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_default_lab_runs_its_trainers_on_this_machine(tmp_path: Path) -> None:
+    assert isinstance(executor_for(Settings(data_dir=tmp_path)), LocalExecutor)
+
+
+@pytest.mark.parametrize("mirror", ["", "off"])
+def test_ray_without_a_mirror_every_node_reaches_is_refused_naming_the_setting(
+    tmp_path: Path, mirror: str
+) -> None:
+    with pytest.raises(SettingsError, match=r"ray = '127\.0\.0\.1:6379' needs a checkpoint"):
+        Settings(data_dir=tmp_path, ray="127.0.0.1:6379", mirror=mirror)
+
+
+def test_serve_with_ray_and_no_mirror_exits_2_naming_the_setting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CRASHDRILL_MIRROR", raising=False)
+    monkeypatch.setenv("CRASHDRILL_RAY_ADDRESS", "127.0.0.1:6379")
+    code = cli.main(["--data-dir", str(tmp_path / "lab"), "--port", str(closed_port())])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "mirror (--mirror, CRASHDRILL_MIRROR)" in err and "127.0.0.1:6379" in err
+
+
+def test_serve_with_an_unreachable_ray_address_exits_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("ray")
+    address = f"127.0.0.1:{closed_port()}"
+    args = ["--data-dir", str(tmp_path / "lab"), "--port", str(closed_port())]
+    code = cli.main([*args, "--ray", address, "--mirror", str(tmp_path / "mirror")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"cannot reach the Ray cluster at {address}" in err
+    assert "--ray, CRASHDRILL_RAY_ADDRESS" in err
+    assert not (tmp_path / "lab" / "crashdrill.sqlite3").exists()  # refused before anything
