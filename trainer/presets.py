@@ -15,7 +15,10 @@ that differs between run A and run B.
     [a], [b]     optional run settings of one side only; A and B must still end up
                  differing in the knob alone (else the preset is refused, naming the setting)
     [knob]       name = "ckpt_every", a = 100, b = 1000   (exactly these three keys)
-    [crash]      mode = "kill" | "during_save" | "wipe"; expect = text (what a crash shows)
+    [crash]      mode = "kill" | "during_save" | "wipe"; expect = text (what a crash shows);
+                 wall_step = N: the lab preempts each run once when it passes step N
+                 (SIGTERM, then SIGKILL after the run's stop_grace), as a platform's
+                 session limit does (0, the default: no wall)
 
 Crash modes (what the lab's Crash test button does for this lesson):
   kill         SIGKILL now (the default)
@@ -69,7 +72,7 @@ _TOP_LEVEL = (
     "crash",
 )
 _KNOB_KEYS = ("name", "a", "b")
-_CRASH_KEYS = ("mode", "expect")
+_CRASH_KEYS = ("mode", "expect", "wall_step")
 CRASH_MODES = ("kill", "during_save", "wipe", "host")
 LABELS = ("A", "B")
 KNOB = "knob"
@@ -99,6 +102,7 @@ class Knob:
 class Crash:
     mode: str = "kill"
     expect: str = ""
+    wall_step: int = 0  # the lab preempts each run once past this step (0: never)
 
 
 @dataclass(frozen=True)
@@ -286,7 +290,11 @@ def _parse_crash(value: Any, problems: list[str]) -> Crash:
     if not isinstance(expect, str):
         problems.append(f"[crash] expect = {expect!r}: must be text")
         expect = ""
-    return Crash(mode, expect)
+    wall = value.get("wall_step", 0)
+    if not isinstance(wall, int) or isinstance(wall, bool) or wall < 0:
+        problems.append(f"[crash] wall_step = {wall!r}: a step ≥ 1, or 0 for no wall")
+        wall = 0
+    return Crash(mode, expect, wall)
 
 
 def config_problems(preset: Preset, where: str) -> list[str]:
@@ -366,6 +374,8 @@ def dump_preset(preset: Preset) -> str:
     crash: dict[str, Any] = {"mode": preset.crash.mode}
     if preset.crash.expect:
         crash["expect"] = preset.crash.expect
+    if preset.crash.wall_step:
+        crash["wall_step"] = preset.crash.wall_step
     top["crash"] = crash
     return dump_toml(top)
 

@@ -18,6 +18,7 @@ import contextlib
 import signal
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import psutil
@@ -34,9 +35,12 @@ class Preemption:
     """SIGTERM now; SIGKILL after `grace_s` unless `cancel` comes first (the trainer
     ended). Raises ProcessLookupError when there is nothing to signal."""
 
-    def __init__(self, proc: Trainer, grace_s: float, step: int | None) -> None:
+    def __init__(
+        self, proc: Trainer, grace_s: float, step: int | None, name: str = "Preempted"
+    ) -> None:
         self.grace_s = grace_s
         self.step = step  # the last step seen when the SIGTERM went out
+        self.name = name  # who sent it, for the event: "Preempted", "The session wall …"
         self.sent_at = time.monotonic()
         self.killed = False
         proc.signal(signal.SIGTERM)
@@ -51,6 +55,30 @@ class Preemption:
 
     def cancel(self) -> None:
         self._timer.cancel()
+
+
+@dataclass
+class Wall:
+    """A platform's session wall, as a lesson sets it ([crash] wall_step): the lab
+    preempts the run once, when its first process passes `step`."""
+
+    step: int
+    grace_s: float
+    hit: bool = False
+    _next_look: float = 0.0
+
+    def due(self, run_dir: RunDir) -> bool:
+        """True once, when the wall is reached (looks at the records every 0.2 s)."""
+        now = time.monotonic()
+        if self.hit or now < self._next_look:
+            return False
+        self._next_look = now + 0.2
+        segment, step, _ = run_dir.last_seen()
+        self.hit = segment == 0 and step is not None and step >= self.step
+        return self.hit
+
+    def name(self) -> str:
+        return f"The session wall at step {self.step}"
 
 
 def trainer_stop(run_dir: RunDir, segment: int) -> dict[str, Any] | None:
@@ -82,7 +110,7 @@ def stop_lead(
     """The first sentence of the restart event, and its level."""
     at = f" at step {step}" if step is not None else ""
     if preempt is not None:
-        lead = f"Preempted: SIGTERM with a {preempt.grace_s:g}s grace, then SIGKILL"
+        lead = f"{preempt.name}: SIGTERM with a {preempt.grace_s:g}s grace, then SIGKILL"
     else:
         lead = "The trainer stopped itself"
     if saved is not None:

@@ -58,6 +58,7 @@ from crashdrill.workers.graceful_stop import (
     PREEMPT_GRACE_S,
     Preemption,
     StopHistory,
+    Wall,
     count_the_cost,
     is_stop,
     trainer_stop,
@@ -128,6 +129,7 @@ class Supervisor:
         poll_s: float = 0.2,
         mirror: str | None = None,
         executor: Executor | None = None,
+        wall: Wall | None = None,
     ) -> None:
         self.launch = launch
         self._mirror = mirror  # checkpoint mirror URL: a restart with none on disk pulls one
@@ -145,6 +147,7 @@ class Supervisor:
         self._stop_requested: str | None = None
         self._preempt: Preemption | None = None
         self._stops = StopHistory()
+        self._wall = wall  # a lesson's session wall: preempted once past its step
         self._detached = False
         self._unrequested_kills = 0
         self._stderr_since = 0
@@ -211,7 +214,7 @@ class Supervisor:
                 raise NotRunning("the trainer has already exited") from None
             return proc.pid
 
-    def preempt(self, grace_s: float = PREEMPT_GRACE_S) -> int:
+    def preempt(self, grace_s: float = PREEMPT_GRACE_S, name: str = "Preempted") -> int:
         """Preempt the trainer as a platform does: SIGTERM now, SIGKILL after `grace_s`
         unless it has ended; then a restart that resumes. Returns the pid signalled."""
         with self._lock:
@@ -221,7 +224,8 @@ class Supervisor:
             if self._crash_requested or self._preempt is not None:
                 raise NotRunning("a crash test or a preemption is already on its way")
             try:
-                self._preempt = Preemption(proc, grace_s, self.run_dir.last_seen()[1])
+                step = self.run_dir.last_seen()[1]
+                self._preempt = Preemption(proc, grace_s, step, name)
             except (ProcessLookupError, psutil.NoSuchProcess):
                 raise NotRunning("the trainer has already exited") from None
             return proc.pid
@@ -290,6 +294,9 @@ class Supervisor:
             try:
                 code = proc.wait(self._poll_s)
             except TimeoutError:
+                if self._wall is not None and self._wall.due(self.run_dir):
+                    with contextlib.suppress(NotRunning):
+                        self.preempt(self._wall.grace_s, self._wall.name())
                 continue
             if self._detached:
                 return

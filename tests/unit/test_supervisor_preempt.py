@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from crashdrill.workers.graceful_stop import Wall
 from crashdrill.workers.run_dir import RunDir
 from crashdrill.workers.supervisor import NotRunning
 from tests.unit.test_supervisor import records, supervise, wait_for_step
@@ -104,3 +105,15 @@ def test_preempting_a_run_with_no_trainer_is_refused(tmp_path: Path) -> None:
     sup, _, _ = supervise(tmp_path)
     with pytest.raises(NotRunning):
         sup.preempt(5)
+
+
+def test_a_session_wall_preempts_each_run_once_when_it_passes_the_step(
+    tmp_path: Path, env: pytest.MonkeyPatch
+) -> None:
+    env.setenv("CRASHDRILL_STANDIN_GRACEFUL", "1")
+    sup, changes, rd = supervise(tmp_path, wall=Wall(20, 5.0))
+    sup.start()
+    changes.wait_for("finished")
+    (event,) = _events(rd, "preempt")
+    assert event["text"].startswith("The session wall at step 20: SIGTERM with a 5s grace")
+    assert event["at_step"] >= 20 and event["lost_steps"] == 0
