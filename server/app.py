@@ -150,13 +150,7 @@ def _mount_web(app: FastAPI) -> None:
         async def lesson_page(preset: str, request: Request) -> Any:
             """A lesson's shareable link: the lesson, ready to start (404 when a student may
             not see it)."""
-            try:
-                routes_pairs.catalog_of(request).get(
-                    preset, instructor=routes_pairs.instructor_of(request)
-                )
-                status = 200
-            except LabError:
-                status = 404
+            status = routes_pairs.lesson_link_status(preset, request)  # 404, 403, 422
             return templates.TemplateResponse(request, "index.html", {}, status_code=status)
 
         @app.get("/instructor", include_in_schema=False)

@@ -2,11 +2,12 @@
 decides; the trainer's preset module (trainer/presets.py) owns only the file format and
 checks that a preset's values make valid TrainConfigs.
 
+    limits = LabLimits.from_settings(settings)   # server/lesson_bounds.py
     visible_to(preset, instructor=False)   # may this person see and start it?
-    locked_names(preset)                   # what a student may not change
-    student_overrides_allowed(preset)      # what they may: run settings and/or "knob"
-    apply_student_overrides(preset, {"steps": 600, "knob": {"a": 50}})  # or PresetError
-    public_view(preset)                    # what a page shows, both lists included
+    locked_names(preset, limits)           # what a student may not change
+    student_overrides_allowed(preset, limits)  # what they may: run settings and/or "knob"
+    apply_student_overrides(preset, {"steps": 600, "knob": {"a": 50}}, limits)  # or PresetError
+    public_view(preset, limits)            # what a page shows, both lists included
     during_save_pause(preset, "A")         # CRASHDRILL_CKPT_PAUSE of a during_save lesson
 
 Published. A preset is published unless its file says `published = false`. Students see
@@ -15,15 +16,18 @@ and start published lessons only; an instructor sees and starts every one.
 Locked. A student who starts a lesson may change the settings that are not locked. "knob"
 stands for the knob's two values (`{"knob": {"a": 50, "b": 500}}`); the knob's own setting
 is changed only that way. A preset without `locked` locks everything except
-STUDENT_ADJUSTABLE (steps, seed, ckpt_every, keep). A preset with `locked` locks exactly
-the names listed, and ALWAYS_LOCKED too (`data`: a path on the lab's machine is not a
-student's to choose).
+STUDENT_ADJUSTABLE (steps, seed, ckpt_every). A preset with `locked` locks exactly the
+names listed, and the server locks SERVER_LOCKED on top (the corpus, the tokenizer, the
+mirror, the model's shape, the precision) unless its `student_unlockable` setting opens
+some: an instructor unlocks more per preset, the lab's owner decides how far.
 
-Bounds. A student's values must make valid configs (the preset's own validation, named
-"[student settings]"), and a setting in STUDENT_BOUNDS must also pass its bound: today
-`steps`, at most STUDENT_MAX_STEPS_FACTOR times the lesson's (the lab's machine is shared
-and the instructor sized the lesson; an instructor who wants longer runs edits the
-preset). A bound for another setting is one more entry there.
+Bounds. Each value a student gives is checked, in order: of the setting's type (a
+whole number, a number, text: 422); not locked by the lesson (LockedSetting: 403); not
+locked by the server (422); within its range, derived from the lesson and the machine
+(server/lesson_bounds.py: `steps` ≤ 4× the lesson's, `ckpt_every` ≥ 10 and ≤ steps,
+`keep` 2..10, …); the changed runs within the lab's budget (parameters, tokens,
+checkpoint bytes); and valid configs (the preset's own validation). Every problem names
+the field, the value and what is allowed, prefixed "[student settings]".
 
 During save. A lesson whose `[crash] mode` is "during_save" trains with every cadence
 checkpoint's write held open for DURING_SAVE_PAUSE_S, so that a crash test lands inside it.
@@ -32,12 +36,19 @@ checkpoint's write held open for DURING_SAVE_PAUSE_S, so that a crash test lands
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from crashdrill.trainer.config import TrainConfig
+from crashdrill.server.lesson_bounds import (
+    LabLimits,
+    budget_problems,
+    range_problem,
+    type_problem,
+)
+from crashdrill.trainer.config import ConfigError
 from crashdrill.trainer.presets import (
     KNOB,
+    LABELS,
     SETTINGS,
     Knob,
     Preset,
@@ -45,9 +56,8 @@ from crashdrill.trainer.presets import (
     config_problems,
 )
 
-STUDENT_ADJUSTABLE = frozenset({"steps", "seed", "ckpt_every", "keep"})
-ALWAYS_LOCKED = frozenset({"data"})
-STUDENT_MAX_STEPS_FACTOR = 4
+STUDENT_ADJUSTABLE = frozenset({"steps", "seed", "ckpt_every"})
+DEFAULT_LIMITS = LabLimits()  # a lab that unlocks nothing beyond STUDENT_ADJUSTABLE
 DURING_SAVE_PAUSE_S = 1.0
 
 
@@ -56,56 +66,58 @@ def visible_to(preset: Preset, *, instructor: bool) -> bool:
     return instructor or preset.published
 
 
-def locked_names(preset: Preset) -> frozenset[str]:
-    """Settings (and "knob") a student may not change."""
+def _lesson_locked(preset: Preset) -> frozenset[str]:
+    """What the lesson itself locks (its `locked` list, else all but STUDENT_ADJUSTABLE)."""
     if preset.locked is None:
         return frozenset({KNOB, *SETTINGS}) - STUDENT_ADJUSTABLE
-    return frozenset(preset.locked) | ALWAYS_LOCKED
+    return frozenset(preset.locked)
 
 
-def student_overrides_allowed(preset: Preset) -> set[str]:
+def locked_names(preset: Preset, limits: LabLimits = DEFAULT_LIMITS) -> frozenset[str]:
+    """Settings (and "knob") a student may not change: the lesson's and the server's (the
+    knob too when its setting is one the server locks)."""
+    server = limits.server_locked
+    knob = {KNOB} if preset.knob.name in server else set()
+    return _lesson_locked(preset) | server | knob
+
+
+def student_overrides_allowed(preset: Preset, limits: LabLimits = DEFAULT_LIMITS) -> set[str]:
     """Names a student may set when starting the lesson: run settings and/or "knob"."""
-    return {KNOB, *SETTINGS} - locked_names(preset)
+    return {KNOB, *SETTINGS} - locked_names(preset, limits)
 
 
-def public_view(preset: Preset) -> dict[str, Any]:
+def public_view(preset: Preset, limits: LabLimits = DEFAULT_LIMITS) -> dict[str, Any]:
     """What a page needs to show the lesson (no file paths), with what is locked."""
     d = dataclasses.asdict(preset)
     d.pop("source")
     d.pop("extra")
-    d["locked"] = sorted(locked_names(preset))
-    d["student_adjustable"] = sorted(student_overrides_allowed(preset))
+    d["locked"] = sorted(locked_names(preset, limits))
+    d["student_adjustable"] = sorted(student_overrides_allowed(preset, limits))
     d["knob_text"] = preset.knob_text()
     return d
 
 
-# ---------------------------------------------------------------- bounds
+# ---------------------------------------------------------------- a student's settings
 
 
-def _steps_bound(preset: Preset, value: Any) -> str | None:
-    base = preset.run.get("steps", TrainConfig().steps)
-    most = max(int(base), int(preset.cuda.get("steps", base))) * STUDENT_MAX_STEPS_FACTOR
-    if isinstance(value, int) and not isinstance(value, bool) and value > most:
-        return (
-            f"[student settings] steps = {value!r} is not allowed: a whole number from 1 to "
-            f"{most} ({STUDENT_MAX_STEPS_FACTOR}× the lesson's {base}; ask the instructor for more)"
-        )
-    return None  # a value of the wrong type is the config's to refuse
+class LockedSetting(PresetError):
+    """A student's change to a setting the lesson locks (the lab answers 403)."""
 
 
-# A setting's bound beyond what its config accepts: the problem (naming the setting, the
-# value and what is allowed) or None.
-Bound = Callable[[Preset, Any], str | None]
-STUDENT_BOUNDS: Mapping[str, Bound] = {"steps": _steps_bound}
-
-
-def apply_student_overrides(preset: Preset, overrides: Mapping[str, Any]) -> Preset:
-    """The preset with a student's changes applied and validated, or PresetError naming
-    the locked or invalid field. A setting applies to both runs (and to [run.cuda]);
-    {"knob": {"a": …, "b": …}} changes the knob's values."""
-    allowed = student_overrides_allowed(preset)
+def apply_student_overrides(
+    preset: Preset, overrides: Mapping[str, Any], limits: LabLimits = DEFAULT_LIMITS
+) -> Preset:
+    """The preset with a student's changes applied and checked, or PresetError naming the
+    field, the value and what is allowed (LockedSetting for a setting the lesson locks).
+    A setting applies to both runs (and to [run.cuda]); {"knob": {"a": …, "b": …}}
+    changes the knob's values. In order: a known name of the right type; not locked by
+    the lesson (LockedSetting), nor by the server; within its range; the run within the
+    lab's budget; a valid config."""
+    lesson_allowed = {KNOB, *SETTINGS} - _lesson_locked(preset)
+    allowed = student_overrides_allowed(preset, limits)
     allowed_text = ", ".join(sorted(allowed)) or "nothing (every setting is locked)"
     run, cuda, knob = dict(preset.run), dict(preset.cuda), preset.knob
+    changed_names: list[str] = []
     for name, value in overrides.items():
         if name == preset.knob.name:
             raise PresetError(
@@ -114,27 +126,66 @@ def apply_student_overrides(preset: Preset, overrides: Mapping[str, Any]) -> Pre
             )
         if name not in {KNOB, *SETTINGS}:
             raise PresetError(f"{name!r} is not a setting; a student may change: {allowed_text}")
-        if name not in allowed:
-            raise PresetError(
-                f"{name} is locked in lesson {preset.id!r}; a student may change: {allowed_text}"
-            )
         if name == KNOB:
             if not isinstance(value, Mapping) or not value or set(value) - {"a", "b"}:
                 raise PresetError(f'knob = {value!r}: give {{"a": …, "b": …}} (either or both)')
+            for side, v in value.items():
+                problem = type_problem(preset.knob.name, v)
+                if problem:
+                    raise PresetError(f"[student settings] knob.{side}: {problem}")
+        else:
+            problem = type_problem(name, value)
+            if problem:
+                raise PresetError(f"[student settings] {problem}")
+        if name not in lesson_allowed:
+            raise LockedSetting(
+                f"{name} is locked in lesson {preset.id!r}; a student may change: {allowed_text}"
+            )
+        fixed = preset.knob.name if name == KNOB else name
+        if fixed in limits.server_locked:
+            shown = value if name == KNOB else repr(value)
+            raise PresetError(
+                f"[student settings] {name} = {shown} is not allowed: this lab fixes {fixed}"
+                f" for students (the server's setting student_unlockable); a student may"
+                f" change: {allowed_text}"
+            )
+        if name == KNOB:
             knob = Knob(knob.name, value.get("a", knob.a), value.get("b", knob.b))
         else:
-            bound = STUDENT_BOUNDS.get(name)
-            problem = bound(preset, value) if bound is not None else None
-            if problem:
-                raise PresetError(problem)
             run[name] = value
             if name in cuda:
                 cuda[name] = value
+        changed_names.append(name)
     changed = dataclasses.replace(preset, run=run, cuda=cuda, knob=knob)
-    problems = config_problems(changed, "student settings")
+    problems = _range_problems(preset, changed, changed_names, limits)
+    if not problems:
+        problems = config_problems(changed, "student settings")
+    if not problems:
+        problems = [f"[student settings] {p}" for p in budget_problems(changed, limits)]
     if problems:
         raise PresetError(problems)
     return changed
+
+
+def _range_problems(
+    preset: Preset, changed: Preset, names: list[str], limits: LabLimits
+) -> list[str]:
+    """Each changed setting's value against its range in each of the changed configs."""
+    problems: list[str] = []
+    for label in LABELS:
+        for cuda in (False, True):
+            try:
+                config = changed.config_for(label, cuda=cuda)
+            except ConfigError:
+                continue  # the config's own problem, said after the ranges
+            for name in names:
+                setting = preset.knob.name if name == KNOB else name
+                value = getattr(config, setting)
+                problem = range_problem(setting, value, preset, config, limits)
+                if problem:
+                    where = f"knob.{label.lower()}: " if name == KNOB else ""
+                    problems.append(f"[student settings] {where}{problem}")
+    return list(dict.fromkeys(problems))
 
 
 # ---------------------------------------------------------------- during save

@@ -18,8 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from crashdrill.server.catalog import ID_RULE, MAX_TEXT, Catalog, Lesson, parse_text
 from crashdrill.server.errors import BadInput, Forbidden, LabError
-from crashdrill.server.lesson_policy import ALWAYS_LOCKED
-from crashdrill.server.routes_pairs import catalog_of, lab_of, lesson_public
+from crashdrill.server.routes_pairs import (
+    catalog_of,
+    lab_of,
+    lesson_public,
+    limits_of,
+    within_budget,
+)
 from crashdrill.server.schemas import problems
 from crashdrill.server.sessions import (
     INSTRUCTOR_COOKIE,
@@ -100,6 +105,17 @@ def instructor_catalog(request: Request) -> Catalog:
     return catalog_of(request)
 
 
+def budgeted(request: Request, text: str) -> str:
+    """`text`, once its preset is within the lab's budget: 422 naming each limit it goes
+    over (a preset that does not parse is left to the catalog, which names the problem)."""
+    try:
+        preset = parse_text(text)
+    except PresetError:
+        return text
+    within_budget(preset, limits_of(request))
+    return text
+
+
 def detail(lesson: Lesson) -> dict[str, Any]:
     return {**lesson.summary(), "text": lesson.text, "public": lesson_public(lesson)}
 
@@ -147,7 +163,7 @@ async def all_presets(request: Request) -> dict[str, Any]:
     return {
         "presets": [x.summary() for x in instructor_catalog(request).visible(instructor=True)],
         "lockable": [KNOB, *SETTINGS],
-        "always_locked": sorted(ALWAYS_LOCKED),
+        "always_locked": sorted(limits_of(request).server_locked),
     }
 
 
@@ -171,6 +187,7 @@ async def validate(body: PresetText, request: Request) -> dict[str, Any]:
         preset = parse_text(body.text)
     except PresetError as e:
         raise BadInput(str(e)) from None
+    within_budget(preset, limits_of(request))
     return {"ok": True, "id": preset.id, "knob_text": preset.knob_text()}
 
 
@@ -181,7 +198,7 @@ async def validate(body: PresetText, request: Request) -> dict[str, Any]:
     responses=problems(400, 401, 403, 409, 413, 422, 429),
 )
 async def create(body: PresetText, request: Request) -> dict[str, Any]:
-    return detail(instructor_catalog(request).create(body.text))
+    return detail(instructor_catalog(request).create(budgeted(request, body.text)))
 
 
 @router.put(
@@ -190,7 +207,7 @@ async def create(body: PresetText, request: Request) -> dict[str, Any]:
     responses=problems(400, 401, 403, 404, 413, 422, 429),
 )
 async def update(preset: str, body: PresetText, request: Request) -> dict[str, Any]:
-    return detail(instructor_catalog(request).update(preset, body.text))
+    return detail(instructor_catalog(request).update(preset, budgeted(request, body.text)))
 
 
 @router.delete(
@@ -229,7 +246,10 @@ async def set_locked(preset: str, body: Locked, request: Request) -> dict[str, A
     responses=problems(400, 401, 403, 404, 413, 422, 429),
 )
 async def set_published(preset: str, body: Published, request: Request) -> dict[str, Any]:
-    return detail(instructor_catalog(request).set_published(preset, body.published))
+    catalog = instructor_catalog(request)
+    if body.published:  # within the lab's budget, as it is now
+        within_budget(catalog.get(preset, instructor=True).preset, limits_of(request))
+    return detail(catalog.set_published(preset, body.published))
 
 
 # ---- the class ----------------------------------------------------------------------

@@ -14,16 +14,13 @@ from fastapi import APIRouter, Request
 from pydantic import Field
 
 from crashdrill.server.catalog import Catalog, Lesson
-from crashdrill.server.errors import BadInput, Forbidden
+from crashdrill.server.errors import BadInput, Forbidden, LabError
 from crashdrill.server.lab import Lab
-from crashdrill.server.lesson_policy import (
-    apply_student_overrides,
-    public_view,
-    student_overrides_allowed,
-)
+from crashdrill.server.lesson_bounds import LabLimits, budget_problems
+from crashdrill.server.lesson_policy import LockedSetting, apply_student_overrides, public_view
 from crashdrill.server.schemas import NewPair, PairCreated, PairStatus, problems
 from crashdrill.server.sessions import is_instructor, session_of
-from crashdrill.trainer.presets import KNOB, SETTINGS, Preset, PresetError, dump_preset
+from crashdrill.trainer.presets import KNOB, Preset, PresetError, dump_preset
 
 router = APIRouter(prefix="/api", tags=["pairs"])
 
@@ -51,32 +48,43 @@ def instructor_of(request: Request) -> bool:
     return is_instructor(request, request.app.state.settings.instructor_token)
 
 
-def lesson_public(lesson: Lesson, preset: Preset | None = None) -> dict[str, Any]:
+def limits_of(request: Request) -> LabLimits:
+    """The server's bounds on lessons: what students may unlock, the budget, the machine."""
+    return LabLimits.from_settings(request.app.state.settings)
+
+
+def lesson_public(
+    lesson: Lesson, preset: Preset | None = None, limits: LabLimits | None = None
+) -> dict[str, Any]:
     """What a page shows of a lesson (optionally with a student's settings applied)."""
     p = preset or lesson.preset
     return {
-        **public_view(p),
+        **(public_view(p, limits) if limits else public_view(p)),
         "origin": lesson.origin,
         "share_path": f"/lesson/{lesson.preset.id}",
     }
 
 
-def with_overrides(preset: Preset, overrides: dict[str, Any]) -> Preset:
-    """The preset with a student's settings: 403 for a locked one, 422 for a bad one."""
+def with_overrides(preset: Preset, overrides: dict[str, Any], limits: LabLimits) -> Preset:
+    """The preset with a student's settings: 403 for a setting the lesson locks, 422 for
+    a wrong type, a setting the server locks, a value out of range or over the budget."""
     if len(overrides) > MAX_OVERRIDES:
         raise BadInput(f"overrides: {len(overrides)} settings; at most {MAX_OVERRIDES}")
-    allowed = student_overrides_allowed(preset)
-    for name in overrides:
-        if name in (KNOB, *SETTINGS) and name != preset.knob.name and name not in allowed:
-            may = ", ".join(sorted(allowed)) or "nothing (every setting is locked)"
-            raise Forbidden(
-                f"{name} is locked by the instructor in lesson {preset.id!r}; a student may"
-                f" change: {may}"
-            )
     try:
-        return apply_student_overrides(preset, overrides)
+        return apply_student_overrides(preset, overrides, limits)
+    except LockedSetting as e:
+        raise Forbidden(
+            str(e).replace(" is locked in ", " is locked by the instructor in ")
+        ) from None
     except PresetError as e:
         raise BadInput(f"overrides: {e}") from None
+
+
+def within_budget(preset: Preset, limits: LabLimits) -> None:
+    """422 naming each of the lab's limits that the preset's runs go over."""
+    problems = budget_problems(preset, limits)
+    if problems:
+        raise BadInput(f"{preset.id} is over this lab's budget: " + "; ".join(problems))
 
 
 def query_overrides(params: dict[str, str]) -> dict[str, Any]:
@@ -97,6 +105,20 @@ def query_overrides(params: dict[str, str]) -> dict[str, Any]:
     return out
 
 
+def lesson_link_status(preset: str, request: Request) -> int:
+    """The HTTP status of a lesson's shareable link, /lesson/ID?…: 404 when this person may
+    not see the lesson, 403 or 422 when the query sets a locked or a wrong value (the page
+    shows the lesson either way, and its API call names the problem), else 200."""
+    try:
+        lesson = catalog_of(request).get(preset, instructor=instructor_of(request))
+        overrides = query_overrides(dict(request.query_params))
+        if overrides:
+            with_overrides(lesson.preset, overrides, limits_of(request))
+    except LabError as e:
+        return e.status
+    return 200
+
+
 @router.get("/presets", summary="Lesson presets a student may start (published ones)")
 async def presets(request: Request) -> list[dict[str, Any]]:
     lessons = catalog_of(request).visible(instructor=False)
@@ -110,9 +132,10 @@ async def presets(request: Request) -> list[dict[str, Any]]:
 )
 async def one_preset(preset: str, request: Request) -> dict[str, Any]:
     lesson = catalog_of(request).get(preset, instructor=instructor_of(request))
+    limits = limits_of(request)
     overrides = query_overrides(dict(request.query_params))
-    changed = with_overrides(lesson.preset, overrides) if overrides else None
-    return {**lesson_public(lesson, changed), "overrides": overrides}
+    changed = with_overrides(lesson.preset, overrides, limits) if overrides else None
+    return {**lesson_public(lesson, changed, limits), "overrides": overrides}
 
 
 @router.post(
@@ -127,10 +150,13 @@ def create_pair(body: NewPairWithSettings, request: Request) -> dict[str, Any]:
     # stall nothing; the runs start from the lab's scheduler task.
     instructor = instructor_of(request)
     lesson = catalog_of(request).get(body.preset, instructor=instructor)
+    limits = limits_of(request)
     preset = lesson.preset
     frozen: str | None = None
     if body.overrides:
-        preset = with_overrides(preset, body.overrides)
+        preset = with_overrides(preset, body.overrides, limits)
+    else:
+        within_budget(preset, limits)
     if body.overrides or lesson.origin == "instructor":
         # The runs train exactly this text, even when the instructor edits the lesson
         # later or a crash restarts them: a resume must see the same config.
@@ -140,7 +166,7 @@ def create_pair(body: NewPairWithSettings, request: Request) -> dict[str, Any]:
         session_of(request),
         instructor,
         preset=preset,
-        public=lesson_public(lesson, preset),
+        public=lesson_public(lesson, preset, limits),
         frozen_text=frozen,
     )
 

@@ -72,6 +72,12 @@ class Settings:
     max_body_bytes: int = 64 * 1024
     max_pairs_per_session: int = 3
     max_queued_runs: int = 200
+    # Lesson bounds (server/lesson_bounds.py): settings instructors may open to students
+    # beyond the default, and the budget of one run.
+    student_unlockable: tuple[str, ...] = ()
+    max_params_per_run: int = 50_000_000
+    max_tokens_per_run: int = 400_000_000
+    max_checkpoint_bytes_per_run: int = 2 * 1024**3
     ingest_interval_s: float = 0.02
     telemetry: bool = True
     telemetry_interval_s: float = 2.0
@@ -105,6 +111,7 @@ class Settings:
             raise SettingsError(f"max_concurrent = {self.max_concurrent}: a whole number ≥ 1")
         if self.max_pairs_per_session < 1 or self.max_queued_runs < 2:
             raise SettingsError("max_pairs_per_session must be ≥ 1 and max_queued_runs ≥ 2")
+        self._check_class_limits()
         if self.max_wrong_tokens < 0:
             raise SettingsError(
                 f"max_wrong_tokens = {self.max_wrong_tokens}: a whole number ≥ 0 (0: no limit)"
@@ -140,6 +147,20 @@ class Settings:
                 " gs://BUCKET[/PREFIX], or to a directory all nodes share"
             )
 
+    def _check_class_limits(self) -> None:
+        """The settings of "Running a lab for a class" (docs/server.md)."""
+        from crashdrill.server.lesson_bounds import SERVER_LOCKED
+
+        unknown = sorted(set(self.student_unlockable) - SERVER_LOCKED)
+        if unknown:
+            raise SettingsError(
+                f"student_unlockable: {', '.join(unknown)} is not locked by the server;"
+                f" allowed: {', '.join(sorted(SERVER_LOCKED))}"
+            )
+        for name in ("max_params_per_run", "max_tokens_per_run", "max_checkpoint_bytes_per_run"):
+            if getattr(self, name) < 1:
+                raise SettingsError(f"{name} = {getattr(self, name)}: a whole number ≥ 1")
+
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
         """Defaults, then CRASHDRILL_* environment variables, then `overrides` (CLI)."""
@@ -158,6 +179,7 @@ class Settings:
         if env.get("CRASHDRILL_INSTRUCTOR_PRESETS_DIR"):
             values["presets_dir"] = Path(env["CRASHDRILL_INSTRUCTOR_PRESETS_DIR"]).expanduser()
         values.update(_supabase_env())
+        values.update(_class_env())
         if env.get("CRASHDRILL_TELEMETRY"):
             values["telemetry"] = env["CRASHDRILL_TELEMETRY"].lower() not in ("0", "false", "no")
         if env.get("CRASHDRILL_MIRROR", "").strip():
@@ -299,6 +321,38 @@ def _supabase_env() -> dict[str, object]:
     if env.get("CRASHDRILL_SUPABASE_MAX_MESSAGES_PER_S"):
         values["supabase_max_messages_per_s"] = _float("CRASHDRILL_SUPABASE_MAX_MESSAGES_PER_S")
     return values
+
+
+def _class_env() -> dict[str, object]:
+    """The CRASHDRILL_* variables of a lab for a class (docs/server.md)."""
+    env = os.environ
+    values: dict[str, object] = {}
+    for variable, (name, parse) in {
+        "CRASHDRILL_MAX_PARAMS_PER_RUN": ("max_params_per_run", _bytes),
+        "CRASHDRILL_MAX_TOKENS_PER_RUN": ("max_tokens_per_run", _bytes),
+        "CRASHDRILL_MAX_CHECKPOINT_BYTES_PER_RUN": ("max_checkpoint_bytes_per_run", _bytes),
+    }.items():
+        if env.get(variable, "").strip():
+            values[name] = parse(variable)
+    if env.get("CRASHDRILL_STUDENT_UNLOCKABLE", "").strip():
+        raw = env["CRASHDRILL_STUDENT_UNLOCKABLE"].replace(",", " ").split()
+        values["student_unlockable"] = tuple(raw)
+    return values
+
+
+_SUFFIXES = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def _bytes(name: str) -> int:
+    """A whole number, optionally with a binary suffix: 500M, 20G (also 20GiB)."""
+    raw = os.environ[name].strip().lower().removesuffix("ib").removesuffix("b")
+    scale = _SUFFIXES.get(raw[-1:], 1)
+    try:
+        return int(float(raw[:-1] if scale > 1 else raw) * scale)
+    except ValueError:
+        raise SettingsError(
+            f"{name} = {os.environ[name]!r}: a whole number, optionally with K, M, G or T"
+        ) from None
 
 
 def _float(name: str) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,6 +123,7 @@ class TrainConfig:
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        _check_types(self)
         _positive = {
             "n_layer": self.n_layer,
             "d_model": self.d_model,
@@ -229,6 +231,25 @@ class TrainConfig:
         """Hash of the fields that change what is trained (see _NOT_FINGERPRINTED)."""
         d = {k: v for k, v in self.to_dict().items() if k not in _NOT_FINGERPRINTED}
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _check_types(config: TrainConfig) -> None:
+    """Each field of its default's type (a value of another type, like dropout = "x", is a
+    ConfigError naming it, not a TypeError in a comparison below)."""
+    for f in dataclasses.fields(config):
+        value, default = getattr(config, f.name), f.default
+        if f.name == "extra" or isinstance(value, bool) != isinstance(default, bool):
+            if f.name != "extra":
+                raise ConfigError(f.name, value, f"{type(default).__name__}, not true/false")
+            continue
+        if isinstance(default, int) and not isinstance(value, int):
+            raise ConfigError(f.name, value, "a whole number")
+        if isinstance(default, float) and not (
+            isinstance(value, int | float) and math.isfinite(value)
+        ):
+            raise ConfigError(f.name, value, "a finite number")
+        if isinstance(default, str) and not isinstance(value, str):
+            raise ConfigError(f.name, value, "text")
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
