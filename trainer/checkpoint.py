@@ -4,7 +4,8 @@
         model.pt         weights
         optimizer.pt     AdamW state (moments, step counts) and param groups
         train_state.pt   step, tokens, schedule position, data cursor, every RNG stream,
-                         config, fingerprints, format version
+                         the eval window's step losses, config, fingerprints, format
+                         version
         MANIFEST.json    sha256 and size of every file above; written last
 
 A directory without a valid manifest does not exist for the loader. Which directories

@@ -312,7 +312,7 @@ def _train(
     autocast = evaluate._autocast(device, cfg)
     flops_per_token = model.flops_per_token()
     tokens_per_step = cfg.batch * cfg.ctx
-    window_t, window_steps, recent_losses = time.perf_counter(), 0, []
+    window_t, window_steps = time.perf_counter(), 0
     model.train()
     while st.step < cfg.steps:
         step_t = time.perf_counter()
@@ -331,7 +331,7 @@ def _train(
         st.step += 1
         st.tokens += tokens_per_step
         loss_f = float(loss.detach())  # a CPU-GPU sync point; we log every step on purpose
-        recent_losses = [*recent_losses[-(cfg.eval_every - 1) :], loss_f]
+        st.loss_window = [*st.loss_window, loss_f][-cfg.eval_every :]  # checkpointed
         window_steps += 1
 
         if st.step % cfg.log_every == 0 or st.step == cfg.steps:
@@ -368,7 +368,7 @@ def _train(
 
         if st.step % cfg.eval_every == 0 or st.step == cfg.steps:
             v = evaluate.val_loss(model, data.val, cfg, device)
-            train_mean = sum(recent_losses) / len(recent_losses)
+            train_mean = sum(st.loss_window) / len(st.loss_window)
             st.best_val = v if st.best_val is None else min(st.best_val, v)
             rec.write("val", step=st.step, val_loss=v, train_loss=train_mean)
             rec.event(

@@ -129,7 +129,7 @@ KINDS: tuple[Kind, ...] = (
             Field(
                 "train_loss",
                 "float",
-                "mean of the step losses of the last eval window",
+                "mean of the last `eval_every` step losses (checkpointed with the run)",
                 deterministic=True,
             ),
         ),

@@ -1,13 +1,14 @@
 """The training state a checkpoint holds, as the union of its parts' state dicts, and
 its way back in: `state_files` gives the files a checkpoint writes (model, optimizer,
-train_state: step, tokens, schedule, data cursor, RNG streams, config, fingerprints);
+train_state: step, tokens, schedule, data cursor, RNG streams, the eval window's step
+losses, config, fingerprints);
 `restore` loads a verified checkpoint into the model, optimizer, sampler and TrainState,
 refusing one written for another config or dataset.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from crashdrill.trainer import checkpoint as ck
@@ -29,6 +30,9 @@ class TrainState:
     step: int = 0
     tokens: int = 0
     best_val: float | None = None
+    # The last `eval_every` step losses, newest last: a `val` record's train_loss is their
+    # mean, so a resume must get them back (or its first eval averages fewer steps).
+    loss_window: list[float] = field(default_factory=list)
 
 
 def state_files(
@@ -51,6 +55,7 @@ def state_files(
     train_state = {
         **base,
         "best_val": st.best_val,
+        "loss_window": list(st.loss_window),  # Python floats: exact, no pickle needed
         "schedule": {"step": st.step, "lr": lr_at(st.step, cfg), "warmup": cfg.warmup},
         "data": sampler.state_dict(),
         "rng": determinism.get_rng_state(),
@@ -90,4 +95,8 @@ def restore(
             )
         determinism.set_rng_state(ts["rng"])
         st.best_val = ts.get("best_val")
+        # Absent from a checkpoint written before the window was kept (the same format
+        # otherwise): the first eval after such a resume averages fewer steps, and the
+        # resume check shows it as a differing val.train_loss.
+        st.loss_window = [float(x) for x in ts.get("loss_window", [])]
     return list(info.manifest.get("parts", ck.PARTS_FULL))
