@@ -2,6 +2,9 @@
 restarted run trains from step 0 again.
 
 - `crash_mode(pair)`: the mode stored with the pair's preset ("kill" when none).
+- `preemption(preset_ref, label)`: the grace the lab gives a run between SIGTERM and
+  SIGKILL when it preempts it (its config's `stop_grace`), and the lesson's session wall
+  (`[crash] wall_step`, 0: none) at which it does so by itself.
 - `launch_env(preset_ref, label, mode)`: "during_save" runs start with
   CRASHDRILL_CKPT_PAUSE holding each cadence checkpoint's write open, so that a crash test
   (which waits for the trainer to say it paused) lands inside the write.
@@ -25,7 +28,9 @@ from crashdrill.server.db import Row
 from crashdrill.server.ingest import IngestBatch
 from crashdrill.server.lesson_policy import during_save_pause
 from crashdrill.server.store import NewRecord, Store
+from crashdrill.trainer.config import ConfigError
 from crashdrill.trainer.presets import CRASH_MODES, PresetError, get_preset
+from crashdrill.workers.graceful_stop import PREEMPT_GRACE_S
 
 PAUSE_ENV = "CRASHDRILL_CKPT_PAUSE"
 
@@ -41,6 +46,16 @@ def crash_mode(pair: Mapping[str, Any] | None) -> str:
     crash = preset.get("crash") if isinstance(preset, dict) else None
     mode = crash.get("mode") if isinstance(crash, dict) else None
     return str(mode) if mode in CRASH_MODES else "kill"
+
+
+def preemption(preset_ref: str, label: str) -> tuple[float, int]:
+    """(grace in seconds, wall step) for a run of `preset_ref` (a frozen preset file or an
+    id): its config's stop_grace and its lesson's [crash] wall_step (0: no wall)."""
+    try:
+        preset = get_preset(preset_ref)
+        return float(preset.config_for(label).stop_grace), preset.crash.wall_step
+    except (PresetError, ConfigError):
+        return PREEMPT_GRACE_S, 0  # the trainer itself reports an unreadable preset
 
 
 def launch_env(preset_ref: str, label: str, mode: str) -> dict[str, str]:

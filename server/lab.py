@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from crashdrill.server.cluster import executor_for
-from crashdrill.server.crash_modes import crash_mode, launch_env
+from crashdrill.server.crash_modes import crash_mode, launch_env, preemption
 from crashdrill.server.db import Database, Row, open_database
 from crashdrill.server.errors import BadInput, Conflict, Forbidden, NotFound, TooMany
 from crashdrill.server.fanout import Fanout, LocalFanout
@@ -45,6 +45,7 @@ from crashdrill.server.store import ACTIVE_STATES, TERMINAL_STATES, Store
 from crashdrill.server.telemetry_feed import Sampler, TelemetryFeed, default_sampler
 from crashdrill.server.views import pair_view, queue_positions
 from crashdrill.trainer.presets import LABELS, Preset, PresetError, list_presets
+from crashdrill.workers.graceful_stop import Wall
 from crashdrill.workers.mirror import MIRROR_LOG, CheckpointMirror
 from crashdrill.workers.mirror_backends import MirrorError
 from crashdrill.workers.run_dir import RunDir
@@ -220,11 +221,14 @@ class Lab:
             command=self.settings.trainer_command,
             env=launch_env(preset_ref, row["label"], mode),
         )
+        grace, wall = preemption(preset_ref, row["label"])
         return Supervisor(
             launch,
             self.reports.callback(row["id"]),
             mirror=self.settings.mirror_url,
             executor=self.executor,
+            grace_s=grace,
+            wall=Wall(wall, grace) if wall else None,
         )
 
     def _release_mirror(self, row: Row) -> None:
@@ -329,9 +333,10 @@ class Lab:
             )
         return row
 
-    def crash(self, run_id: str, session: str, instructor: bool) -> dict[str, Any]:
-        row = self.check_may_control(run_id, session, instructor)
-        state, stage = row["state"], row["stage"]
+    def _training(self, row: Row, verb: str) -> Supervisor:
+        """The supervisor of a run that is training now, which a crash test or a
+        preemption may hit; Conflict saying why not otherwise."""
+        run_id, state, stage = row["id"], row["state"], row["stage"]
         if state != "running" or stage != "train":
             why = {
                 "queued": "it is still queued",
@@ -339,10 +344,33 @@ class Lab:
                 "restarting": "it is resuming after a crash",
                 "running": f"it is in stage {stage!r}, not training yet",
             }.get(state, f"it has {state}")
-            raise Conflict(f"cannot crash run {run_id}: {why}; crash tests hit training runs")
+            raise Conflict(f"cannot {verb} run {run_id}: {why}; {verb}s hit training runs")
         sup = self.supervisors.get(run_id)
         if sup is None:
-            raise Conflict(f"cannot crash run {run_id}: no trainer process is watched")
+            raise Conflict(f"cannot {verb} run {run_id}: no trainer process is watched")
+        return sup
+
+    def preempt(self, run_id: str, session: str, instructor: bool) -> dict[str, Any]:
+        """Preempt a training run as a platform does: SIGTERM now, SIGKILL after the run's
+        grace unless it has stopped; it resumes from what it saved. The run stays
+        `running` until the trainer ends (the grace is its to use)."""
+        row = self.check_may_control(run_id, session, instructor)
+        sup = self._training(row, "preempt")
+        try:
+            pid = sup.preempt()
+        except NotRunning as e:
+            raise Conflict(f"cannot preempt run {run_id}: {e}") from None
+        return {
+            "run": run_id,
+            "signalled_pid": pid,
+            "at_step": row["step"],
+            "grace_s": sup.grace_s,
+            "state": row["state"],
+        }
+
+    def crash(self, run_id: str, session: str, instructor: bool) -> dict[str, Any]:
+        row = self.check_may_control(run_id, session, instructor)
+        sup = self._training(row, "crash")
         mode = crash_mode(self.store.pair(row["pair_id"]))
         try:
             pid = sup.crash(mode)

@@ -12,6 +12,7 @@ from crashdrill.server.routes_pairs import lab_of
 from crashdrill.server.schemas import (
     CrashResult,
     Events,
+    PreemptResult,
     RecordKind,
     RecordKinds,
     RecordsPage,
@@ -44,6 +45,18 @@ def _who(request: Request) -> tuple[str, bool]:
 async def crash(run: str, request: Request) -> dict[str, Any]:
     session, instructor = _who(request)
     return lab_of(request).crash(run, session, instructor)
+
+
+@router.post(
+    RUN + "/preempt",
+    status_code=202,
+    response_model=PreemptResult,
+    summary="Preempt: SIGTERM the trainer, SIGKILL after its grace; it resumes from what it saved",
+    responses=problems(403, 404, 409, 413, 429),
+)
+async def preempt(run: str, request: Request) -> dict[str, Any]:
+    session, instructor = _who(request)
+    return lab_of(request).preempt(run, session, instructor)
 
 
 @router.post(

@@ -91,6 +91,17 @@ class PairStatus(BaseModel):
     runs: list[RunStatus]
 
 
+class PreemptResult(BaseModel):
+    run: str
+    signalled_pid: int
+    at_step: int | None
+    grace_s: float = Field(
+        description="seconds between the SIGTERM and the SIGKILL that follows if the trainer"
+        " is still alive (the run's stop_grace)"
+    )
+    state: RunState
+
+
 class CrashResult(BaseModel):
     run: str
     killed_pid: int

@@ -129,6 +129,7 @@ class Supervisor:
         poll_s: float = 0.2,
         mirror: str | None = None,
         executor: Executor | None = None,
+        grace_s: float = PREEMPT_GRACE_S,
         wall: Wall | None = None,
     ) -> None:
         self.launch = launch
@@ -147,6 +148,7 @@ class Supervisor:
         self._stop_requested: str | None = None
         self._preempt: Preemption | None = None
         self._stops = StopHistory()
+        self.grace_s = grace_s  # a preemption's, between its SIGTERM and its SIGKILL
         self._wall = wall  # a lesson's session wall: preempted once past its step
         self._detached = False
         self._unrequested_kills = 0
@@ -214,9 +216,11 @@ class Supervisor:
                 raise NotRunning("the trainer has already exited") from None
             return proc.pid
 
-    def preempt(self, grace_s: float = PREEMPT_GRACE_S, name: str = "Preempted") -> int:
+    def preempt(self, grace_s: float | None = None, name: str = "Preempted") -> int:
         """Preempt the trainer as a platform does: SIGTERM now, SIGKILL after `grace_s`
-        unless it has ended; then a restart that resumes. Returns the pid signalled."""
+        (default: the run's) unless it has ended; then a restart that resumes. Returns the
+        pid signalled."""
+        grace_s = self.grace_s if grace_s is None else grace_s
         with self._lock:
             proc = self._proc
             if proc is None or self._stop_requested:
