@@ -1,0 +1,138 @@
+"""The lab served with --ray on a cluster on 127.0.0.1: a pair's runs train on the
+cluster's nodes, a crash test resumes bit-identically, and a server killed with SIGKILL
+re-attaches to the runs' actors without losing or repeating a record. One cluster for
+the module (a head that takes no runs, two worker nodes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support import ray_cluster
+from tests.support.lab import free_port, serving, spawn_server, wait_for_pair
+
+ray = pytest.importorskip("ray")
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    c = ray_cluster.start_cluster(nodes=2)
+    try:
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def node_ids(cluster: Any) -> set[str]:
+    return {n.node_id for n in ray_cluster.worker_nodes(cluster)}
+
+
+def test_a_pair_on_the_cluster_is_crash_tested_and_resumes_bit_identically(
+    tmp_path: Path, cluster: Any
+) -> None:
+    from crashdrill.server.settings import Settings
+
+    settings = Settings(
+        data_dir=tmp_path / "lab",
+        port=free_port(),
+        max_concurrent=2,
+        stop_runs_on_exit=True,
+        telemetry=False,
+        ray=cluster.address,
+        mirror=str(tmp_path / "mirror"),
+    )
+    with serving(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
+        created = client.post("/api/pairs", json={"preset": "quick"}).json()
+        pair = created["pair"]
+        run_a = created["runs"][0]["id"]
+        runs = wait_for_pair(
+            client,
+            pair,
+            lambda rs: rs[0]["stage"] == "train" and (rs[0]["step"] or 0) >= 60,
+            "A past its first checkpoint",
+        )
+        assert all(r["host"]["node_id"] in node_ids(cluster) for r in runs)
+        assert not (tmp_path / "lab" / "runs" / run_a / "ckpt").exists()  # on the node
+        crash = client.post(f"/api/runs/{run_a}/crash")
+        assert crash.status_code == 202, crash.text
+        runs = wait_for_pair(
+            client, pair, lambda rs: all(r["state"] == "finished" for r in rs), "the end"
+        )
+        assert [(r["segment"], r["step"]) for r in runs] == [(1, 300), (0, 300)]
+        [check] = client.get(f"/api/runs/{run_a}/resume-checks").json()["checks"]
+        assert check["bit_identical"] is True and check["points"] > 0
+
+
+def file_records(run_dir: Path) -> list[dict[str, Any]]:
+    out = []
+    for name in ("records.jsonl", "mirror.jsonl"):
+        path = run_dir / name
+        for line in path.read_text().splitlines() if path.exists() else []:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+def test_a_server_killed_mid_run_re_attaches_to_the_actors_and_loses_no_record(
+    tmp_path: Path, cluster: Any
+) -> None:
+    data_dir, port, log = tmp_path / "lab", free_port(), tmp_path / "server.log"
+    env = {
+        **os.environ,
+        "CRASHDRILL_DATA_DIR": str(data_dir),
+        "CRASHDRILL_TELEMETRY": "0",
+        "CRASHDRILL_RAY_ADDRESS": cluster.address,
+        "CRASHDRILL_MIRROR": str(tmp_path / "mirror"),
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    }
+    server = spawn_server(port, env, log, start_timeout=120)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=url, timeout=30) as client:
+            created = client.post("/api/pairs", json={"preset": "quick"}).json()
+            cookies = dict(client.cookies)
+            pair = created["pair"]
+            wait_for_pair(
+                client, pair, lambda rs: all((r["step"] or 0) >= 80 for r in rs), "step 80"
+            )
+        server.send_signal(signal.SIGKILL)
+        server.wait()
+        time.sleep(2)  # the trainers go on training on their nodes meanwhile
+        server = spawn_server(port, env, log, start_timeout=120)
+        with httpx.Client(base_url=url, timeout=30, cookies=cookies) as client:
+            runs = client.get(f"/api/pairs/{pair}").json()["runs"]
+            assert [r["segment"] for r in runs] == [0, 0]  # re-attached, not restarted
+            runs = wait_for_pair(
+                client, pair, lambda rs: all(r["state"] == "finished" for r in rs), "the end"
+            )
+            assert [(r["segment"], r["step"]) for r in runs] == [(0, 300), (0, 300)]
+            for run in (r["id"] for r in runs):
+                stored = client.get(f"/api/runs/{run}/records", params={"limit": 20000}).json()
+                in_file = file_records(data_dir / "runs" / run)
+                key = ("kind", "segment", "step", "t")
+                counted = Counter(tuple(r.get(k) for k in key) for r in stored["records"])
+                counted.subtract(Counter(tuple(r.get(k) for k in key) for r in in_file))
+                assert {k: n for k, n in counted.items() if n} == {}
+                steps = [r["step"] for r in stored["records"] if r["kind"] == "step"]
+                assert sorted(steps) == list(range(1, 301)), "a step lost or repeated"
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
