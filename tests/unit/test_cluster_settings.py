@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 
@@ -55,3 +56,10 @@ def test_serve_with_an_unreachable_ray_address_exits_2_naming_it(
     assert f"cannot reach the Ray cluster at {address}" in err
     assert "--ray, CRASHDRILL_RAY_ADDRESS" in err
     assert not (tmp_path / "lab" / "crashdrill.sqlite3").exists()  # refused before anything
+
+
+def test_the_test_setup_installs_ray_and_the_default_lab_does_not() -> None:
+    quickstart = (Path(__file__).resolve().parents[2] / "quickstart.py").read_text()
+    match = re.search(r'extras = "([^"]*)" if test else "([^"]*)"', quickstart)
+    assert match, "quickstart.py's extras line changed shape"
+    assert "ray" in match.group(1).split(",") and "ray" not in match.group(2).split(",")
