@@ -83,7 +83,8 @@ def setup(test: bool) -> None:
         say(f"creating {VENV}")
         venv.EnvBuilder(with_pip=True).create(VENV)
     install_torch()
-    extras = "server,gpu,data,postgres,gcs,supabase,test" if test else "server,gpu"
+    # `ray` only for the tests (the Ray tier): the default lab needs no cluster.
+    extras = "server,gpu,data,postgres,gcs,supabase,ray,test" if test else "server,gpu"
     pip("-e", f".[{extras}]")
     # front-end packages from npm (uPlot), never committed; without Node.js the page still
     # works and says that its charts are missing
