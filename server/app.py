@@ -71,7 +71,7 @@ def create_app(
     if settings.max_wrong_tokens:
         app.state.token_guesses = TokenGuesses(settings.max_wrong_tokens)
     app.state.settings = settings
-    app.state.catalog = Catalog(settings.instructor_presets_dir)
+    app.state.catalog = Catalog(settings.instructor_presets_dir, settings.corpora)
     app.include_router(routes_pairs.router)
     app.include_router(routes_runs.router)
     app.include_router(routes_live.router)

@@ -22,7 +22,13 @@ from typing import Any, Literal
 
 from crashdrill.server.errors import BadInput, Conflict, Forbidden, NotFound
 from crashdrill.server.lesson_policy import locked_names, student_overrides_allowed, visible_to
-from crashdrill.trainer.presets import Preset, PresetError, list_presets, parse_preset_text
+from crashdrill.trainer.corpus_files import CorpusPathError, corpus_file
+from crashdrill.trainer.presets import (
+    Preset,
+    PresetError,
+    list_presets,
+    parse_preset_text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +78,36 @@ def parse_text(text: str, source: str = "the preset") -> Preset:
     return preset
 
 
+def corpus_problems(preset: Preset, corpora_dir: Path) -> list[str]:
+    """Why the preset's `file:` corpora (any run, CPU or CUDA) may not be read: each one
+    must be a regular file inside `corpora_dir` (trainer/corpus_files.py's rule)."""
+    sources: set[str] = set()
+    for label in ("A", "B"):
+        for cuda in (False, True):
+            try:
+                sources.add(preset.config_for(label, cuda=cuda).data)
+            except (ValueError, TypeError):
+                continue  # the preset's own validation names that problem
+    problems = []
+    for source in sorted(s for s in sources if s.startswith("file:")):
+        try:
+            corpus_file(source, corpora_dir)
+        except CorpusPathError as e:
+            problems.append(str(e))
+    return problems
+
+
+def check_corpora(preset: Preset, corpora_dir: Path) -> None:
+    """422 naming the `data` value when a `file:` corpus is outside `corpora_dir`."""
+    problems = corpus_problems(preset, corpora_dir)
+    if problems:
+        raise BadInput(f"{preset.id}: " + "; ".join(problems))
+
+
 class Catalog:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, corpora_dir: Path | None = None) -> None:
         self.directory = directory
+        self.corpora_dir = corpora_dir  # None: `file:` corpora are not checked here
 
     # ---- reading ----------------------------------------------------------------------
 
@@ -130,7 +163,7 @@ class Catalog:
 
     def create(self, text: str) -> Lesson:
         """A new instructor preset; unpublished unless its text says `published = true`."""
-        preset = _checked(text)
+        preset = self.checked(text)
         if preset.id in self.lessons():
             raise Conflict(f"a preset with id {preset.id!r} exists already: choose another id")
         if "published" not in tomllib.loads(text):
@@ -139,7 +172,7 @@ class Catalog:
 
     def update(self, preset_id: str, text: str) -> Lesson:
         self._editable(preset_id)
-        preset = _checked(text)
+        preset = self.checked(text)
         if preset.id != preset_id:
             raise BadInput(
                 f"id = {preset.id!r}: the text must keep the id {preset_id!r} (duplicate the"
@@ -174,13 +207,24 @@ class Catalog:
     def set_locked(self, preset_id: str, locked: list[str]) -> Lesson:
         lesson = self._editable(preset_id)
         text = set_top_level(lesson.text, "locked", sorted(set(locked)))
-        _checked(text)  # the preset's own rules say which names may be locked
+        self.checked(text)  # the preset's own rules say which names may be locked
         return self._write(preset_id, text)
 
     def delete(self, preset_id: str) -> None:
         lesson = self._editable(preset_id)
         assert lesson.path is not None
         lesson.path.unlink(missing_ok=True)
+
+    def checked(self, text: str) -> Preset:
+        """The preset in `text`, or 422 naming the field, the value and what is allowed
+        (its `file:` corpora included)."""
+        try:
+            preset = parse_text(text)
+        except PresetError as e:
+            raise BadInput(str(e)) from None
+        if self.corpora_dir is not None:
+            check_corpora(preset, self.corpora_dir)
+        return preset
 
     def _editable(self, preset_id: str) -> Lesson:
         lesson = self.get(preset_id, instructor=True)
@@ -206,13 +250,6 @@ class Catalog:
         return Lesson(
             parse_text(path.read_text(encoding="utf-8"), path.name), "instructor", path, text
         )
-
-
-def _checked(text: str) -> Preset:
-    try:
-        return parse_text(text)
-    except PresetError as e:
-        raise BadInput(str(e)) from None
 
 
 def _read(path: Path) -> str:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from crashdrill.server.catalog import check_corpora
 from crashdrill.server.cluster import executor_for
 from crashdrill.server.crash_modes import crash_mode, launch_env, preemption
 from crashdrill.server.db import Database, Row, open_database
@@ -44,6 +45,7 @@ from crashdrill.server.settings import Settings, SettingsError, lock_data_dir
 from crashdrill.server.store import ACTIVE_STATES, TERMINAL_STATES, Store
 from crashdrill.server.telemetry_feed import Sampler, TelemetryFeed, default_sampler
 from crashdrill.server.views import pair_view, queue_positions
+from crashdrill.trainer.corpus_files import CORPORA_DIR_VARIABLE
 from crashdrill.trainer.presets import LABELS, Preset, PresetError, list_presets
 from crashdrill.workers.graceful_stop import Wall
 from crashdrill.workers.mirror import MIRROR_LOG, CheckpointMirror
@@ -219,7 +221,11 @@ class Lab:
             preset=preset_ref,
             label=row["label"],
             command=self.settings.trainer_command,
-            env=launch_env(preset_ref, row["label"], mode),
+            env={
+                **launch_env(preset_ref, row["label"], mode),
+                CORPORA_DIR_VARIABLE: str(self.settings.corpora),
+            },
+            env_pass=self.settings.trainer_env_pass,
         )
         grace, wall = preemption(preset_ref, row["label"])
         return Supervisor(
@@ -261,6 +267,7 @@ class Lab:
                 known = ", ".join(sorted(presets))
                 raise NotFound(f"unknown preset {preset_name!r}; known presets: {known}")
             preset = found
+        check_corpora(preset, self.settings.corpora)  # again: a preset dir may have changed
         with self._create_lock:  # the limits and the insert, one request at a time
             return self._create_pair(preset, preset_name, owner, instructor, public, frozen_text)
 

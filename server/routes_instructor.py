@@ -17,7 +17,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from crashdrill.server.catalog import ID_RULE, MAX_TEXT, Catalog, Lesson, parse_text
-from crashdrill.server.errors import BadInput, Forbidden, LabError
+from crashdrill.server.errors import Forbidden, LabError
 from crashdrill.server.routes_pairs import (
     catalog_of,
     lab_of,
@@ -182,11 +182,7 @@ async def one_preset(preset: str, request: Request) -> dict[str, Any]:
     responses=problems(400, 401, 403, 413, 422, 429),
 )
 async def validate(body: PresetText, request: Request) -> dict[str, Any]:
-    require_instructor(request)
-    try:
-        preset = parse_text(body.text)
-    except PresetError as e:
-        raise BadInput(str(e)) from None
+    preset = instructor_catalog(request).checked(body.text)
     within_budget(preset, limits_of(request))
     return {"ok": True, "id": preset.id, "knob_text": preset.knob_text()}
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from crashdrill.server.db import check_postgres_url
 from crashdrill.workers.mirror_backends import MirrorURLError, parse_mirror_url
 from crashdrill.workers.supervisor import DEFAULT_COMMAND
+from crashdrill.workers.trainer_env import env_pass_from_environ
 
 
 def default_data_dir() -> Path:
@@ -100,6 +101,10 @@ class Settings:
     # Checkpoint mirror: "" = the directory DATA_DIR-mirror beside the data dir; "off";
     # a local directory; or gs://BUCKET[/PREFIX] (needs crashdrill[gcs]).
     mirror: str = ""
+    # ---- trainers, sessions, browsers, streams (docs/server.md "Running a lab for a class")
+    corpora_dir: Path | None = None  # None: data_dir/corpora; `file:` corpora only from there
+    # Names or PREFIX* a trainer inherits beyond the allowlist (workers/trainer_env.py).
+    trainer_env_pass: tuple[str, ...] = field(default_factory=env_pass_from_environ)
     # Ray cluster for the runs (docs/cluster.md): None = subprocesses on this machine;
     # "auto", HOST:PORT or ray://HOST:PORT (needs crashdrill[ray] and an explicit mirror).
     ray: str | None = None
@@ -188,6 +193,7 @@ class Settings:
             values["ray"] = env["CRASHDRILL_RAY_ADDRESS"].strip()
         if env.get("CRASHDRILL_DATABASE_URL", "").strip():
             values["database_url"] = env["CRASHDRILL_DATABASE_URL"].strip()
+        values.update(_hardening_env())
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "data_dir" in values:
             values["data_dir"] = Path(str(values["data_dir"])).expanduser()
@@ -243,6 +249,11 @@ class Settings:
         if self.mirror:
             return str(parse_mirror_url(self.mirror))
         return str(self.data_dir.with_name(self.data_dir.name + "-mirror"))
+
+    @property
+    def corpora(self) -> Path:
+        """Where `file:` corpora may be read from: the setting, else data_dir/corpora."""
+        return self.corpora_dir if self.corpora_dir is not None else self.data_dir / "corpora"
 
     @property
     def db_path(self) -> Path:
@@ -353,6 +364,16 @@ def _bytes(name: str) -> int:
         raise SettingsError(
             f"{name} = {os.environ[name]!r}: a whole number, optionally with K, M, G or T"
         ) from None
+
+
+def _hardening_env() -> dict[str, object]:
+    """The settings of docs/server.md "Running a lab for a class" from the environment
+    (CRASHDRILL_TRAINER_ENV_PASS is read by its default)."""
+    env = os.environ
+    values: dict[str, object] = {}
+    if env.get("CRASHDRILL_CORPORA_DIR", "").strip():
+        values["corpora_dir"] = Path(env["CRASHDRILL_CORPORA_DIR"].strip()).expanduser()
+    return values
 
 
 def _float(name: str) -> float:

@@ -15,6 +15,8 @@ from tests.support.postgres import postgres_server, postgres_url  # noqa: F401 (
 
 _CACHE = tempfile.mkdtemp(prefix="crashdrill-test-cache-")
 os.environ.setdefault("CRASHDRILL_CACHE_DIR", _CACHE)
+# The stand-in trainer's knobs reach it through the allowlist of workers/trainer_env.py.
+os.environ.setdefault("CRASHDRILL_TRAINER_ENV_PASS", "CRASHDRILL_STANDIN_*")
 
 REPO = Path(__file__).resolve().parent.parent
 SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"

@@ -2,7 +2,8 @@
 
 Sources (TrainConfig.data):
   builtin              the generated corpus (trainer/corpus.py), no download
-  file:PATH            any UTF-8 text file
+  file:PATH            any UTF-8 text file (inside CRASHDRILL_CORPORA_DIR when that is set:
+                       trainer/corpus_files.py)
   fineweb-edu          FineWeb-Edu (sample-10BT) through `datasets`, streamed; needs network
   fineweb-edu:PATH     the same rows from a local .parquet or .jsonl file (column "text")
 
@@ -30,6 +31,7 @@ import torch
 
 from crashdrill.trainer import corpus
 from crashdrill.trainer.config import TrainConfig
+from crashdrill.trainer.corpus_files import CorpusPathError, corpora_dir_from_environ, open_corpus
 
 FINEWEB_REPO = "HuggingFaceFW/fineweb-edu"
 FINEWEB_NAME = "sample-10BT"
@@ -137,9 +139,10 @@ def load_text(source: str) -> str:
     if source == "builtin":
         return corpus.generate()
     if source.startswith("file:"):
-        path = Path(source[5:])
         try:
-            return path.read_text(encoding="utf-8")
+            return open_corpus(source, corpora_dir_from_environ()).decode("utf-8")
+        except CorpusPathError as e:
+            raise DataError(str(e)) from None
         except FileNotFoundError:
             raise DataError(f"data = {source!r}: no such file") from None
         except UnicodeDecodeError as e:

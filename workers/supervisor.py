@@ -33,7 +33,8 @@ The trainer runs in its own session with its output in files, not pipes: it outl
 server that is killed, and a new server adopts it (`adopt`). Where it runs, and how it is
 started, found, waited for and signalled, is the executor's (workers/executor.py: this
 machine by default, or a Ray node, workers/ray_executor.py); which checkpoint a
-restart resumes from is the checkpoint layout's rule (trainer/checkpoint_layout.py).
+restart resumes from is the checkpoint layout's rule (trainer/checkpoint_layout.py). The
+trainer's environment is an allowlist (workers/trainer_env.py), never the server's secrets.
 """
 
 from __future__ import annotations
@@ -70,6 +71,11 @@ from crashdrill.workers.restart_events import (
     restart_event,
 )
 from crashdrill.workers.run_dir import RunDir
+from crashdrill.workers.trainer_env import (
+    env_pass_from_environ,
+    trainer_environment,
+    writes_gcs_mirror,
+)
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +97,8 @@ class Launch:
     label: str
     command: tuple[str, ...] = DEFAULT_COMMAND
     env: Mapping[str, str] = field(default_factory=dict)
+    # Names or PREFIX* patterns the trainer inherits beyond the allowlist (workers/trainer_env.py).
+    env_pass: tuple[str, ...] = field(default_factory=env_pass_from_environ)
 
     def argv(self, *, require_checkpoint: bool, run_dir: Path | None = None) -> list[str]:
         """The command line; `run_dir`: where the trainer keeps its files, when that is
@@ -455,7 +463,12 @@ class Supervisor:
             self._stopped(stop, self.run_dir.last_seen()[0])
             return False
         self.run_dir.path.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.launch.env}
+        env = trainer_environment(
+            os.environ,
+            self.launch.env,
+            passes=self.launch.env_pass,
+            gcs=writes_gcs_mirror(self.launch.command),
+        )
         try:
             self._stderr_since = self._stderr_size()
             proc = self.executor.start(self.launch, env, require_checkpoint=require_checkpoint)
