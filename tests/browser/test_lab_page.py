@@ -88,6 +88,7 @@ def test_a_lesson_with_a_crash_per_run_resumes_bit_identical_and_survives_reload
     expected = r"A · resume 1 steps \d[\d,]*–\d[\d,]* \(\d+ points\): max \|Δloss\| 0\.0e\+0, "
     assert re.search(expected + r"mean 0\.0e\+0", line), line
     assert "the resume reproduced the lost steps exactly" in line
+    assert re.search(r"\nloss and \d+ other metrics: bit-identical", line), line  # every field
 
     # The recomputed segment is drawn dashed over the original, with its data in the table.
     legend = page.locator("#chart-loss .u-legend .u-series", has_text="A resume 1")

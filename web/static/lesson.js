@@ -2,6 +2,7 @@
 // samples, resume checks and the event log ("What happened").
 
 import * as f from "./format.js";
+import { fieldsLine, otherFieldsVerdict } from "./resume_fields.js";
 
 // The questions behind the probe names (trainer/corpus.py PROBES); unknown names show as is.
 const PROBE_TEXT = {
@@ -115,13 +116,15 @@ export function resumeCheckText(label, c) {
   }
   const [lo, hi] = c.steps || [null, null];
   const progress = c.complete ? "" : ` (${c.points} of ${c.expected_points} lost steps recomputed so far)`;
-  const line = `${head} steps ${lo}–${hi} (${c.points} points): max |Δloss| ${f.sci(c.max_abs_delta)}, mean ${f.sci(c.mean_abs_delta)}${progress}`;
+  const line = `${head} steps ${lo}–${hi} (${c.points} points): max |Δloss| ${c.infinite_delta ? "∞" : f.sci(c.max_abs_delta)}, mean ${f.sci(c.mean_abs_delta)}${progress}`;
   if (c.started_over) {
     return [line, `No checkpoint was resumed: the run trained from step 0 again and lost ${f.int(c.expected_points)} steps.`, "fresh"];
   }
   if (c.bit_identical) {
     return [line, "Bit-identical: the resume reproduced the lost steps exactly.", "identical"];
   }
+  const other = otherFieldsVerdict(c);
+  if (other) return [line, other, "different"];
   if (c.missing?.length) {
     return [line,
       `Not bit-identical from step ${f.int(c.first_divergent_step)}: the checkpoint did not hold ${c.missing.join(", ")}, `
@@ -144,6 +147,8 @@ export function renderResumeChecks(pair) {
       const li = el("li", `check check-${kind} run-${r.label}`);
       li.dataset.bitIdentical = String(c.bit_identical);
       li.append(el("span", "check-line", line), el("span", "check-verdict", verdict));
+      const fields = fieldsLine(c);
+      if (fields) li.append(el("span", "check-fields", fields));
       const lost = c.expected_points;
       if (f.isNum(lost) && f.isNum(c.from_step)) {
         li.append(el("span", "check-cost", `The crash cost ${f.int(lost)} step${lost === 1 ? "" : "s"} of work (since the checkpoint at step ${f.int(c.from_step)}).`));
