@@ -2,12 +2,19 @@
 
     python3 docker/lab_check.py --url http://127.0.0.1:8000            # wait, pair, crash, check
     python3 docker/lab_check.py --url http://127.0.0.1:8000 --ready-only
+    python3 docker/lab_check.py --url … --kill-worker-of-a CONTAINER CONTAINER   # Ray nodes
 
 Steps: the lab says it is ready (GET /api/health); a pair of the `quick` preset starts;
 run A is crash-tested once it has passed its first checkpoint; both runs finish; A's
 resume check is bit-identical, complete and has points. Prints one line per step; on the
 first step that does not hold prints `FAILED <step>: why` and exits 1. Only the standard
-library, so that docker/test.sh runs it with any python3.
+library (and the docker CLI for --kill-worker-of-a), so that docker/test.sh runs it with
+any python3.
+
+--kill-worker-of-a: a longer pair on a lab served with `--ray`; once run A has passed a
+checkpoint, the worker container that holds A's node dir is killed (`docker kill`), and A
+must resume on another node from the mirror ("Lost host … resumed on host …"), its resume
+check bit-identical, and both runs finish.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import argparse
 import http.cookiejar
 import json
+import subprocess
 import sys
 import time
 import urllib.error
@@ -85,12 +93,7 @@ def wait_pair(client: Client, pair: str, ok: Any, what: str, timeout_s: float) -
 
 
 def crash_test(client: Client, timeout_s: float) -> None:
-    status, created = client.call("POST", "/api/pairs", {"preset": "quick"})
-    if status != 201:
-        raise StepFailed("start a quick pair (POST /api/pairs)", f"{status}: {created}")
-    pair = created["pair"]
-    run_a = created["runs"][0]["id"]
-    print(f"ok   started pair {pair}")
+    pair, run_a = start_pair(client)
 
     def past_first_checkpoint(runs: list[Any]) -> bool:
         a = runs[0]
@@ -134,18 +137,101 @@ def crash_test(client: Client, timeout_s: float) -> None:
     print(f"ok   resume check: steps {lo}..{hi}, {check['points']} points, bit-identical")
 
 
+def start_pair(client: Client, overrides: dict[str, Any] | None = None) -> tuple[str, str]:
+    body: dict[str, Any] = {"preset": "quick"}
+    if overrides:
+        body["overrides"] = overrides
+    status, created = client.call("POST", "/api/pairs", body)
+    if status != 201:
+        raise StepFailed("start a quick pair (POST /api/pairs)", f"{status}: {created}")
+    print(f"ok   started pair {created['pair']} {json.dumps(overrides or {})}")
+    return created["pair"], created["runs"][0]["id"]
+
+
+def container_of_node(containers: list[str], node_id: str) -> str | None:
+    """The container whose Ray node is `node_id`: the one whose node dir root
+    (workers/ray_node.py's node_root, under CRASHDRILL_NODE_DIR) bears its name."""
+    for container in containers:
+        out = subprocess.run(
+            ["docker", "exec", container, "ls", "/nodes/crashdrill-node"],
+            capture_output=True,
+            text=True,
+        )
+        if node_id[:16] in out.stdout.split():
+            return container
+    return None
+
+
+def lost_worker(client: Client, containers: list[str], timeout_s: float) -> None:
+    pair, run_a = start_pair(client, {"steps": 1200})
+    step = "run A passes step 150 on a worker"
+
+    def placed(runs: list[Any]) -> bool:
+        a = runs[0]
+        return bool(a.get("host")) and a["segment"] == 0 and (a["step"] or 0) >= 150
+
+    a = wait_pair(client, pair, placed, step, timeout_s)[0]
+    node = a["host"]["node_id"]
+    victim = container_of_node(containers, node)
+    if victim is None:
+        raise StepFailed(step, f"no container of {containers} holds node {node}")
+    kill = subprocess.run(["docker", "kill", victim], capture_output=True, text=True)
+    if kill.returncode != 0:
+        raise StepFailed("docker kill A's worker", kill.stderr.strip())
+    print(
+        f"ok   killed worker container {victim[:12]} (node {a['host']['name']}) at step {a['step']}"
+    )
+
+    def moved(runs: list[Any]) -> bool:
+        a = runs[0]
+        return a["segment"] >= 1 and (a.get("host") or {}).get("node_id") not in (None, node)
+
+    wait_pair(client, pair, moved, "run A resumes on another node", timeout_s)
+    runs = wait_pair(
+        client,
+        pair,
+        lambda rs: all(r["state"] == "finished" for r in rs),
+        "both runs finish after the lost worker",
+        timeout_s,
+    )
+    print(f"ok   A finished on {runs[0]['host']['name']}")
+    step = "A's resume on the other node is bit-identical"
+    status, body = client.call("GET", f"/api/runs/{run_a}/resume-checks")
+    checks = body.get("checks") if status == 200 else None
+    if not checks:
+        raise StepFailed(step, f"no resume check: {status}: {body}")
+    for check in checks:
+        if not (check["bit_identical"] is True and check["complete"] and check["points"] > 0):
+            raise StepFailed(step, json.dumps(check))
+    status, body = client.call("GET", f"/api/runs/{run_a}/events")
+    texts = [e["text"] for e in body.get("events", [])] if status == 200 else []
+    lost = [t for t in texts if t.startswith("Lost host")]
+    if not lost:
+        raise StepFailed(step, f"no 'Lost host' event among {texts[-8:]}")
+    print(f"ok   {lost[0]}")
+    print(f"ok   {len(checks)} resume check(s) of A, all bit-identical")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument("--ready-timeout", type=float, default=180.0)
     parser.add_argument("--run-timeout", type=float, default=240.0)
     parser.add_argument("--ready-only", action="store_true", help="only wait for /api/health")
+    parser.add_argument(
+        "--kill-worker-of-a",
+        nargs="+",
+        metavar="CONTAINER",
+        help="the worker containers of a lab served with --ray: kill run A's mid-run",
+    )
     args = parser.parse_args(argv)
     client = Client(args.url)
     try:
         health = wait_ready(client, args.ready_timeout)
         print(f"ok   lab ready at {args.url}: database {health['database']}")
-        if not args.ready_only:
+        if args.kill_worker_of_a:
+            lost_worker(client, args.kill_worker_of_a, args.run_timeout)
+        elif not args.ready_only:
             crash_test(client, args.run_timeout)
     except StepFailed as e:
         print(e, file=sys.stderr)

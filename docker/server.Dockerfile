@@ -17,7 +17,10 @@
 #   NODE_IMAGE  the image that fetches the page's npm packages (uPlot, supabase-js); Node
 #               is not in the final image
 #   TORCH, TORCH_INDEX  the torch requirement and the index of its CPU build
-#   EXTRAS      the crashdrill extras (default server,postgres,gcs)
+#   EXTRAS      the crashdrill extras (default server,postgres,gcs; docker/compose.yaml adds
+#               ray for `crashdrill serve --ray`)
+#   RAY_VERSION with the ray extra, the exact Ray release: the server and every node of
+#               the cluster must run the same Ray and the same Python (docker/worker.Dockerfile)
 #   TORCH_SLIM  1 (default): drop torch's C++ headers, tests and test binaries, which the
 #               lab never uses (no torch.compile, no C++ extensions): ~200 MB less
 # Build-only inputs, never in the final image: docker/local/ca.crt (a CA bundle that pip
@@ -40,6 +43,7 @@ FROM ${BASE} AS build
 ARG TORCH=torch==2.13.0
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 ARG EXTRAS=server,postgres,gcs
+ARG RAY_VERSION=2.60.0
 ARG TORCH_SLIM=1
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 RUN python3 -m venv /opt/crashdrill
@@ -78,7 +82,8 @@ RUN set -e; \
                REQUESTS_CA_BUNDLE=/build-local/ca.crt; \
     fi; \
     /opt/crashdrill/bin/python scripts/build_web.py --no-install; \
-    /opt/crashdrill/bin/pip install ".[${EXTRAS}]"; \
+    pins=""; case ",${EXTRAS}," in *,ray,*) pins="ray[default]==${RAY_VERSION}";; esac; \
+    /opt/crashdrill/bin/pip install ".[${EXTRAS}]" $pins; \
     cd / && /opt/crashdrill/bin/python -c "import crashdrill.server.app, torch; print('torch', torch.__version__)"
 
 # ---- the image ------------------------------------------------------------------------
@@ -90,7 +95,7 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends tini \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --user-group --create-home --home-dir /home/crashdrill crashdrill \
-    && mkdir -p /data && chown crashdrill:crashdrill /data
+    && mkdir -p /data /mirror && chown crashdrill:crashdrill /data /mirror
 COPY --from=build /opt/crashdrill /opt/crashdrill
 COPY docker/healthcheck.py /opt/crashdrill/bin/crashdrill-healthcheck
 ENV PATH=/opt/crashdrill/bin:$PATH \

@@ -1,0 +1,170 @@
+"""docker/ without Docker: what the images and the compose files rely on exists and agrees
+with the code. docker/test.sh builds and runs them for real (docs/docker.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from crashdrill.server import cli as serve_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKER = ROOT / "docker"
+DOCKERFILES = sorted(DOCKER.glob("*.Dockerfile"))
+COMPOSE_FILES = [DOCKER / "compose.yaml", DOCKER / "compose.hostnet.yaml"]
+
+
+def compose(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return data
+
+
+def with_defaults(words: list[str]) -> list[str]:
+    """Compose's ${VAR:-default} as the default (what runs when VAR is unset)."""
+    return [re.sub(r"\$\{[A-Z0-9_]+:-([^}]*)\}", r"\1", w) for w in words]
+
+
+def instructions(dockerfile: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    text = re.sub(r"^\s*#.*\n", "", dockerfile.read_text(encoding="utf-8"), flags=re.M)
+    text = text.replace("\\\n", " ")
+    out = []
+    for line in text.splitlines():
+        if line.strip():
+            word, _, rest = line.strip().partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+class Health(BaseHTTPRequestHandler):
+    answer: tuple[int, dict[str, Any]] = (200, {"ready": True})
+
+    def do_GET(self) -> None:
+        status, body = self.answer
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def health_server() -> Iterator[HTTPServer]:
+    server = HTTPServer(("127.0.0.1", 0), Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def probe(url: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(DOCKER / "healthcheck.py")],
+        env={"CRASHDRILL_HEALTH_URL": url, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_the_image_healthcheck_passes_only_while_the_lab_says_ready(
+    health_server: HTTPServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"http://127.0.0.1:{health_server.server_address[1]}/api/health"
+    monkeypatch.setattr(Health, "answer", (200, {"ready": True, "database": "postgres"}))
+    assert probe(url).returncode == 0
+    monkeypatch.setattr(Health, "answer", (503, {"detail": "the lab's database is unreachable"}))
+    assert probe(url).returncode == 1
+    monkeypatch.setattr(Health, "answer", (200, {"ready": False}))
+    assert probe(url).returncode == 1
+    with socket.socket() as s:  # a port that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    refused = probe(f"http://127.0.0.1:{closed}/api/health")
+    assert refused.returncode == 1 and "not ready" in refused.stderr
+
+
+def test_the_healthcheck_asks_the_route_the_server_has() -> None:
+    from crashdrill.server.routes_health import router
+
+    source = (DOCKER / "healthcheck.py").read_text(encoding="utf-8")
+    url = re.search(r'DEFAULT_URL = "http://127\.0\.0\.1:8000(/[^"]+)"', source)
+    assert url is not None
+    assert url.group(1) in {route.path for route in router.routes}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_every_file_a_dockerfile_copies_exists_and_the_build_context_lets_it_through(
+    dockerfile: Path,
+) -> None:
+    allowed = [
+        line[1:].rstrip("/")
+        for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+        if line.startswith("!")
+    ]
+    missing, ignored = [], []
+    for word, args in instructions(dockerfile):
+        if word != "COPY" or args.startswith("--from"):
+            continue
+        *sources, _dest = shlex.split(args)
+        for source in sources:
+            if not (ROOT / source).exists():
+                missing.append(source)
+            if not any(source.rstrip("/") == a or source.startswith(a + "/") for a in allowed):
+                ignored.append(source)
+    assert not missing, f"{dockerfile.name} copies what does not exist: {missing}"
+    assert not ignored, f"{dockerfile.name} copies what .dockerignore leaves out: {ignored}"
+
+
+def test_the_server_image_runs_crashdrill_serve_with_arguments_it_accepts() -> None:
+    steps = dict(instructions(DOCKER / "server.Dockerfile"))
+    entrypoint, cmd = json.loads(steps["ENTRYPOINT"]), json.loads(steps["CMD"])
+    assert entrypoint[0] == "tini" and entrypoint[-2:] == ["crashdrill", "serve"]
+    parser = argparse.ArgumentParser()
+    serve_cli._add_arguments(parser)
+    assert parser.parse_args(cmd).host == "0.0.0.0"
+    hostnet = compose(DOCKER / "compose.hostnet.yaml")["services"]["server"]["command"]
+    args = parser.parse_args(with_defaults(hostnet))
+    assert (args.host, args.port) == ("127.0.0.1", 8000)
+
+
+@pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda p: p.name)
+def test_every_crashdrill_variable_the_compose_files_give_the_server_is_one_it_reads(
+    path: Path,
+) -> None:
+    read = (ROOT / "server" / "settings.py").read_text(encoding="utf-8")
+    read += (DOCKER / "healthcheck.py").read_text(encoding="utf-8")
+    env = compose(path)["services"]["server"]["environment"]
+    names = [n for n in env if n.startswith("CRASHDRILL_")]
+    assert names
+    unread = [n for n in names if f'"{n}"' not in read]
+    assert not unread, f"{path.name} sets variables nothing reads: {unread}"
+
+
+def test_the_compose_stack_shares_one_mirror_volume_between_the_server_and_every_worker() -> None:
+    services = compose(DOCKER / "compose.yaml")["services"]
+    mirror = services["server"]["environment"]["CRASHDRILL_MIRROR"]
+    assert mirror == "${CRASHDRILL_MIRROR:-/mirror}"
+    for name in ("server", "worker", "worker-gpu"):
+        assert "mirror:/mirror" in services[name]["volumes"], name
+    assert "${CRASHDRILL_POSTGRES_PASSWORD:?" in services["db"]["environment"]["POSTGRES_PASSWORD"]
