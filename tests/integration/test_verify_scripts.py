@@ -49,6 +49,8 @@ if os.path.exists(CKPT) and FLAW != "fresh":          # fresh: never loads it
         vw, vb = s["vw"], s["vb"]
     if FLAW != "rng":                                  # rng: the batch stream starts over
         rng.setstate((s["rng"][0], tuple(s["rng"][1]), s["rng"][2]))
+ONCE = os.path.join(os.path.dirname(ROOT), "crashed-once")  # beside both runs' dirs
+CRASH_AFTER_SAVE = FLAW == "crashonce" and step > 0 and not os.path.exists(ONCE)
 
 
 def save():
@@ -91,6 +93,9 @@ while step < STEPS:
         print(json.dumps({"step": step, "loss": loss}), flush=True)
     if FLAW != "never" and step % EVERY == 0:
         save()
+        if CRASH_AFTER_SAVE:  # crashonce: the first resume crashes after its next save
+            open(ONCE, "w").close()
+            raise RuntimeError(f"resumed state broke at step {step}")
     time.sleep(0.03)
 '''
 
@@ -207,6 +212,18 @@ def test_a_script_that_crashes_on_resume_shows_its_stderr(toy: Path, tmp_path: P
 def test_a_script_that_hangs_on_resume_times_out(toy: Path, tmp_path: Path) -> None:
     rc, rep, out = verify(toy, tmp_path, "hang", "--seed", "1", "--timeout", "4")
     assert rc == 1 and codes(rep) == ["hung"], out
+
+
+def test_after_a_restart_that_crashed_having_saved_the_next_kills_still_count(
+    toy: Path, tmp_path: Path
+) -> None:
+    rc, rep, out = verify(toy, tmp_path, "crashonce", "--seed", "1", "--kills", "3")
+    assert rc == 1 and codes(rep) == ["crashed"], out
+    outcomes = [r["outcome"] for r in rep["resumes"]]
+    assert "crashed (exit 1)" in outcomes and outcomes[-1] == "finished", outcomes
+    crashed = outcomes.index("crashed (exit 1)")
+    assert rep["resumes"][crashed + 1]["bit_identical"]  # resumed from what it saved
+    assert "resumed state broke" in rep["diagnosis"][0]["text"]
 
 
 def test_steps_the_parser_cannot_read_are_bad_input(toy: Path, tmp_path: Path) -> None:
