@@ -136,3 +136,57 @@ def test_a_server_killed_mid_run_re_attaches_to_the_actors_and_loses_no_record(
             server.wait(30)
         except subprocess.TimeoutExpired:
             server.kill()
+
+
+def test_lesson_1_15_on_the_cluster_moves_both_runs_and_only_the_mirrored_one_resumes(
+    tmp_path: Path, cluster: Any
+) -> None:
+    from crashdrill.server.settings import Settings
+
+    settings = Settings(
+        data_dir=tmp_path / "lab",
+        port=free_port(),
+        max_concurrent=2,
+        stop_runs_on_exit=True,
+        telemetry=False,
+        ray=cluster.address,
+        mirror=str(tmp_path / "mirror"),
+    )
+    with serving(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
+        created = client.post("/api/pairs", json={"preset": "lesson-1.15"}).json()
+        pair = created["pair"]
+        run_a, run_b = (r["id"] for r in created["runs"])
+        mirrored = tmp_path / "mirror" / run_b
+        before = wait_for_pair(
+            client,
+            pair,
+            lambda rs: (
+                all(r["can_crash"] and (r["step"] or 0) >= 150 for r in rs)
+                and any(mirrored.glob("step-*/MANIFEST.json"))
+            ),
+            "both past step 150 with B's checkpoint mirrored",
+        )
+        for run in (run_a, run_b):
+            r = client.post(f"/api/runs/{run}/crash")
+            assert r.status_code == 202 and r.json()["crash_mode"] == "host", r.text
+        runs = wait_for_pair(
+            client,
+            pair,
+            lambda rs: all(r["state"] in ("finished", "failed") for r in rs),
+            "both runs to end",
+        )
+        assert [r["state"] for r in runs] == ["failed", "finished"]
+        assert runs[0]["exit_code"] == 3
+        for old, new in zip(before, runs, strict=True):
+            assert new["host"]["node_id"] != old["host"]["node_id"]  # moved to the other node
+        events = client.get(f"/api/runs/{run_b}/events").json()["events"]
+        moved = next(e for e in events if e["code"] == "crash")
+        assert moved["text"].startswith(f"Crash test: lost host {before[1]['host']['name']}")
+        assert f"resumed on host {runs[1]['host']['name']} from the mirror" in moved["text"]
+        [check] = client.get(f"/api/runs/{run_b}/resume-checks").json()["checks"]
+        assert check["bit_identical"] is True and check["complete"]
+        events_a = client.get(f"/api/runs/{run_a}/events").json()["events"]
+        assert (
+            "the mirror holds no checkpoint"
+            in next(e for e in events_a if e["code"] == "crash")["text"]
+        )
