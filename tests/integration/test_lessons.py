@@ -347,3 +347,30 @@ def test_lesson_1_11_only_the_mirrored_run_survives_its_disk(client: httpx.Clien
         A={"state": runs[0]["state"], "exit": runs[0]["exit_code"], "steps_lost": "all"},
         B={"resumed_from_mirror": b["from_step"], "steps_lost": at_b - b["from_step"]},
     )
+
+
+def test_lesson_1_14_at_the_wall_the_graceful_run_loses_nothing_and_the_other_all_it_trained(
+    client: httpx.Client,
+) -> None:
+    wall = get_preset("lesson-1.14").crash.wall_step  # the lab SIGTERMs both runs there
+    pair = start(client, "lesson-1.14")
+    runs = pair.wait_ended()
+    assert [r["state"] for r in runs] == ["finished", "finished"]
+    events = {label: pair.records(label, "event") for label in "AB"}
+    (a,) = [e for e in events["A"] if e.get("code") == "preempt"]
+    (b,) = [e for e in events["B"] if e.get("code") == "preempt"]
+    (saved,) = [e for e in events["A"] if e.get("code") == "stopped_gracefully"]
+    assert a["text"].startswith(f"The session wall at step {wall}: SIGTERM with a 5s grace")
+    assert a["at_step"] >= wall and a["resume_from"] == a["at_step"] and a["lost_steps"] == 0
+    assert saved["within_grace"] is True and saved["checkpoint_step"] == a["at_step"]
+    assert not pair.checks("A") or pair.checks("A")[0]["points"] == 0  # nothing to redo
+    assert b["at_step"] >= wall and b["resume_from"] == 0 and b["lost_steps"] == b["at_step"]
+    assert "ended the trainer on the spot" in b["text"], b["text"]
+    assert not [e for e in events["B"] if e.get("code") == "stopped_gracefully"]
+    (check_b,) = pair.checks("B")
+    assert check_b["from_step"] == 0 and check_b["bit_identical"] is True and check_b["complete"]
+    report(
+        "lesson-1.14",
+        A={"stopped_at": a["at_step"], "save_s": saved["save_seconds"], "steps_lost": 0},
+        B={"killed_at": b["at_step"], "resumed_from": 0, "steps_lost": b["lost_steps"]},
+    )
