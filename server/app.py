@@ -20,20 +20,23 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 import crashdrill
 from crashdrill.server import (
+    instructor_sessions,
     routes_health,
     routes_instructor,
     routes_live,
     routes_pairs,
     routes_runs,
 )
+from crashdrill.server.browser_guard import BrowserGuardMiddleware
 from crashdrill.server.catalog import Catalog
 from crashdrill.server.db import DatabaseUnavailable
 from crashdrill.server.errors import LabError
 from crashdrill.server.lab import Lab
 from crashdrill.server.realtime import page_config
 from crashdrill.server.schemas import problems
-from crashdrill.server.sessions import BodyLimitMiddleware, SessionMiddleware, TokenGuesses
+from crashdrill.server.sessions import BodyLimitMiddleware, SessionMiddleware
 from crashdrill.server.settings import Settings
+from crashdrill.server.stream_slots import StreamSlots
 from crashdrill.server.telemetry_feed import Sampler, default_sampler
 
 RETRY_AFTER_S = 5  # what a 503 asks a client to wait while the database is unreachable
@@ -68,9 +71,10 @@ def create_app(
         responses=problems(503),  # any route, while the database is unreachable
     )
     app.state.lab = lab
-    if settings.max_wrong_tokens:
-        app.state.token_guesses = TokenGuesses(settings.max_wrong_tokens)
+    secret_key = settings.resolve_secret_key()
+    instructor_sessions.install(app.state, settings, secret_key)
     app.state.settings = settings
+    app.state.stream_slots = StreamSlots(settings.stream_max_per_address, settings.stream_max_total)
     app.state.catalog = Catalog(settings.instructor_presets_dir, settings.corpora)
     app.include_router(routes_pairs.router)
     app.include_router(routes_runs.router)
@@ -80,8 +84,9 @@ def create_app(
     app.add_exception_handler(LabError, _lab_error)
     app.add_exception_handler(DatabaseUnavailable, _database_unavailable)
     app.add_exception_handler(RequestValidationError, _invalid_request)
-    app.add_middleware(SessionMiddleware, secret_key=settings.resolve_secret_key())
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)  # outermost
+    app.add_middleware(SessionMiddleware, secret_key=secret_key, settings=settings)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BrowserGuardMiddleware, settings=settings)  # outermost
     _mount_web(app)
     return app
 

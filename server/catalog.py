@@ -28,6 +28,7 @@ from crashdrill.trainer.presets import (
     PresetError,
     list_presets,
     parse_preset_text,
+    preset_dirs,
 )
 
 log = logging.getLogger(__name__)
@@ -108,11 +109,38 @@ class Catalog:
     def __init__(self, directory: Path, corpora_dir: Path | None = None) -> None:
         self.directory = directory
         self.corpora_dir = corpora_dir  # None: `file:` corpora are not checked here
+        self._cache: tuple[tuple[object, ...], dict[str, Lesson]] | None = None
 
     # ---- reading ----------------------------------------------------------------------
 
     def lessons(self) -> dict[str, Lesson]:
-        """Every lesson by id: built-ins first (an instructor file never shadows one)."""
+        """Every lesson by id: built-ins first (an instructor file never shadows one).
+        Read again only when a preset file or directory changed (mtime, size, names)."""
+        key = self._files_signature()
+        cached = self._cache
+        if cached is not None and cached[0] == key:
+            return dict(cached[1])
+        lessons = self._read_lessons()
+        self._cache = (key, lessons)
+        return dict(lessons)
+
+    def _files_signature(self) -> tuple[object, ...]:
+        """What changes when any preset file is added, removed, renamed or rewritten: each
+        directory's mtime and every TOML file's name, mtime and size (a stat each, no read)."""
+        parts: list[object] = []
+        for d in [*preset_dirs(), self.directory]:
+            try:
+                entries = sorted(
+                    (e.name, e.stat().st_mtime_ns, e.stat().st_size)
+                    for e in os.scandir(d)
+                    if e.name.endswith(".toml")
+                )
+                parts.append((str(d), os.stat(d).st_mtime_ns, tuple(entries)))
+            except OSError:
+                parts.append((str(d), None))
+        return tuple(parts)
+
+    def _read_lessons(self) -> dict[str, Lesson]:
         out: dict[str, Lesson] = {}
         try:
             builtins = list_presets()

@@ -104,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
         port=settings.port,
         log_level=args.log_level,
         timeout_graceful_shutdown=3,  # open SSE streams never finish by themselves
+        # X-Forwarded-* are believed only from the `trusted_proxies` setting
+        # (server/forwarded.py), not from every loopback peer as uvicorn would.
+        proxy_headers=False,
     )
     uvicorn.Server(config).run()
     return EXIT_OK

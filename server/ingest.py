@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from crashdrill.server.db import Row
+from crashdrill.server.run_paths import RunPaths
 from crashdrill.server.store import NewRecord, Store
 from crashdrill.trainer.record_contract import STATE_KINDS, STEP_KEYED_KINDS
 from crashdrill.workers.mirror import MIRROR_LOG
@@ -53,13 +54,14 @@ class IngestBatch:
 
 
 def parse_lines(
-    chunk: bytes, base_offset: int, key_prefix: str = ""
+    chunk: bytes, base_offset: int, key_prefix: str = "", paths: RunPaths | None = None
 ) -> tuple[list[Parsed], int, int]:
     """Records in the complete lines of `chunk`, read at byte `base_offset` of the file.
 
     With `key_prefix` (a file other than records.jsonl) every record is keyed by that
     prefix and its byte offset. Returns (records, bytes consumed up to and including the
-    last newline, bad lines).
+    last newline, bad lines). With `paths`, every string is stored run-relative
+    (server/run_paths.py).
     """
     end = chunk.rfind(b"\n")
     if end < 0:
@@ -83,6 +85,8 @@ def parse_lines(
         if not _storable(value):
             bad += 1
             continue
+        if paths is not None:
+            value = paths.value(value)
         kind = value["kind"]
         segment = value.get("segment")
         if not isinstance(segment, int) or isinstance(segment, bool) or segment < 0:
@@ -184,7 +188,7 @@ def ingest_run(store: Store, run: Row, chunk_bytes: int = CHUNK_BYTES) -> Ingest
             chunk = f.read(chunk_bytes)
     except FileNotFoundError:
         return None
-    parsed, consumed, bad = parse_lines(chunk, offset)
+    parsed, consumed, bad = parse_lines(chunk, offset, paths=RunPaths(run["run_dir"]))
     if consumed == 0:
         if len(chunk) >= chunk_bytes:  # one line longer than a whole chunk: skip it
             log.warning("%s: a line over %d bytes at offset %d skipped", path, chunk_bytes, offset)
@@ -221,7 +225,9 @@ def ingest_mirror_log(
             chunk = f.read(chunk_bytes)
     except FileNotFoundError:
         return None, 0
-    parsed, consumed, bad = parse_lines(chunk, offset, key_prefix="mirror")
+    parsed, consumed, bad = parse_lines(
+        chunk, offset, key_prefix="mirror", paths=RunPaths(run["run_dir"])
+    )
     if consumed == 0:
         return None, offset
     batch = _store_parsed(

@@ -2,22 +2,27 @@
 validate as you type, edit, duplicate, lock knobs, publish), and watch the whole class.
 
 Every route but login/logout/me needs an instructor: the token in a header, or the
-`crashdrill_instructor` cookie that login sets (server/sessions.py). The class view's
+`crashdrill_instructor` cookie that login sets (server/instructor_sessions.py). The class view's
 crash and stop buttons call the ordinary run routes, which let an instructor act on any
 run.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from crashdrill.server.catalog import ID_RULE, MAX_TEXT, Catalog, Lesson, parse_text
 from crashdrill.server.errors import Forbidden, LabError
+from crashdrill.server.instructor_sessions import (
+    is_instructor,
+    login_check,
+    login_cookie,
+    logout_cookie,
+)
 from crashdrill.server.routes_pairs import (
     catalog_of,
     lab_of,
@@ -26,21 +31,15 @@ from crashdrill.server.routes_pairs import (
     within_budget,
 )
 from crashdrill.server.schemas import problems
-from crashdrill.server.sessions import (
-    INSTRUCTOR_COOKIE,
-    check_token,
-    instructor_cookie,
-    is_instructor,
-    session_of,
-)
-from crashdrill.server.store import ACTIVE_STATES, TERMINAL_STATES
+from crashdrill.server.sessions import session_of
+from crashdrill.server.store import ACTIVE_STATES
 from crashdrill.server.views import pair_view, queue_positions
 from crashdrill.trainer.presets import KNOB, SETTINGS, PresetError
 
 router = APIRouter(prefix="/api/instructor", tags=["instructor"])
 
-WRONG_TOKEN_DELAY_S = 0.5  # slows down guessing; the token itself should be long
-CLASS_PAIRS = 200  # newest pairs shown in the class view
+CLASS_PAGE = 50  # pairs on a page of the class view, unless asked for another size
+CLASS_PAGE_MAX = 200
 
 
 class Unauthorized(LabError):
@@ -140,18 +139,18 @@ async def me(request: Request) -> dict[str, bool]:
 )
 async def login(body: Login, request: Request, response: Response) -> dict[str, bool]:
     token = instructor_token(request)
-    if not check_token(request, body.token, token):
-        await asyncio.sleep(WRONG_TOKEN_DELAY_S)
+    if not await login_check(request, body.token, token):
         raise Unauthorized("token: that is not the instructor token of this server")
-    response.headers.append("set-cookie", instructor_cookie(request, token))
+    response.headers.append("set-cookie", login_cookie(request))
     return {"instructor": True}
 
 
-@router.post("/logout", summary="Log this browser out of instructor mode")
-async def logout(response: Response) -> dict[str, bool]:
-    response.headers.append(
-        "set-cookie", f"{INSTRUCTOR_COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax"
-    )
+@router.post(
+    "/logout",
+    summary="Log this browser out of instructor mode (its session is revoked on the server)",
+)
+async def logout(request: Request, response: Response) -> dict[str, bool]:
+    response.headers.append("set-cookie", logout_cookie(request))
     return {"instructor": False}
 
 
@@ -258,28 +257,32 @@ def owner_tag(owner: str) -> str:
 
 @router.get(
     "/class",
-    summary="Every pair, newest first: owner, preset, and each run's state and step",
-    responses=problems(401, 403, 429),
+    summary="A page of the class's pairs, live ones first, then newest: owner, preset, runs",
+    responses=problems(401, 403, 422, 429),
 )
-def class_view(request: Request) -> dict[str, Any]:
+def class_view(
+    request: Request,
+    offset: int = Query(0, ge=0, le=10_000_000, description="pairs to skip"),
+    limit: int = Query(CLASS_PAGE, ge=1, le=CLASS_PAGE_MAX, description="pairs on this page"),
+) -> dict[str, Any]:
     require_instructor(request)
     lab = lab_of(request)
     me_ = session_of(request)
-    runs = lab.store.runs_in(["queued", *ACTIVE_STATES, *TERMINAL_STATES])
-    positions = queue_positions([r for r in runs if r["state"] == "queued"])
-    by_pair: dict[str, list[Any]] = {}
-    for row in runs:
-        by_pair.setdefault(row["pair_id"], []).append(row)
+    page, total = lab.store.class_page(offset, limit)
+    ids = [row["id"] for row in page]
+    by_pair: dict[str, list[Any]] = {pair_id: [] for pair_id in ids}
+    for row in lab.store.runs_of_pairs(ids):
+        by_pair[row["pair_id"]].append(row)
+    positions = queue_positions(lab.store.runs_in(["queued"]))
+    stored = lab.store.pairs_by_id(ids)
     pairs = []
-    stored = lab.store.pairs_by_id(list(by_pair))
     for pair_id, rows in by_pair.items():
         pair = stored.get(pair_id)
-        if pair is None:
+        if pair is None or not rows:
             continue
         view = pair_view(pair, sorted(rows, key=lambda r: r["label"]), positions, is_owner=False)
         view["owner_tag"] = "you" if pair["owner"] == me_ else owner_tag(pair["owner"])
         view["preset_id"] = pair["preset"]
         view["active"] = any(r["state"] == "queued" or r["state"] in ACTIVE_STATES for r in rows)
         pairs.append(view)
-    pairs.sort(key=lambda p: (not p["active"], -p["created_at"]))
-    return {"pairs": pairs[:CLASS_PAIRS], "total": len(pairs)}
+    return {"pairs": pairs, "total": total, "offset": offset, "limit": limit}

@@ -10,6 +10,9 @@ The stream of a pair carries, as SSE events:
 - `resume_checks`: {"run", "checks": [...]}, latest value only;
 - `telemetry`: the machine sample, latest value only;
 - a `: ping` comment when nothing happened for a while.
+
+Open streams are bounded per client address and in all (server/stream_slots.py): 429
+with Retry-After past either limit.
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ from starlette.concurrency import run_in_threadpool
 
 from crashdrill.server.errors import NotFound
 from crashdrill.server.fanout import frame
+from crashdrill.server.forwarded import client_address
 from crashdrill.server.lab import Lab
 from crashdrill.server.routes_pairs import lab_of
 from crashdrill.server.schemas import Machine, problems
 from crashdrill.server.sessions import session_of
+from crashdrill.server.stream_slots import StreamSlots
 from crashdrill.server.telemetry_feed import MACHINE_CHANNEL
 from crashdrill.server.views import record_json
 
@@ -45,7 +50,7 @@ async def machine(request: Request) -> dict[str, Any]:
     response_class=StreamingResponse,
     responses={
         200: {"content": {"text/event-stream": {}}, "description": "an endless event stream"},
-        **problems(404, 422),
+        **problems(404, 422, 429),
     },
 )
 async def stream(
@@ -59,11 +64,14 @@ async def stream(
     if not run_ids:
         raise NotFound(f"no pair {pair!r}")
     after = _last_event_id(request)
+    slots: StreamSlots = request.app.state.stream_slots
+    slot = slots.take(client_address(request.scope, lab.settings))  # 429 past a limit
     sub = lab.fanout.subscribe([*(f"run:{r}" for r in run_ids), MACHINE_CHANNEL])
     try:
         view = await run_in_threadpool(lab.pair, pair, session)
     except BaseException:
         lab.fanout.unsubscribe(sub)
+        slot.release()
         raise
     hello = json.dumps({"pair": view, "machine": lab.telemetry.latest}, separators=(",", ":"))
 
@@ -78,6 +86,7 @@ async def stream(
                 yield b"".join(frames) if frames else b": ping\n\n"
         finally:
             lab.fanout.unsubscribe(sub)
+            slot.release()
 
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return StreamingResponse(body(), media_type="text/event-stream", headers=headers)

@@ -1,19 +1,9 @@
-"""Who is asking: a signed session cookie per browser, and the instructor token.
+"""Who is asking: a signed session cookie per browser (instructors: instructor_sessions.py).
 
 Every browser gets a random session id in a cookie signed with the server's key
-(itsdangerous), HttpOnly and SameSite=Lax (a cross-site form cannot crash someone's run).
-A pair belongs to the session that created it. An instructor presents
-CRASHDRILL_INSTRUCTOR_TOKEN as `Authorization: Bearer TOKEN` (or `X-Instructor-Token`).
-
-A browser logs in as instructor once (POST /api/instructor/login with the token): it
-gets a second signed cookie, `crashdrill_instructor`, holding a fingerprint of the token,
-so the page needs no header and a new token logs every instructor out.
-
-Guessing is bounded: after `max_wrong_tokens` (default 10) wrong tokens, at login or in
-a header, from one client address within GUESS_WINDOW_S, that address may offer no
-token, right or wrong, until the oldest wrong one is out of the window (429 with
-Retry-After). Behind a reverse proxy every client shares its address: the lab trusts no
-forwarded-for header.
+(itsdangerous), HttpOnly, SameSite=Lax (a cross-site form cannot crash someone's run;
+server/browser_guard.py refuses cross-origin state changes too) and Secure when the lab is
+served over https. A pair belongs to the session that created it.
 
 Also here: the request-body cap, so that an oversized body is refused before any route
 reads it.
@@ -21,99 +11,31 @@ reads it.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
-import math
 import secrets
-import threading
-import time
-from collections import deque
-from collections.abc import Callable
 from http.cookies import SimpleCookie
 
 from itsdangerous import BadSignature, URLSafeSerializer
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from crashdrill.server.errors import TooMany
+from crashdrill.server.forwarded import served_over_https
+from crashdrill.server.instructor_sessions import is_instructor
+from crashdrill.server.settings import Settings
+
+__all__ = ["BodyLimitMiddleware", "SessionMiddleware", "is_instructor", "session_of"]
 
 COOKIE = "crashdrill_session"
 COOKIE_MAX_AGE = 365 * 24 * 3600
-INSTRUCTOR_COOKIE = "crashdrill_instructor"
-INSTRUCTOR_COOKIE_MAX_AGE = 12 * 3600
-GUESS_WINDOW_S = 60.0  # the window of the wrong instructor tokens counted per address
-GUESS_ADDRESSES = 10_000  # addresses remembered at most (the oldest forgotten first)
-
-
-class TokenGuesses:
-    """Wrong instructor tokens per client address, in a sliding window. Thread-safe."""
-
-    def __init__(
-        self,
-        limit: int = 10,
-        window_s: float = GUESS_WINDOW_S,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.limit = limit
-        self.window_s = window_s
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._wrong: dict[str, deque[float]] = {}
-
-    def retry_after(self, who: str) -> float:
-        """Seconds until `who` may offer a token again (0: now)."""
-        now = self._clock()
-        with self._lock:
-            times = self._wrong.get(who)
-            if times is None:
-                return 0.0
-            while times and times[0] <= now - self.window_s:
-                times.popleft()
-            if not times:
-                del self._wrong[who]
-                return 0.0
-            if len(times) < self.limit:
-                return 0.0
-            return times[0] + self.window_s - now
-
-    def wrong(self, who: str) -> None:
-        with self._lock:
-            times = self._wrong.pop(who, None) or deque()
-            times.append(self._clock())
-            self._wrong[who] = times  # re-inserted: the dict's order is by last guess
-            while len(self._wrong) > GUESS_ADDRESSES:
-                del self._wrong[next(iter(self._wrong))]
-
-
-def check_token(request: Request, offered: str, token: str) -> bool:
-    """`offered` against the instructor token, counted against the client's guesses
-    (TooMany when it has guessed wrong too often lately)."""
-    guesses: TokenGuesses | None = getattr(request.app.state, "token_guesses", None)
-    who = request.client.host if request.client else "?"
-    if guesses is not None:
-        wait = guesses.retry_after(who)
-        if wait > 0:
-            seconds = math.ceil(wait)
-            raise TooMany(
-                f"too many wrong instructor tokens from this address: try again in {seconds} s",
-                headers={"Retry-After": str(seconds)},
-            )
-    if hmac.compare_digest(offered.encode(), token.encode()):
-        return True
-    if guesses is not None:
-        guesses.wrong(who)
-    return False
 
 
 class SessionMiddleware:
     """Puts the session id in `scope["state"]["session"]`; sets the cookie when new."""
 
-    def __init__(self, app: ASGIApp, secret_key: str, *, https_only: bool = False) -> None:
+    def __init__(self, app: ASGIApp, secret_key: str, settings: Settings) -> None:
         self.app = app
         self.signer = URLSafeSerializer(secret_key, salt="crashdrill-session")
-        self.instructor_signer = URLSafeSerializer(secret_key, salt="crashdrill-instructor")
-        self.https_only = https_only
+        self.settings = settings
 
     def _read(self, scope: Scope) -> str | None:
         for name, value in scope.get("headers", ()):
@@ -143,8 +65,7 @@ class SessionMiddleware:
             sid = secrets.token_urlsafe(18)
         state = scope.setdefault("state", {})
         state["session"] = sid
-        state["instructor_signer"] = self.instructor_signer
-        state["instructor_proof"] = _signed_cookie(scope, INSTRUCTOR_COOKIE, self.instructor_signer)
+        secure = served_over_https(scope, self.settings)
 
         async def send_with_cookie(message: Message) -> None:
             if new and message["type"] == "http.response.start":
@@ -152,7 +73,7 @@ class SessionMiddleware:
                 cookie = (
                     f"{COOKIE}={value}; Path=/; Max-Age={COOKIE_MAX_AGE}; HttpOnly; SameSite=Lax"
                 )
-                if self.https_only:
+                if secure:
                     cookie += "; Secure"
                 headers = list(message.get("headers", []))
                 headers.append((b"set-cookie", cookie.encode("latin-1")))
@@ -165,55 +86,6 @@ class SessionMiddleware:
 def session_of(request: Request) -> str:
     sid = request.scope.get("state", {}).get("session")
     return str(sid) if sid else ""
-
-
-def is_instructor(request: Request, token: str | None) -> bool:
-    """The token in a header, else the login cookie holding the token's fingerprint."""
-    if not token:
-        return False
-    offered = request.headers.get("x-instructor-token", "")
-    auth = request.headers.get("authorization", "")
-    if auth.lower().startswith("bearer "):
-        offered = auth[7:].strip()
-    if offered:
-        return check_token(request, offered, token)
-    proof = request.scope.get("state", {}).get("instructor_proof")
-    return isinstance(proof, str) and hmac.compare_digest(proof, token_fingerprint(token))
-
-
-def token_fingerprint(token: str) -> str:
-    return hashlib.sha256(b"crashdrill-instructor:" + token.encode()).hexdigest()
-
-
-def instructor_cookie(request: Request, token: str, *, https_only: bool = False) -> str:
-    """The Set-Cookie value that logs this browser in as instructor."""
-    signer: URLSafeSerializer = request.scope["state"]["instructor_signer"]
-    value = signer.dumps(token_fingerprint(token))
-    cookie = (
-        f"{INSTRUCTOR_COOKIE}={value}; Path=/; Max-Age={INSTRUCTOR_COOKIE_MAX_AGE};"
-        " HttpOnly; SameSite=Lax"
-    )
-    return cookie + ("; Secure" if https_only else "")
-
-
-def _signed_cookie(scope: Scope, name: str, signer: URLSafeSerializer) -> str | None:
-    for header, value in scope.get("headers", ()):
-        if header != b"cookie":
-            continue
-        cookie: SimpleCookie = SimpleCookie()
-        try:
-            cookie.load(value.decode("latin-1"))
-        except Exception:  # a malformed Cookie header carries nothing
-            return None
-        morsel = cookie.get(name)
-        if morsel is None:
-            continue
-        try:
-            loaded = signer.loads(morsel.value)
-        except BadSignature:
-            return None
-        return loaded if isinstance(loaded, str) else None
-    return None
 
 
 class BodyLimitMiddleware:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import secrets
 import shlex
 import sys
@@ -18,6 +19,8 @@ from crashdrill.server.db import check_postgres_url
 from crashdrill.workers.mirror_backends import MirrorURLError, parse_mirror_url
 from crashdrill.workers.supervisor import DEFAULT_COMMAND
 from crashdrill.workers.trainer_env import env_pass_from_environ
+
+MIN_TOKEN_CHARS = 16  # the instructor token: shorter ones are refused at startup
 
 
 def default_data_dir() -> Path:
@@ -105,11 +108,18 @@ class Settings:
     corpora_dir: Path | None = None  # None: data_dir/corpora; `file:` corpora only from there
     # Names or PREFIX* a trainer inherits beyond the allowlist (workers/trainer_env.py).
     trainer_env_pass: tuple[str, ...] = field(default_factory=env_pass_from_environ)
+    instructor_session_s: float = 12 * 3600.0  # an instructor login lasts this long
+    https: bool = False  # served over https (cookies get Secure)
+    trusted_proxies: tuple[str, ...] = ()  # proxy addresses whose X-Forwarded-* are believed
+    allowed_origins: tuple[str, ...] = ()  # other origins that may send state changes
+    stream_max_per_address: int = 64  # open event streams per client address
+    stream_max_total: int = 1000  # open event streams in all
     # Ray cluster for the runs (docs/cluster.md): None = subprocesses on this machine;
     # "auto", HOST:PORT or ray://HOST:PORT (needs crashdrill[ray] and an explicit mirror).
     ray: str | None = None
 
     def __post_init__(self) -> None:
+        self._check_hardening()
         if not 1 <= self.port <= 65535:
             raise SettingsError(f"port = {self.port}: a number in 1..65535")
         if self.max_concurrent < 1:
@@ -198,6 +208,28 @@ class Settings:
         if "data_dir" in values:
             values["data_dir"] = Path(str(values["data_dir"])).expanduser()
         return cls(**values)  # type: ignore[arg-type]
+
+    def _check_hardening(self) -> None:
+        if self.instructor_token and len(self.instructor_token) < MIN_TOKEN_CHARS:
+            raise SettingsError(
+                f"CRASHDRILL_INSTRUCTOR_TOKEN is {len(self.instructor_token)} characters: at"
+                f" least {MIN_TOKEN_CHARS} (make one with: python3 -c 'import secrets;"
+                " print(secrets.token_urlsafe(24))')"
+            )
+        if not 60 <= self.instructor_session_s <= 30 * 24 * 3600:
+            raise SettingsError(
+                f"instructor_session_s = {self.instructor_session_s}: 60 to 2592000 seconds"
+            )
+        if self.stream_max_per_address < 1 or self.stream_max_total < 1:
+            raise SettingsError(
+                "stream_max_per_address and stream_max_total must be whole numbers ≥ 1"
+            )
+        for origin in self.allowed_origins:
+            if not re.fullmatch(r"https?://[^/\s?#]+", origin):
+                raise SettingsError(
+                    f"CRASHDRILL_ALLOWED_ORIGINS: {origin!r} is not an origin; give"
+                    " scheme://host[:port], like https://lab.example.org"
+                )
 
     def _check_supabase(self) -> None:
         if self.supabase_url is None and self.supabase_service_key is None:
@@ -334,6 +366,27 @@ def _supabase_env() -> dict[str, object]:
     return values
 
 
+def _hardening_env() -> dict[str, object]:
+    """The settings of docs/server.md "Running a lab for a class" from the environment
+    (CRASHDRILL_TRAINER_ENV_PASS is read by its default)."""
+    env = os.environ
+    values: dict[str, object] = {}
+    if env.get("CRASHDRILL_CORPORA_DIR", "").strip():
+        values["corpora_dir"] = Path(env["CRASHDRILL_CORPORA_DIR"].strip()).expanduser()
+    if env.get("CRASHDRILL_INSTRUCTOR_SESSION_S"):
+        values["instructor_session_s"] = _float("CRASHDRILL_INSTRUCTOR_SESSION_S")
+    if env.get("CRASHDRILL_HTTPS"):
+        values["https"] = env["CRASHDRILL_HTTPS"].strip().lower() in ("1", "true", "yes", "on")
+    for name in ("CRASHDRILL_TRUSTED_PROXIES", "CRASHDRILL_ALLOWED_ORIGINS"):
+        if env.get(name, "").strip():
+            values[name[11:].lower()] = tuple(re.split(r"[\s,]+", env[name].strip()))
+    if env.get("CRASHDRILL_STREAM_MAX_PER_ADDRESS"):
+        values["stream_max_per_address"] = _int("CRASHDRILL_STREAM_MAX_PER_ADDRESS")
+    if env.get("CRASHDRILL_STREAM_MAX_TOTAL"):
+        values["stream_max_total"] = _int("CRASHDRILL_STREAM_MAX_TOTAL")
+    return values
+
+
 def _class_env() -> dict[str, object]:
     """The CRASHDRILL_* variables of a lab for a class (docs/server.md)."""
     env = os.environ
@@ -364,16 +417,6 @@ def _bytes(name: str) -> int:
         raise SettingsError(
             f"{name} = {os.environ[name]!r}: a whole number, optionally with K, M, G or T"
         ) from None
-
-
-def _hardening_env() -> dict[str, object]:
-    """The settings of docs/server.md "Running a lab for a class" from the environment
-    (CRASHDRILL_TRAINER_ENV_PASS is read by its default)."""
-    env = os.environ
-    values: dict[str, object] = {}
-    if env.get("CRASHDRILL_CORPORA_DIR", "").strip():
-        values["corpora_dir"] = Path(env["CRASHDRILL_CORPORA_DIR"].strip()).expanduser()
-    return values
 
 
 def _float(name: str) -> float:

@@ -128,6 +128,49 @@ class Store:
         )
         return int(row["n"]) if row else 0
 
+    def class_page(self, offset: int, limit: int) -> tuple[list[Row], int]:
+        """One page of this lab's pairs for the class view, those with a queued or active
+        run first, then newest first ({id, live}); and how many pairs there are in all."""
+        page = self.db.run(
+            "SELECT p.id AS id, MAX(CASE WHEN r.state IN ('queued', 'starting', 'running',"
+            " 'restarting') THEN 1 ELSE 0 END) AS live, p.created_at AS created_at"
+            " FROM pairs p JOIN runs r ON r.pair_id = p.id WHERE r.lab = ?"
+            " GROUP BY p.id, p.created_at ORDER BY live DESC, p.created_at DESC, p.id"
+            " LIMIT ? OFFSET ?",
+            (self.lab, limit, offset),
+        )
+        row = self.db.one(
+            "SELECT COUNT(DISTINCT pair_id) AS n FROM runs WHERE lab = ?", (self.lab,)
+        )
+        return page, int(row["n"]) if row else 0
+
+    def runs_of_pairs(self, pair_ids: Sequence[str]) -> list[Row]:
+        """The runs of these pairs (one statement per 500 pairs)."""
+        rows: list[Row] = []
+        for start in range(0, len(pair_ids), INSERT_BATCH):
+            chunk = pair_ids[start : start + INSERT_BATCH]
+            marks = ", ".join("?" for _ in chunk)
+            rows += self.db.run(f"SELECT * FROM runs WHERE pair_id IN ({marks})", chunk)
+        return rows
+
+    def active_pairs_from(self, client: str) -> int:
+        """Pairs created from the address `client` with a run queued or not ended."""
+        row = self.db.one(
+            "SELECT COUNT(DISTINCT p.id) AS n FROM pairs p JOIN runs r ON r.pair_id = p.id"
+            " WHERE p.client = ? AND r.state IN ('queued', 'starting', 'running', 'restarting')",
+            (client,),
+        )
+        return int(row["n"]) if row else 0
+
+    def ended_runs_with_checkpoints(self) -> list[Row]:
+        """This lab's runs that have ended and whose checkpoints were not deleted yet,
+        the oldest ended first."""
+        return self.db.run(
+            "SELECT * FROM runs WHERE lab = ? AND state IN ('finished', 'failed', 'stopped')"
+            " AND ckpt_deleted_at IS NULL ORDER BY COALESCE(ended_at, 0), id",
+            (self.lab,),
+        )
+
     def run(self, run_id: str) -> Row | None:
         return self.db.one("SELECT * FROM runs WHERE id = ?", (run_id,))
 

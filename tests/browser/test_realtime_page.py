@@ -70,7 +70,7 @@ def test_the_page_follows_the_runs_through_realtime_not_sse(
     try:
         streams: list[str] = []
         pair = start_lesson(page, server, streams)
-        page.wait_for_function("document.body.dataset.liveTransport === 'realtime'")
+        page.wait_for_function("() => document.body.dataset.liveTransport === 'realtime'")
         assert page.locator("#live").get_attribute("data-transport") == "realtime"
         topic = f"crashdrill:pair:{pair}"
         # The page joined with the anon key; the server publishes with the service key.
@@ -122,12 +122,14 @@ def test_with_realtime_down_the_page_falls_back_to_sse_and_shows_the_runs(
     try:
         streams: list[str] = []
         start_lesson(page, server, streams)
-        page.wait_for_function("document.body.dataset.liveTransport === 'sse'", timeout=30_000)
+        page.wait_for_function(
+            "() => document.body.dataset.liveTransport === 'sse'", timeout=30_000
+        )
         assert streams, "the page never opened the SSE stream"
         assert page.locator("body").get_attribute("data-live-fallback")
         wait_step(page, "A", 500, timeout=90_000)
         wait_step(page, "B", 500, timeout=90_000)
-        page.wait_for_function("document.body.dataset.pairState === 'done'", timeout=30_000)
+        page.wait_for_function("() => document.body.dataset.pairState === 'done'", timeout=30_000)
         # Chromium reports the failed websocket as a console error; nothing else may fail.
         others = [e for e in page.errors if "WebSocket" not in e]
         assert others == []
@@ -152,7 +154,7 @@ def test_without_realtime_configured_the_page_uses_sse_and_loads_no_supabase_cli
         page.on("request", lambda r: scripts.append(r.url) if "supabase" in r.url else None)
         streams: list[str] = []
         start_lesson(page, server, streams)
-        page.wait_for_function("document.body.dataset.liveTransport === 'sse'")
+        page.wait_for_function("() => document.body.dataset.liveTransport === 'sse'")
         wait_step(page, "A", 200)
         wait_step(page, "B", 200)
         assert streams and scripts == []

@@ -36,7 +36,7 @@ def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BaseSchema]
         stop_runs_on_exit=True,
         telemetry_interval_s=0.5,
         stream_heartbeat_s=0.2,
-        instructor_token="schemathesis",
+        instructor_token="schemathesis-instructor",
         max_wrong_tokens=0,  # random login bodies would lock the teacher's header out
     )
     with serving(lab) as url:
@@ -59,7 +59,8 @@ def test_no_input_makes_a_server_error(api_schema: BaseSchema) -> None:
     base_url = api_schema.get_base_url().rstrip("/")
     created = httpx.post(f"{base_url}/api/pairs", json={"preset": "quick"}).json()
     real = {"pair": created["pair"], "run": created["runs"][0]["id"], "preset": "quick"}
-    teacher = {"Authorization": "Bearer schemathesis"}  # may crash and stop the real runs
+    # The teacher may crash and stop the real runs.
+    teacher = {"Authorization": "Bearer schemathesis-instructor"}
     failures = []
     calls: list[int] = []
     for result in api_schema.get_all_operations():

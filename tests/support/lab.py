@@ -33,7 +33,13 @@ def serving(settings: object, start_timeout: float = 30) -> Iterator[str]:
     from crashdrill.server.app import create_app
 
     port = settings.port  # type: ignore[attr-defined]
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
+    config = uvicorn.Config(
+        create_app(settings),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        proxy_headers=False,  # as `crashdrill serve`: the lab judges forwarded headers
+    )
     config.timeout_graceful_shutdown = 2
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

@@ -16,12 +16,13 @@ def test_settings_come_from_the_environment_then_the_command_line(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("CRASHDRILL_DATA_DIR", str(tmp_path / "env"))
-    monkeypatch.setenv("CRASHDRILL_INSTRUCTOR_TOKEN", "t0ken")
+    monkeypatch.setenv("CRASHDRILL_INSTRUCTOR_TOKEN", "t0ken-of-sixteen-chars")
     monkeypatch.setenv("CRASHDRILL_MAX_CONCURRENT", "3")
     monkeypatch.setenv("CRASHDRILL_TRAINER_COMMAND", "python -m my.trainer")
     s = Settings.from_env(port=9000, max_concurrent=None)
     assert (s.data_dir, s.port, s.max_concurrent) == (tmp_path / "env", 9000, 3)
-    assert s.instructor_token == "t0ken" and s.trainer_command == ("python", "-m", "my.trainer")
+    assert s.instructor_token == "t0ken-of-sixteen-chars"
+    assert s.trainer_command == ("python", "-m", "my.trainer")
     assert Settings.from_env(data_dir=str(tmp_path / "cli")).data_dir == tmp_path / "cli"
 
 

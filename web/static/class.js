@@ -1,5 +1,6 @@
-// The class view: every pair in the lab, refreshed every two seconds, with Crash test and
-// Stop on each run (the ordinary run routes; the instructor cookie lets them act on any run).
+// The class view: every pair in the lab, a page of PAGE pairs at a time (live ones first),
+// refreshed every two seconds, with Crash test and Stop on each run (the ordinary run
+// routes; the instructor cookie lets them act on any run).
 
 import { request } from "./api.js";
 import { $, el, status } from "./dom.js";
@@ -8,6 +9,8 @@ import * as f from "./format.js";
 const enc = encodeURIComponent;
 const REFRESH_MS = 2000;
 const ENDED = new Set(["finished", "failed", "stopped"]);
+const PAGE = 50;
+let offset = 0;
 
 function runCell(run) {
   const td = el("td", { className: `class-run run-${run.label}` });
@@ -48,6 +51,15 @@ function render(data) {
     rows.push(tr);
   }
   $("#class-rows").replaceChildren(...rows);
+  const last = Math.min(data.total, offset + data.pairs.length);
+  $("#class-range").textContent = data.total ? `pairs ${offset + 1}–${last} of ${data.total}` : "";
+  $("#class-newer").disabled = offset === 0;
+  $("#class-older").disabled = last >= data.total;
+}
+
+function turn(delta) {
+  offset = Math.max(0, offset + delta);
+  refresh();
 }
 
 async function act(run, what) {
@@ -63,7 +75,7 @@ async function act(run, what) {
 
 async function refresh() {
   try {
-    render(await request("GET", "/api/instructor/class"));
+    render(await request("GET", `/api/instructor/class?offset=${offset}&limit=${PAGE}`));
     document.body.dataset.auth = "in";
     $("#need-login").hidden = true;
   } catch (e) {
@@ -80,6 +92,8 @@ async function refresh() {
 }
 
 async function boot() {
+  $("#class-newer").addEventListener("click", () => turn(-PAGE));
+  $("#class-older").addEventListener("click", () => turn(PAGE));
   if ((await refresh()) === false) {
     document.body.dataset.loaded = "true";
     return;
