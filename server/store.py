@@ -153,24 +153,6 @@ class Store:
             rows += self.db.run(f"SELECT * FROM runs WHERE pair_id IN ({marks})", chunk)
         return rows
 
-    def active_pairs_from(self, client: str) -> int:
-        """Pairs created from the address `client` with a run queued or not ended."""
-        row = self.db.one(
-            "SELECT COUNT(DISTINCT p.id) AS n FROM pairs p JOIN runs r ON r.pair_id = p.id"
-            " WHERE p.client = ? AND r.state IN ('queued', 'starting', 'running', 'restarting')",
-            (client,),
-        )
-        return int(row["n"]) if row else 0
-
-    def ended_runs_with_checkpoints(self) -> list[Row]:
-        """This lab's runs that have ended and whose checkpoints were not deleted yet,
-        the oldest ended first."""
-        return self.db.run(
-            "SELECT * FROM runs WHERE lab = ? AND state IN ('finished', 'failed', 'stopped')"
-            " AND ckpt_deleted_at IS NULL ORDER BY COALESCE(ended_at, 0), id",
-            (self.lab,),
-        )
-
     def run(self, run_id: str) -> Row | None:
         return self.db.one("SELECT * FROM runs WHERE id = ?", (run_id,))
 
