@@ -27,6 +27,7 @@ from crashdrill.trainer.presets import (
     Preset,
     PresetError,
     list_presets,
+    number_key,
     parse_preset_text,
     preset_dirs,
 )
@@ -185,7 +186,7 @@ class Catalog:
     def visible(self, *, instructor: bool) -> list[Lesson]:
         lessons = self.lessons().values()
         shown = [x for x in lessons if visible_to(x.preset, instructor=instructor)]
-        return sorted(shown, key=lambda x: (x.preset.number, x.preset.id))
+        return sorted(shown, key=lambda x: (number_key(x.preset.number), x.preset.id))
 
     # ---- writing (instructor presets only) --------------------------------------------
 

@@ -398,12 +398,13 @@ def list_presets() -> list[Preset]:
         for path in sorted(d.glob("*.toml")) if d.is_dir() else []:
             preset = load_preset_file(path)
             seen.setdefault(preset.id, preset)
-    return sorted(seen.values(), key=lambda p: (_number_key(p.number), p.id))
+    return sorted(seen.values(), key=lambda p: (number_key(p.number), p.id))
 
 
-def _number_key(number: str) -> tuple[tuple[int, int | str], ...]:
-    """ "1.10" after "1.9": numeric parts compare as numbers."""
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in number.split("."))
+def number_key(number: str) -> tuple[tuple[int, int | str], ...]:
+    """The order of lessons: "1.10" after "1.9", numeric parts compare as numbers (the
+    lab's lists and `list_presets` both sort by it)."""
+    return tuple((0, int(p)) if p.isascii() and p.isdigit() else (1, p) for p in number.split("."))
 
 
 def get_preset(name: str) -> Preset:
