@@ -61,6 +61,7 @@ def save():
         CKPT = os.path.join(ROOT, f"checkpoint-{step:04d}", "state.json")
         with open(os.path.join(os.path.dirname(CKPT), "config.json"), "w") as f:
             f.write("{}")
+        time.sleep(0.3)  # the weights take a while: a kill lands in the dir's write
     path = CKPT if FLAW in ("inplace", "dirtorn") else CKPT + ".tmp"  # in place: torn by a kill
     with open(path, "w") as f:
         for i in range(5):
