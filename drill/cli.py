@@ -5,10 +5,11 @@ unless the resumed trace equals an uninterrupted reference bit for bit.
     crashdrill verify --kills 3 --seed 7 -- python train.py --out {ckpt_dir}
     crashdrill verify --loss-regex 'iter (?P<step>\\d+): loss (?P<loss>\\S+)' \\
         --resume-args=--resume -- python train.py
+    crashdrill verify --preempt --grace 30 -- python train.py    SIGTERM, SIGKILL after 30 s
     python -m crashdrill.drill …                                the same, standalone
 
-Exit codes: 0 every resume is bit-identical, 1 it is not (or the script failed), 2 bad
-usage or input. Full reference: docs/verify.md.
+Exit codes: 0 every resume is bit-identical, 1 it is not (or the script failed, or with
+--preempt a stop lost steps), 2 bad usage or input. Full reference: docs/verify.md.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from crashdrill.closed_output import quiet_when_output_closed
 from crashdrill.drill.compare import EXIT_USAGE
 from crashdrill.drill.engine import StartError
+from crashdrill.drill.plan import PREEMPT_MODES
 from crashdrill.drill.trace import TraceError
 from crashdrill.workers.process_tree import become_subreaper
 
@@ -76,6 +78,21 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="NAME",
         help="a file both runs leave in their checkpoint dir, compared byte for byte at the end",
     )
+    p.add_argument(
+        "--preempt",
+        nargs="?",
+        const="all",
+        choices=PREEMPT_MODES,
+        help="preempt instead of killing, as spot VMs and SLURM do: SIGTERM, then SIGKILL"
+        " after --grace; 'all' (the default) every kill, 'mixed' some, drawn from the seed."
+        " A stop that loses steps fails the drill: the script could have saved them",
+    )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        help="with --preempt: seconds between the SIGTERM and the SIGKILL (default 30)",
+    )
     p.add_argument("--work-dir", metavar="DIR", help="keep both runs' dirs here (default: temp)")
     p.add_argument(
         "--no-fork-server",
@@ -128,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
         return _usage(f"--rank {args.rank}: a rank is a whole number >= 0")
     if args.timeout <= 0:
         return _usage(f"--timeout {args.timeout:g}: a number of seconds > 0")
+    if not args.grace > 0:
+        return _usage(f"--grace {args.grace:g}: a number of seconds > 0")
     if args.preset:
         extra = [
             f"--{n.replace('_', '-')}"
@@ -158,6 +177,8 @@ def run(args: argparse.Namespace) -> int:
                     timeout=args.timeout,
                     work_dir=args.work_dir,
                     fork_server=False if args.no_fork_server else None,
+                    preempt=args.preempt,
+                    grace=args.grace,
                 )
             except PresetError as e:
                 return _usage(str(e))
@@ -173,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
                 timeout=args.timeout,
                 work_dir=args.work_dir,
                 compare_files=args.compare_file,
+                preempt=args.preempt,
+                grace=args.grace,
             )
     except (TraceError, StartError, FileExistsError, ValueError) as e:
         return _usage(str(e))

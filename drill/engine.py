@@ -4,7 +4,9 @@ A run is a chain of segments. Segment 0 is the first process; each SIGKILL from 
 ends a segment and the next one is the same command started again (with the target's
 resume arguments). A kill takes down the process and every descendant, whatever session
 or process group each made for itself (workers/process_tree.py), and every process is
-bounded by the target's timeout.
+bounded by the target's timeout. A preemption (KillPoint.preempt) sends SIGTERM to the
+process group instead and follows the process through its grace: it ends the segment when
+the process exits, or SIGKILLs the tree when the grace runs out.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import itertools
 import math
 import os
 import selectors
+import signal
 import subprocess
 import time
 from collections import deque
@@ -215,6 +218,8 @@ class Segment:
     cpu_s: float | None = None  # user + system CPU seconds of the process
     resume_args: bool | None = None  # started with the target's resume arguments
     processes_killed: int | None = None  # by the plan's kill: the process and its tree
+    term_time: float | None = None  # a preemption: when its SIGTERM went out
+    grace_expired: bool = False  # a preemption that the SIGKILL after its grace ended
 
     @property
     def last_step(self) -> int | None:
@@ -277,7 +282,10 @@ def run_segment(
         _kill_tree(proc)  # when it has exited: whatever it left running in the background
         proc.wait()
         _LIVE.pop(proc, None)
-    if seg.killed and seg.exit_code is not None and seg.exit_code >= 0:
+    if seg.term_time is not None:
+        seg.killed = True  # a preemption ends the segment whichever way the process went
+        seg.kill_time = seg.kill_time or seg.ended
+    elif seg.killed and seg.exit_code is not None and seg.exit_code >= 0:
         # It exited on its own before the SIGKILL reached it (the kill came too late on a
         # busy machine): no crash happened, so there is nothing to resume from it.
         seg.killed = False
@@ -310,6 +318,13 @@ def _follow(
         seg.killed = True
         seg.in_write = in_write
 
+    def do_term(now: float) -> None:
+        """A preemption: SIGTERM to its process group; the SIGKILL waits for the grace."""
+        seg.snapshot_before_kill = target.snapshot(ckpt_dir)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        seg.term_time = now
+
     def on_line(name: str, raw: bytes, now: float) -> None:
         line = raw.decode("utf-8", "replace").rstrip("\r\n")
         if name == "err":
@@ -337,12 +352,15 @@ def _follow(
             and target.snapshot(ckpt_dir) != seg.snapshot_first_step
         ):
             seg.first_ckpt_step = seg.points[-2].step
-        if kill is None or seg.killed:
+        if kill is None or seg.killed or seg.term_time is not None:
             return
         if watch:
             watch.on_step(point.step)
         elif point.step >= kill.step:
-            do_kill(False)
+            if kill.preempt:
+                do_term(now)
+            else:
+                do_kill(False)
 
     stopped: float | None = None  # when we killed it (plan or timeout)
     while sel.get_map():
@@ -355,9 +373,18 @@ def _follow(
             _kill_tree(proc)
             seg.hung = True
             stopped = now
+        if seg.term_time is not None and not seg.killed and kill is not None:
+            left = seg.term_time + kill.grace_s - now
+            if left <= 0:  # the grace ran out: the platform's SIGKILL
+                at_term = seg.snapshot_before_kill
+                do_kill(False)
+                seg.snapshot_before_kill = at_term  # the stop is judged from its SIGTERM
+                seg.grace_expired = True
         interval = watch.interval if watch and stopped is None else 0.05
         if stopped is None:
             interval = min(interval, max(0.001, deadline - now))
+        if seg.term_time is not None and not seg.killed and kill is not None:
+            interval = min(interval, max(0.001, seg.term_time + kill.grace_s - now))
         for key, _ in sel.select(timeout=interval):
             name = str(key.data)
             chunk = os.read(key.fd, 1 << 16)

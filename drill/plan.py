@@ -8,6 +8,11 @@ The plan is a list of KillPoints in the order the crashed run meets them:
   must not be loadable); in a soak (10 kills or more) one in five does, each in a
   different write;
 - the others are spread over the run, one per equal slice of it.
+
+With `--preempt` (`preempt_plan`) kills become preemptions, as spot VMs and SLURM do it:
+SIGTERM, then SIGKILL after the grace. "all" turns every kill into one (a kill planned
+inside a write becomes a SIGTERM at that step); "mixed" draws, from the same seed, which
+ones, with at least one of each when there are two or more.
 """
 
 from __future__ import annotations
@@ -27,8 +32,12 @@ class KillPoint:
 
     step: int
     during_write: bool = False
+    preempt: bool = False  # SIGTERM, then SIGKILL after `grace_s` unless it has exited
+    grace_s: float = 0.0
 
     def describe(self) -> str:
+        if self.preempt:
+            return f"a SIGTERM at step {self.step} ({self.grace_s:g} s grace)"
         if self.during_write:
             return f"during the checkpoint write after step {self.step}"
         return f"at step {self.step}"
@@ -91,3 +100,28 @@ def draw_kills(
 
 def _pick(items: Sequence[int], u: float) -> int:
     return items[min(int(u * len(items)), len(items) - 1)]
+
+
+PREEMPT_MODES = ("all", "mixed")
+
+
+def preempt_plan(
+    rng: random.Random, plan: Sequence[KillPoint], mode: str, grace_s: float
+) -> list[KillPoint]:
+    """The plan with its kills turned into preemptions: every one ("all"), or a draw
+    from `rng` ("mixed": at least one preemption and, with two kills or more, one kill)."""
+    if mode not in PREEMPT_MODES:
+        raise ValueError(f"--preempt {mode!r}: one of {', '.join(PREEMPT_MODES)}")
+    if mode == "all":
+        chosen = set(range(len(plan)))
+    else:
+        draws = [rng.random() < 0.5 for _ in plan]
+        if len(plan) >= 2 and all(draws):
+            draws[rng.randrange(len(plan))] = False
+        if plan and not any(draws):
+            draws[rng.randrange(len(plan))] = True
+        chosen = {i for i, d in enumerate(draws) if d}
+    return [
+        KillPoint(k.step, preempt=True, grace_s=grace_s) if i in chosen else k
+        for i, k in enumerate(plan)
+    ]

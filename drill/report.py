@@ -37,6 +37,7 @@ def kills(result: DrillResult) -> list[dict[str, Any]]:
                 "index": i + 1,
                 "planned_step": kp.step,
                 "during_write": kp.during_write,
+                "preempt": kp.preempt,
                 "landed": landed,
                 "t": (
                     _num(seg.kill_time - result.t0, 3) if landed and seg and seg.kill_time else None
@@ -89,6 +90,7 @@ def to_json(result: DrillResult) -> dict[str, Any]:
         "kills_requested": result.kills_requested,
         "kills": kills(result),
         "resumes": [_resume(r) for r in an.resumes],
+        "stops": [s.to_json() for s in result.stops],  # --preempt: one per SIGTERM that landed
         "reference": {
             "points": len(ref.points),
             "first_step": ref.first_step,
@@ -161,6 +163,8 @@ def table(result: DrillResult) -> str:
             if k["in_checkpoint_write"]
             else f"at step {k['step']}"
         )
+        if k["preempt"]:
+            where = f"a SIGTERM, the process ended at step {k['step']}"
         if k["landed"]:
             took = f", {k['processes']} processes" if (k["processes"] or 1) > 1 else ""
             lines.append(f"  kill {k['index']:<6} {where} (t {k['t']:.2f} s{took})")
@@ -184,6 +188,8 @@ def table(result: DrillResult) -> str:
                 f"{rec:<16}  {r.points:>6}  {_delta(r.max_abs_delta):>8}  "
                 f"{_delta(r.mean_abs_delta):>8}  {div:>9}  {lat:>7}  {r.verdict}"
             )
+    for stop in result.stops:
+        lines.append(f"  {stop.text}")
     for r in an.resumes:
         if len(r.fields) > 1:  # the run records were compared, not only the printed loss
             lines.append(f"  resume {r.index} records: {fields_summary(r.fields)}")

@@ -2,6 +2,7 @@
 
     result = verify_preset("quick", "A", kills=2, seed=7)       # the built-in trainer
     result = verify_command(["python", "train.py"], kills=2, seed=7, parser=LossParser())
+    result = verify_preset("quick", kills=2, seed=7, preempt="all", grace=30)  # SIGTERMs
     result.analysis.exit_code                                   # 0 pass, 1 fail, 2 input
 
 For the built-in trainer the cadence is known from the preset, so the reference and the
@@ -23,7 +24,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from crashdrill.drill import forkserver
@@ -32,7 +33,8 @@ from crashdrill.drill.command import CommandTarget
 from crashdrill.drill.compare import Analysis, Evidence, FinalParams, analyse
 from crashdrill.drill.engine import Segment, Target, kill_all, run_crashed, run_segment
 from crashdrill.drill.final_state import compare_final_params, compare_final_params_forked
-from crashdrill.drill.plan import KillPoint, draw_kills
+from crashdrill.drill.plan import KillPoint, draw_kills, preempt_plan
+from crashdrill.drill.preempt import StopVerdict, judge_stops, stop_findings
 from crashdrill.drill.record_fields import RunRecords
 from crashdrill.drill.trace import LossParser
 
@@ -50,6 +52,7 @@ class DrillResult:
     analysis: Analysis
     t0: float  # time.monotonic() at the start
     wall_s: float
+    stops: list[StopVerdict] = field(default_factory=list)  # one per preemption that landed
 
 
 @contextmanager
@@ -94,11 +97,14 @@ def verify_preset(
     timeout: float = 600.0,
     work_dir: str | Path | None = None,
     fork_server: bool | None = None,
+    preempt: str | None = None,
+    grace: float = 30.0,
 ) -> DrillResult:
     """The drill on the built-in trainer. Its processes are forked from a fork server
     unless `fork_server` is False (None: CRASHDRILL_FORK_SERVER decides, default on); a
     server that cannot start, or dies during the drill, leaves the drill to plain exec:
-    run again from the start, so that one drill never mixes the two."""
+    run again from the start, so that one drill never mixes the two. `preempt` ("all",
+    "mixed"): kills become SIGTERMs, each followed by a SIGKILL after `grace` seconds."""
     t0 = time.monotonic()
     target = PresetTarget(preset, label, timeout=timeout)  # PresetError before any process
     if fork_server_wanted(fork_server) and forkserver.supported():
@@ -109,21 +115,30 @@ def verify_preset(
     if target.fork_server is not None:
         try:
             with target.fork_server:
-                return _verify_preset(target, kills, seed, work_dir, t0)
+                return _verify_preset(target, kills, seed, work_dir, t0, preempt, grace)
         except forkserver.ForkServerError as e:
             _note(f"{e}; running the drill again, every trainer process started with exec")
             if work_dir is not None:
                 for sub in ("reference", "crashed"):  # made by the first try in an empty dir
                     shutil.rmtree(Path(work_dir) / sub, ignore_errors=True)
         target.fork_server = None
-    return _verify_preset(target, kills, seed, work_dir, t0)
+    return _verify_preset(target, kills, seed, work_dir, t0, preempt, grace)
 
 
 def _verify_preset(
-    target: PresetTarget, kills: int, seed: int, work_dir: str | Path | None, t0: float
+    target: PresetTarget,
+    kills: int,
+    seed: int,
+    work_dir: str | Path | None,
+    t0: float,
+    preempt: str | None = None,
+    grace: float = 30.0,
 ) -> DrillResult:
     timeout = target.timeout
-    plan = target.plan(random.Random(seed), kills)
+    rng = random.Random(seed)
+    plan = target.plan(rng, kills)
+    if preempt:
+        plan = preempt_plan(rng, plan, preempt, grace)
     with _work_dirs(work_dir) as (ref_dir, crash_dir):
         box: dict[str, Segment] = {}
         errors: list[BaseException] = []
@@ -176,6 +191,8 @@ def verify_command(
     compare_files: list[str] | None = None,
     cwd: str | None = None,
     rank: int = 0,
+    preempt: str | None = None,
+    grace: float = 30.0,
 ) -> DrillResult:
     t0 = time.monotonic()
     target = CommandTarget(
@@ -196,7 +213,10 @@ def verify_command(
             steps = [p.step for p in ref.points][:-1]  # a kill must land before the end
             # No write seen in the reference: no write to land a kill in, all kills plain.
             writes: list[int] | None = None if target.has_checkpoint(ref_snapshot) else []
-            plan = draw_kills(random.Random(seed), kills, steps, ref.first_ckpt_step, writes)
+            rng = random.Random(seed)
+            plan = draw_kills(rng, kills, steps, ref.first_ckpt_step, writes)
+            if preempt:
+                plan = preempt_plan(rng, plan, preempt, grace)
             crashed = run_crashed(target, crash_dir, plan)
         final = None
         if compare_files and crashed and crashed[-1].exit_code == 0 and not crashed[-1].killed:
@@ -215,8 +235,14 @@ def _finish(
     t0: float,
 ) -> DrillResult:
     analysis = analyse(evidence)
+    stops = judge_stops(evidence, analysis)
+    lossy = stop_findings(stops)  # a stop that lost steps fails: the script could save them
+    if lossy:
+        analysis.findings.extend(lossy)
+        if analysis.exit_code == 0:
+            analysis.verdict, analysis.exit_code = "fail", 1
     wall = time.monotonic() - t0
-    return DrillResult(target, mode, seed, kills, plan, evidence, analysis, t0, wall)
+    return DrillResult(target, mode, seed, kills, plan, evidence, analysis, t0, wall, stops)
 
 
 def compare_bytes(ref_dir: Path, crash_dir: Path, names: list[str]) -> FinalParams:

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from crashdrill.drill.builtin import PresetTarget
-from crashdrill.drill.plan import KillPoint, draw_kills
+from crashdrill.drill.plan import KillPoint, draw_kills, preempt_plan
 
 
 def _draw(seed: int, kills: int, **kw: object) -> list[KillPoint]:
@@ -82,3 +82,23 @@ def test_a_soak_lands_one_kill_in_five_inside_different_checkpoint_writes(seed: 
     assert len(plan) == 50 and len(writes) == 10 == len(set(writes))
     assert all(w % 50 == 0 for w in writes) and plan[0].step < 50
     assert [p.step for p in plan] == sorted(p.step for p in plan)
+
+
+def test_preempt_all_turns_every_kill_into_a_sigterm_with_its_grace() -> None:
+    plan = draw_kills(random.Random(3), 3, range(1, 100), 20, [40, 60, 80])
+    stops = preempt_plan(random.Random(3), plan, "all", 12.0)
+    assert [k.step for k in stops] == [k.step for k in plan]
+    assert all(k.preempt and not k.during_write and k.grace_s == 12.0 for k in stops)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_mixed_schedule_has_both_kinds_and_the_seed_replays_it(seed: int) -> None:
+    plan = draw_kills(random.Random(seed), 3, range(1, 100), 20, [40, 60, 80])
+    mixed = preempt_plan(random.Random(seed), plan, "mixed", 5.0)
+    assert any(k.preempt for k in mixed) and not all(k.preempt for k in mixed)
+    assert mixed == preempt_plan(random.Random(seed), plan, "mixed", 5.0)
+
+
+def test_a_single_kill_in_a_mixed_schedule_is_a_preemption() -> None:
+    plan = [KillPoint(7)]
+    assert preempt_plan(random.Random(0), plan, "mixed", 5.0)[0].preempt

@@ -28,7 +28,7 @@ def _result() -> DrillResult:
 
 
 SCHEMA_KEYS = {
-    "schema", "mode", "target", "seed", "kills_requested", "kills", "resumes", "reference",
+    "schema", "mode", "target", "seed", "kills_requested", "kills", "resumes", "stops", "reference",
     "crashed", "precision", "final_state", "verdict", "exit_code", "diagnosis", "wall_seconds",
 }  # fmt: skip
 RESUME_KEYS = {
@@ -42,8 +42,12 @@ FIELD_KEYS = {
     "mean_abs_delta", "infinite_delta", "numeric",
 }  # fmt: skip
 KILL_KEYS = {
-    "index", "planned_step", "during_write", "landed", "t", "step", "in_checkpoint_write",
-    "processes",
+    "index", "planned_step", "during_write", "preempt", "landed", "t", "step",
+    "in_checkpoint_write", "processes",
+}  # fmt: skip
+STOP_KEYS = {
+    "index", "planned_step", "sigterm_step", "last_step", "exit_code", "stop_s", "grace_s",
+    "within_grace", "wrote_checkpoint", "resumed_from", "steps_lost", "diagnosis", "text",
 }  # fmt: skip
 
 
@@ -64,7 +68,7 @@ def test_json_report_has_the_documented_fields(tmp_path: Path) -> None:
 
 def test_every_json_field_is_documented() -> None:
     text = DOCS.read_text(encoding="utf-8")
-    for key in SCHEMA_KEYS | RESUME_KEYS | KILL_KEYS | FIELD_KEYS:
+    for key in SCHEMA_KEYS | RESUME_KEYS | KILL_KEYS | FIELD_KEYS | STOP_KEYS:
         assert f"`{key}`" in text, f"docs/verify.md does not document {key}"
 
 
