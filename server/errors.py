@@ -34,4 +34,10 @@ class TooMany(LabError):
     status = 429
 
 
-__all__ = ["BadInput", "Conflict", "Forbidden", "LabError", "NotFound", "TooMany"]
+class Unavailable(LabError):
+    """The lab cannot take more right now (its queue is full, its disk nearly so)."""
+
+    status = 503
+
+
+__all__ = ["BadInput", "Conflict", "Forbidden", "LabError", "NotFound", "TooMany", "Unavailable"]

@@ -54,6 +54,8 @@ class Fanout(Protocol):
 
     def unsubscribe(self, sub: Subscriber) -> None: ...
 
+    def has_subscribers(self, channel: str) -> bool: ...  # someone follows it (a stream)
+
     def close(self) -> None: ...
 
 
@@ -166,6 +168,9 @@ class LocalFanout:
 
     def subscribers(self) -> int:
         return len({s for subs in self._channels.values() for s in subs})
+
+    def has_subscribers(self, channel: str) -> bool:
+        return bool(self._channels.get(channel))
 
     def close(self) -> None:
         for subs in list(self._channels.values()):

@@ -33,11 +33,13 @@ from crashdrill.server.catalog import check_corpora
 from crashdrill.server.cluster import executor_for
 from crashdrill.server.crash_modes import crash_mode, launch_env, preemption
 from crashdrill.server.db import Database, Row, open_database
-from crashdrill.server.errors import BadInput, Conflict, Forbidden, NotFound, TooMany
+from crashdrill.server.errors import BadInput, Conflict, Forbidden, NotFound
 from crashdrill.server.fanout import Fanout, LocalFanout
+from crashdrill.server.housekeeping import Housekeeping
 from crashdrill.server.ingest_loop import IngestLoop, resume_checks
 from crashdrill.server.lesson_policy import public_view
 from crashdrill.server.outage import Outage
+from crashdrill.server.quotas import check_new_pair
 from crashdrill.server.realtime import realtime_fanout
 from crashdrill.server.reports import SupervisorReports
 from crashdrill.server.scheduler import Scheduler
@@ -111,6 +113,10 @@ class Lab:
             self.store, self.ingest, self.fanout, self.outage, self._ended
         )
         self._create_lock = threading.Lock()  # create_pair runs on request threads
+        # Idle pairs stopped, old checkpoints deleted (server/housekeeping.py).
+        self.housekeeping = Housekeeping(
+            settings, self.store, self.fanout, self.mirror, self.stop_pair
+        )
 
     # ---- start and stop -------------------------------------------------------------
 
@@ -123,9 +129,11 @@ class Lab:
             self.mirror.start()
         self.fanout.start()
         self.telemetry.start(asyncio.get_running_loop())
+        self.housekeeping.start()
         self.schedule()
 
     async def stop(self) -> None:
+        await self.housekeeping.stop()
         await self.scheduler.stop()  # no new starts from here on
         self.telemetry.stop()
         await self.ingest.stop()
@@ -253,10 +261,12 @@ class Lab:
         preset: Preset | None = None,
         public: dict[str, Any] | None = None,
         frozen_text: str | None = None,
+        client: str | None = None,
     ) -> dict[str, Any]:
         """`preset` (already resolved by the caller) or the built-in named `preset_name`.
         `frozen_text`: the preset as TOML, written to each run dir as FROZEN_PRESET and
-        trained from there (instructor presets, a student's settings)."""
+        trained from there (instructor presets, a student's settings). `client`: the
+        address the request came from (its pairs are counted, server/quotas.py)."""
         if preset is None:
             try:
                 presets = {p.id: p for p in list_presets()}
@@ -269,26 +279,24 @@ class Lab:
             preset = found
         check_corpora(preset, self.settings.corpora)  # again: a preset dir may have changed
         with self._create_lock:  # the limits and the insert, one request at a time
-            return self._create_pair(preset, preset_name, owner, instructor, public, frozen_text)
+            check_new_pair(
+                self.settings,
+                self.store,
+                owner=owner,
+                client=client,
+                instructor=instructor,
+                disk_free=self.housekeeping.disk_free,
+            )
+            return self._create_pair(preset, owner, public, frozen_text, client)
 
     def _create_pair(
         self,
         preset: Preset,
-        preset_name: str,
         owner: str,
-        instructor: bool,
         public: dict[str, Any] | None,
         frozen_text: str | None,
+        client: str | None,
     ) -> dict[str, Any]:
-        if not instructor:
-            mine = self.store.active_pairs_of(owner)
-            if mine >= self.settings.max_pairs_per_session:
-                raise TooMany(
-                    f"this browser already has {mine} pairs queued or training (the limit is"
-                    f" {self.settings.max_pairs_per_session}): stop one or let it finish"
-                )
-        if len(self.store.runs_in(["queued"])) + len(LABELS) > self.settings.max_queued_runs:
-            raise TooMany("the lab's queue is full: try again when some runs have finished")
         pair_id = new_id()
         runs = [(new_id(), label) for label in LABELS]
         # The frozen text first: the scheduler (its own thread) may start a run as soon
@@ -304,6 +312,7 @@ class Lab:
                 preset.id,
                 public or public_view(preset),
                 [(rid, label, str(self.settings.runs_dir / rid)) for rid, label in runs],
+                client,
             )
         except BaseException:
             for rid, _ in runs:
@@ -316,6 +325,7 @@ class Lab:
         pair = self.store.pair(pair_id)
         if pair is None:
             raise NotFound(f"no pair {pair_id!r}")
+        self.housekeeping.seen(pair_id)  # a poll: someone watches it
         positions = queue_positions(self.store.runs_in(["queued"]))
         runs = self.store.runs_of_pair(pair_id)
         view = pair_view(pair, runs, positions, is_owner=pair["owner"] == session)
@@ -418,6 +428,22 @@ class Lab:
             raise Conflict(f"cannot stop run {run_id}: it has {row['state']}")
         self.ingest.publish_run(run_id)
         return {"run": run_id, "state": self.run_row(run_id)["state"], "stopping": True}
+
+    def stop_pair(self, pair_id: str, who: str) -> None:
+        """Stop the pair's queued and active runs, "Stopped by WHO." (on the loop: the
+        housekeeping's stop of a pair nobody watches)."""
+        for row in self.store.runs_of_pair(pair_id):
+            if row["state"] == "queued":
+                message = f"Stopped by {who}."
+                fields = {"state": "stopped", "ended_at": time.time(), "message": message}
+                if not self.store.update_run_if(row["id"], "queued", **fields):
+                    continue
+            elif row["state"] in ACTIVE_STATES and row["id"] in self.supervisors:
+                self.supervisors[row["id"]].stop(who)
+            else:
+                continue
+            self.ingest.publish_run(row["id"])
+        self.schedule()
 
     # ---- reads ----------------------------------------------------------------------
 

@@ -226,6 +226,9 @@ class RealtimeFanout:
     def unsubscribe(self, sub: Subscriber) -> None:
         self.local.unsubscribe(sub)
 
+    def has_subscribers(self, channel: str) -> bool:
+        return self.local.has_subscribers(channel)  # the SSE ones; Broadcast's are not seen
+
     def start(self) -> None:
         self.publisher.start()
         self._task = asyncio.get_running_loop().create_task(

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from crashdrill.server.catalog import Catalog, Lesson
 from crashdrill.server.errors import BadInput, Forbidden, LabError
+from crashdrill.server.forwarded import client_address
 from crashdrill.server.lab import Lab
 from crashdrill.server.lesson_bounds import LabLimits, budget_problems
 from crashdrill.server.lesson_policy import LockedSetting, apply_student_overrides, public_view
@@ -46,6 +47,12 @@ def catalog_of(request: Request) -> Catalog:
 
 def instructor_of(request: Request) -> bool:
     return is_instructor(request, request.app.state.settings.instructor_token)
+
+
+def address_of(request: Request) -> str:
+    """The client's address (a trusted proxy's X-Forwarded-For, server/forwarded.py):
+    pairs are counted per address as well as per browser."""
+    return client_address(request.scope, request.app.state.settings)
 
 
 def limits_of(request: Request) -> LabLimits:
@@ -143,7 +150,7 @@ async def one_preset(preset: str, request: Request) -> dict[str, Any]:
     status_code=201,
     response_model=PairCreated,
     summary="Start a pair of runs (A and B) of a preset; they start or queue together",
-    responses=problems(400, 403, 404, 413, 422, 429),
+    responses=problems(400, 403, 404, 413, 422, 429, 503),
 )
 def create_pair(body: NewPairWithSettings, request: Request) -> dict[str, Any]:
     # A plain def: FastAPI runs it on a worker thread, where the database's round trips
@@ -168,6 +175,7 @@ def create_pair(body: NewPairWithSettings, request: Request) -> dict[str, Any]:
         preset=preset,
         public=lesson_public(lesson, preset, limits),
         frozen_text=frozen,
+        client=address_of(request),
     )
 
 

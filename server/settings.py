@@ -75,13 +75,22 @@ class Settings:
     trainer_command: tuple[str, ...] = DEFAULT_COMMAND
     max_body_bytes: int = 64 * 1024
     max_pairs_per_session: int = 3
+    # Live pairs per client address too (0: by cookie alone, for a class behind one NAT).
+    max_pairs_per_address: int = 3
     max_queued_runs: int = 200
+    idle_stop_s: float = 1800.0  # stop a pair nobody watched for this long; 0: never
+    housekeeping_interval_s: float = 10.0  # idle stops and disk cleanup, this often
     # Lesson bounds (server/lesson_bounds.py): settings instructors may open to students
     # beyond the default, and the budget of one run.
     student_unlockable: tuple[str, ...] = ()
     max_params_per_run: int = 50_000_000
     max_tokens_per_run: int = 400_000_000
     max_checkpoint_bytes_per_run: int = 2 * 1024**3
+    # Disk: finished runs' checkpoints deleted after this long (0: kept), a budget for
+    # all checkpoints (0: none), and the free space below which new pairs get 503.
+    checkpoint_retention_s: float = 24 * 3600.0
+    disk_budget_bytes: int = 20 * 1024**3
+    min_free_disk_bytes: int = 1024**3
     ingest_interval_s: float = 0.02
     telemetry: bool = True
     telemetry_interval_s: float = 2.0
@@ -104,6 +113,9 @@ class Settings:
     # Checkpoint mirror: "" = the directory DATA_DIR-mirror beside the data dir; "off";
     # a local directory; or gs://BUCKET[/PREFIX] (needs crashdrill[gcs]).
     mirror: str = ""
+    # Ray cluster for the runs (docs/cluster.md): None = subprocesses on this machine;
+    # "auto", HOST:PORT or ray://HOST:PORT (needs crashdrill[ray] and an explicit mirror).
+    ray: str | None = None
     # ---- trainers, sessions, browsers, streams (docs/server.md "Running a lab for a class")
     corpora_dir: Path | None = None  # None: data_dir/corpora; `file:` corpora only from there
     # Names or PREFIX* a trainer inherits beyond the allowlist (workers/trainer_env.py).
@@ -114,9 +126,6 @@ class Settings:
     allowed_origins: tuple[str, ...] = ()  # other origins that may send state changes
     stream_max_per_address: int = 64  # open event streams per client address
     stream_max_total: int = 1000  # open event streams in all
-    # Ray cluster for the runs (docs/cluster.md): None = subprocesses on this machine;
-    # "auto", HOST:PORT or ray://HOST:PORT (needs crashdrill[ray] and an explicit mirror).
-    ray: str | None = None
 
     def __post_init__(self) -> None:
         self._check_hardening()
@@ -150,6 +159,30 @@ class Settings:
                 raise SettingsError(f"{e}, or off") from None
         self._check_ray()
 
+    def _check_class_limits(self) -> None:
+        """The settings of "Running a lab for a class" (docs/server.md)."""
+        from crashdrill.server.lesson_bounds import SERVER_LOCKED
+
+        unknown = sorted(set(self.student_unlockable) - SERVER_LOCKED)
+        if unknown:
+            raise SettingsError(
+                f"student_unlockable: {', '.join(unknown)} is not locked by the server;"
+                f" allowed: {', '.join(sorted(SERVER_LOCKED))}"
+            )
+        for name in ("max_pairs_per_address", "disk_budget_bytes", "min_free_disk_bytes"):
+            if getattr(self, name) < 0:
+                raise SettingsError(f"{name} = {getattr(self, name)}: a whole number ≥ 0")
+        for name in ("max_params_per_run", "max_tokens_per_run", "max_checkpoint_bytes_per_run"):
+            if getattr(self, name) < 1:
+                raise SettingsError(f"{name} = {getattr(self, name)}: a whole number ≥ 1")
+        for name in ("idle_stop_s", "checkpoint_retention_s"):
+            if not getattr(self, name) >= 0:
+                raise SettingsError(f"{name} = {getattr(self, name)}: seconds ≥ 0 (0: off)")
+        if not self.housekeeping_interval_s > 0:
+            raise SettingsError(
+                f"housekeeping_interval_s = {self.housekeeping_interval_s}: seconds > 0"
+            )
+
     def _check_ray(self) -> None:
         if self.ray is None:
             return
@@ -161,20 +194,6 @@ class Settings:
                 " and its disk can vanish): set mirror (--mirror, CRASHDRILL_MIRROR) to"
                 " gs://BUCKET[/PREFIX], or to a directory all nodes share"
             )
-
-    def _check_class_limits(self) -> None:
-        """The settings of "Running a lab for a class" (docs/server.md)."""
-        from crashdrill.server.lesson_bounds import SERVER_LOCKED
-
-        unknown = sorted(set(self.student_unlockable) - SERVER_LOCKED)
-        if unknown:
-            raise SettingsError(
-                f"student_unlockable: {', '.join(unknown)} is not locked by the server;"
-                f" allowed: {', '.join(sorted(SERVER_LOCKED))}"
-            )
-        for name in ("max_params_per_run", "max_tokens_per_run", "max_checkpoint_bytes_per_run"):
-            if getattr(self, name) < 1:
-                raise SettingsError(f"{name} = {getattr(self, name)}: a whole number ≥ 1")
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -392,9 +411,16 @@ def _class_env() -> dict[str, object]:
     env = os.environ
     values: dict[str, object] = {}
     for variable, (name, parse) in {
+        "CRASHDRILL_MAX_PAIRS_PER_SESSION": ("max_pairs_per_session", _int),
+        "CRASHDRILL_MAX_PAIRS_PER_ADDRESS": ("max_pairs_per_address", _int),
+        "CRASHDRILL_MAX_QUEUED_RUNS": ("max_queued_runs", _int),
+        "CRASHDRILL_IDLE_STOP_S": ("idle_stop_s", _float),
         "CRASHDRILL_MAX_PARAMS_PER_RUN": ("max_params_per_run", _bytes),
         "CRASHDRILL_MAX_TOKENS_PER_RUN": ("max_tokens_per_run", _bytes),
         "CRASHDRILL_MAX_CHECKPOINT_BYTES_PER_RUN": ("max_checkpoint_bytes_per_run", _bytes),
+        "CRASHDRILL_CHECKPOINT_RETENTION_S": ("checkpoint_retention_s", _float),
+        "CRASHDRILL_DISK_BUDGET_BYTES": ("disk_budget_bytes", _bytes),
+        "CRASHDRILL_MIN_FREE_DISK_BYTES": ("min_free_disk_bytes", _bytes),
     }.items():
         if env.get(variable, "").strip():
             values[name] = parse(variable)

@@ -36,6 +36,7 @@ _RUN_COLUMNS = frozenset(
         "ingest_offset",
         "latest_json",
         "message",
+        "ckpt_deleted_at",
     }
 )
 
@@ -80,14 +81,16 @@ class Store:
         preset: str,
         preset_public: dict[str, Any],
         runs: Sequence[tuple[str, str, str]],
+        client: str | None = None,
     ) -> None:
-        """A pair and its runs (id, label, run_dir), all queued, in one transaction."""
+        """A pair and its runs (id, label, run_dir), all queued, in one transaction;
+        `client`: the address it came from."""
         now = time.time()
         with self.db.transaction():
             self.db.run(
-                "INSERT INTO pairs (id, owner, preset, preset_json, created_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (pair_id, owner, preset, json.dumps(preset_public), now),
+                "INSERT INTO pairs (id, owner, preset, preset_json, created_at, client)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (pair_id, owner, preset, json.dumps(preset_public), now, client),
             )
             for i, (run_id, label, run_dir) in enumerate(runs):
                 self.db.run(
@@ -152,6 +155,24 @@ class Store:
             marks = ", ".join("?" for _ in chunk)
             rows += self.db.run(f"SELECT * FROM runs WHERE pair_id IN ({marks})", chunk)
         return rows
+
+    def active_pairs_from(self, client: str) -> int:
+        """Pairs created from the address `client` with a run queued or not ended."""
+        row = self.db.one(
+            "SELECT COUNT(DISTINCT p.id) AS n FROM pairs p JOIN runs r ON r.pair_id = p.id"
+            " WHERE p.client = ? AND r.state IN ('queued', 'starting', 'running', 'restarting')",
+            (client,),
+        )
+        return int(row["n"]) if row else 0
+
+    def ended_runs_with_checkpoints(self) -> list[Row]:
+        """This lab's runs that have ended and whose checkpoints were not deleted yet,
+        the oldest ended first."""
+        return self.db.run(
+            "SELECT * FROM runs WHERE lab = ? AND state IN ('finished', 'failed', 'stopped')"
+            " AND ckpt_deleted_at IS NULL ORDER BY COALESCE(ended_at, 0), id",
+            (self.lab,),
+        )
 
     def run(self, run_id: str) -> Row | None:
         return self.db.one("SELECT * FROM runs WHERE id = ?", (run_id,))

@@ -1,0 +1,145 @@
+"""Quotas that hold (issue #15, point 2) against the real app in-process, runs played by
+the stand-in trainer: live pairs counted per address as well as per cookie, the lab's
+queue limit, and pairs nobody watches stopped (server/quotas.py, server/housekeeping.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from crashdrill.server.app import create_app
+from crashdrill.server.settings import Settings
+from tests.support.lab import free_port, serving, stand_in_settings
+from tests.unit.test_server_routes import FakeSampler
+
+pytestmark = pytest.mark.timeout(120)
+
+TOKEN = "teach-me-quotas-that-hold"
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+HOME = ("203.0.113.7", 50000)  # one classroom's address
+ELSEWHERE = ("198.51.100.9", 50000)
+
+
+@pytest.fixture
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    settings: Settings = stand_in_settings(tmp_path / "lab", monkeypatch, steps=5000, token=TOKEN)
+    return settings
+
+
+def lab(settings: Settings, **changes: Any) -> FastAPI:
+    return create_app(dataclasses.replace(settings, **changes), sampler_factory=FakeSampler)
+
+
+def start(client: TestClient, **kw: Any) -> Any:
+    return client.post("/api/pairs", json={"preset": "quick"}, **kw)
+
+
+def runs_of(app: FastAPI, pair: str) -> list[dict[str, Any]]:
+    """The pair's runs from the database: no poll, so it does not count as watching."""
+    return list(app.state.lab.store.runs_of_pair(pair))
+
+
+def wait_until(ok: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not ok():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_dropping_the_cookie_makes_a_new_browser_but_not_a_new_address(settings: Settings) -> None:
+    app = lab(settings, max_pairs_per_address=3)
+    with TestClient(app, client=HOME) as student:
+        for _ in range(3):
+            student.cookies.clear()  # a new browser each time
+            assert start(student).status_code == 201
+        student.cookies.clear()
+        r = start(student)
+        assert r.status_code == 429, r.text
+        assert "your address already has 3 pairs" in r.json()["detail"]
+        assert "max_pairs_per_address" in r.json()["detail"]
+        other = TestClient(app, client=ELSEWHERE)
+        assert start(other).status_code == 201  # another address is another client
+        assert start(student, headers=BEARER).status_code == 201  # instructors are exempt
+
+
+def test_a_class_behind_one_address_may_count_pairs_by_cookie_alone(settings: Settings) -> None:
+    app = lab(settings, max_pairs_per_address=0, max_pairs_per_session=1)
+    with TestClient(app, client=HOME) as first:
+        others = [TestClient(app, client=HOME) for _ in range(4)]
+        for browser in [first, *others]:
+            assert start(browser).status_code == 201
+        r = start(first)  # the cookie still counts
+        assert r.status_code == 429 and "this browser already has 1 pairs" in r.json()["detail"]
+
+
+def test_a_full_queue_answers_503_with_retry_after_naming_the_limit(settings: Settings) -> None:
+    app = lab(settings, max_queued_runs=2, max_concurrent=2)
+    with TestClient(app) as teacher:
+        answers = [start(teacher, headers=BEARER) for _ in range(3)]
+    full = [r for r in answers if r.status_code == 503]
+    assert answers[0].status_code == 201 and full, [r.status_code for r in answers]
+    assert "the lab's queue is full" in full[0].json()["detail"]
+    assert "max_queued_runs" in full[0].json()["detail"]
+    assert full[0].headers["Retry-After"] == "60"
+
+
+def test_a_pair_nobody_watches_is_stopped_and_a_watched_one_is_not(settings: Settings) -> None:
+    """Served by uvicorn (an event stream stays open while the test looks elsewhere)."""
+    served = dataclasses.replace(
+        settings, port=free_port(), idle_stop_s=1.5, housekeeping_interval_s=0.1, max_concurrent=6
+    )
+    with serving(served) as url, httpx.Client(base_url=url, timeout=30) as student:
+        left, polled, streamed = (start(student).json()["pair"] for _ in range(3))
+        stop = threading.Event()
+
+        def poll() -> None:
+            with httpx.Client(base_url=url, timeout=30) as watcher:
+                while not stop.is_set():
+                    watcher.get(f"/api/pairs/{polled}")
+                    time.sleep(0.3)
+
+        def state(pair: str) -> list[str]:  # from the database: no poll, not watching
+            with contextlib.closing(sqlite3.connect(served.db_path, timeout=10)) as db:
+                sql = "SELECT state FROM runs WHERE pair_id = ? ORDER BY label"
+                return [row[0] for row in db.execute(sql, (pair,))]
+
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+        try:
+            with student.stream("GET", "/api/stream", params={"pair": streamed}) as events:
+                lines = events.iter_lines()  # kept: a dropped iterator closes the stream
+                assert next(lines) == "event: hello"
+                wait_until(lambda: state(left) == ["stopped"] * 2, "the unwatched pair to stop")
+                time.sleep(1.0)  # well past idle_stop_s for the two watched ones
+                assert "stopped" not in state(polled) and "stopped" not in state(streamed)
+        finally:
+            stop.set()
+            poller.join(10)
+        runs = student.get(f"/api/pairs/{left}").json()["runs"]
+        said = " ".join(
+            e["text"]
+            for r in runs
+            for e in student.get(f"/api/runs/{r['id']}/events").json()["events"]
+        )
+        said += " ".join(r.get("message") or "" for r in runs)
+        assert "Stopped by the lab: nobody watched this pair for" in said, said
+
+
+def test_idle_stops_are_off_when_idle_stop_s_is_0(settings: Settings) -> None:
+    app = lab(settings, idle_stop_s=0, housekeeping_interval_s=0.05)
+    with TestClient(app) as student:
+        pair = start(student).json()["pair"]
+        time.sleep(1.0)
+        assert all(r["state"] != "stopped" for r in runs_of(app, pair))
+        assert app.state.lab.housekeeping.idle_stops is False
