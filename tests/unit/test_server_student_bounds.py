@@ -254,3 +254,24 @@ def _json(preset: str, overrides: dict[str, Any]) -> bytes:
 
     # NaN and Infinity as Python's json writes them: a client may send them too.
     return json.dumps({"preset": preset, "overrides": overrides}).encode()
+
+
+QUERY = st.dictionaries(
+    st.sampled_from([*NAMES, "knob.a", "knob.b"]) | st.text(max_size=8),
+    st.sampled_from(["x", "1e400", "NaN", "-1", "true", "null", "[1]", '{"a": 1}', "9" * 40])
+    | st.text(max_size=20),
+    max_size=4,
+)
+
+
+@hypothesis_settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(preset=st.sampled_from(["quick", "lesson-1.7-fast", "nope"]), query=QUERY)
+def test_any_query_on_a_lesson_link_gets_an_answer_below_500(
+    student: TestClient, preset: str, query: dict[str, str]
+) -> None:
+    r = student.get(f"/api/presets/{preset}", params=query)
+    assert r.status_code in (200, 403, 404, 422), (query, r.text)
+    page = student.get(f"/lesson/{preset}", params=query)
+    assert page.status_code == r.status_code, (query, page.status_code, r.text)
