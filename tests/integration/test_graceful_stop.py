@@ -249,3 +249,17 @@ def test_a_bad_stop_after_is_refused_with_what_is_allowed(tmp_path: Path) -> Non
     bad = run_cli(*SMALL, "--run-dir", str(tmp_path / "r"), "--stop-after", "soon")
     assert bad.returncode == 2
     assert "stop_after = 'soon' is not allowed: a duration like '11h30m'" in bad.stderr
+
+
+@pytest.mark.timeout(240)
+def test_a_stop_with_a_mirror_copies_its_checkpoint_there_before_it_exits(tmp_path: Path) -> None:
+    run_dir, mirror = tmp_path / "run", tmp_path / "mirror"
+    trainer = Trainer(run_dir, "--mirror", str(mirror))
+    trainer.wait_step(7)
+    trainer.signal(signal.SIGTERM)
+    assert trainer.finish() == EXIT_STOPPED
+    event = _stopped(run_dir)
+    assert event["mirrored"] is True and event["within_grace"] is True
+    assert "copied to the mirror" in event["text"]
+    copies = [p.name for p in mirror.rglob(step_dir_name(event["step"])) if p.is_dir()]
+    assert copies, f"step {event['step']} is not in {sorted(p.name for p in mirror.rglob('*'))}"
