@@ -27,25 +27,33 @@ ARG BASE=python:3.11-slim-bookworm
 FROM ${BASE} AS build
 ARG TORCH=torch==2.13.0
 ARG TORCH_INDEX=https://pypi.org/simple
-ARG EXTRAS=gpu,gcs,ray
-ARG RAY_VERSION=2.60.0
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 RUN python3 -m venv /opt/crashdrill
 COPY docker/local/ /build-local/
+# torch first, on its own layer: it is most of the image and changes least. These lines
+# are the same in server.Dockerfile and worker.Dockerfile, so that two builds with the
+# same BASE and torch share the layer. A CPU wheel in docker/local/wheels/ stands in for
+# the CPU index (its dependencies from PyPI). torch's C++ headers, tests and test
+# binaries go: the lab compiles nothing (no torch.compile, no C++ extensions).
 RUN set -e; \
     if [ -f /build-local/ca.crt ]; then \
         export PIP_CERT=/build-local/ca.crt SSL_CERT_FILE=/build-local/ca.crt \
                REQUESTS_CA_BUNDLE=/build-local/ca.crt; \
     fi; \
-    pip=/opt/crashdrill/bin/pip; \
-    if ls /build-local/wheels/torch-*.whl >/dev/null 2>&1; then \
+    pip=/opt/crashdrill/bin/pip; wheel=""; \
+    case "$TORCH_INDEX" in */whl/cpu|*/whl/cpu/) \
+        wheel=$(ls /build-local/wheels/torch-*+cpu-*.whl 2>/dev/null | head -1);; \
+    esac; \
+    if [ -n "$wheel" ]; then \
         $pip install --no-index --no-deps --find-links /build-local/wheels "$TORCH"; \
         $pip install "$TORCH"; \
     else \
-        $pip install --index-url "$TORCH_INDEX" --extra-index-url https://pypi.org/simple "$TORCH"; \
+        $pip install --index-url "$TORCH_INDEX" "$TORCH"; \
     fi; \
     t=$(/opt/crashdrill/bin/python -c "import importlib.util as u; print(u.find_spec('torch').submodule_search_locations[0])"); \
     rm -rf "$t/include" "$t/test" "$t/bin/protoc" "$t/bin/protoc-"* "$t/bin/"*Test
+ARG EXTRAS=gpu,gcs,ray
+ARG RAY_VERSION=2.60.0
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY crashdrill crashdrill

@@ -168,3 +168,17 @@ def test_the_compose_stack_shares_one_mirror_volume_between_the_server_and_every
     for name in ("server", "worker", "worker-gpu"):
         assert "mirror:/mirror" in services[name]["volumes"], name
     assert "${CRASHDRILL_POSTGRES_PASSWORD:?" in services["db"]["environment"]["POSTGRES_PASSWORD"]
+
+
+def test_the_server_and_the_worker_image_install_torch_with_the_same_lines() -> None:
+    """Two builds with one BASE and torch then share the layer (docker/test.sh builds both)."""
+
+    def torch_stage(dockerfile: str) -> list[str]:
+        lines = (DOCKER / dockerfile).read_text(encoding="utf-8").splitlines()
+        start = lines.index("FROM ${BASE} AS build")
+        end = next(i for i in range(start, len(lines)) if lines[i].startswith("ARG EXTRAS="))
+        return [x for x in lines[start:end] if not x.startswith("ARG TORCH_INDEX=")]
+
+    server = torch_stage("server.Dockerfile")
+    assert any("pip install" in line for line in server)
+    assert server == torch_stage("worker.Dockerfile")
