@@ -65,12 +65,15 @@ _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.nam
 @dataclass(frozen=True)
 class LabLimits:
     """What the server allows: settings it lets instructors open to students, the budget
-    of one run, and the machine (cores, GPUs, whether tiktoken is installed)."""
+    of one run, and the machine (cores, GPUs, whether tiktoken is installed). The lab's
+    come from its settings (`from_settings`); LabLimits() opens nothing and counts no
+    budget."""
 
     unlockable: frozenset[str] = frozenset()
-    max_params: int = 50_000_000
-    max_tokens: int = 400_000_000
-    max_checkpoint_bytes: int = 2 * 1024**3
+    # The budget (the server's settings say how much; None: no limit).
+    max_params: int | None = None
+    max_tokens: int | None = None
+    max_checkpoint_bytes: int | None = None
     cores: int = 1
     gpus: int = 0
     gpt2_tokenizer: bool = False
@@ -318,7 +321,7 @@ def budget_problems(preset: Preset, limits: LabLimits) -> list[str]:
     for what, field, limit_field, setting in _LIMITS:
         where, value = max(((w, getattr(c, field)) for w, c in costs.items()), key=lambda x: x[1])
         limit = getattr(limits, limit_field)
-        if value > limit:
+        if limit is not None and value > limit:
             problems.append(
                 f"{where} has {value:,} {what}; this lab's limit is {limit:,} ({setting}):"
                 " make the run smaller"

@@ -3,6 +3,7 @@ change in it, within which bounds, and the during_save pause."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -234,8 +235,10 @@ def test_every_setting_has_a_student_range_that_holds_the_built_in_lessons_own_v
 
 def test_every_built_in_lesson_fits_the_default_budget_with_a_student_s_longest_run():
     from crashdrill.server.lesson_bounds import budget_problems
+    from crashdrill.server.settings import Settings
 
-    limits = LabLimits(gpt2_tokenizer=True)
+    limits = LabLimits.from_settings(Settings(data_dir=Path("/nonexistent")))
+    limits = dataclasses.replace(limits, gpt2_tokenizer=True)
     for preset in list_presets():
         assert budget_problems(preset, limits) == [], preset.id
         steps = max(preset.config_for("A", cuda=c).steps for c in (False, True)) * 4
