@@ -129,7 +129,8 @@ def lesson_link_status(preset: str, request: Request) -> int:
 @router.get("/presets", summary="Lesson presets a student may start (published ones)")
 async def presets(request: Request) -> list[dict[str, Any]]:
     lessons = catalog_of(request).visible(instructor=False)
-    return [lesson_public(x) for x in lessons]
+    limits = limits_of(request)
+    return [lesson_public(x, None, limits) for x in lessons]
 
 
 @router.get(

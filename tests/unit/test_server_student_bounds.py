@@ -185,6 +185,8 @@ def test_a_server_setting_lets_an_instructor_open_a_server_locked_setting(
         assert r.status_code == 201, r.text
         r = pair(lab, "big", {"n_layer": 3})
         assert r.status_code == 201, r.text
+        listed = {p["id"]: p for p in lab.get("/api/presets").json()}["big"]
+        assert "n_layer" in listed["student_adjustable"] and "vocab" in listed["locked"]
         r = pair(lab, "big", {"n_layer": 9})
         assert r.status_code == 422 and "from 1 to 8" in r.json()["detail"]
         r = pair(lab, "big", {"vocab": 300})
