@@ -1,0 +1,50 @@
+"""The pieces of the Ray executor that need no cluster: what a poll ships, where a run is
+placed, and which addresses a TCP check can try."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crashdrill.trainer.presets import dump_preset, get_preset
+from crashdrill.workers.ray_node import complete_lines
+
+
+def test_a_poll_ships_complete_lines_only_from_the_server_s_offset(tmp_path: Path) -> None:
+    path = tmp_path / "records.jsonl"
+    path.write_bytes(b'{"a":1}\n{"b":2}\n{"c":')  # a line still being written
+    assert complete_lines(path, 0) == b'{"a":1}\n{"b":2}\n'
+    assert complete_lines(path, 8) == b'{"b":2}\n'
+    assert complete_lines(path, 16) == b""  # only the torn line: nothing yet
+    assert complete_lines(path, 0, limit=10) == b'{"a":1}\n'  # a chunk ends at a line
+    assert complete_lines(tmp_path / "missing.jsonl", 0) == b""
+
+
+def test_a_cuda_preset_asks_for_a_gpu_and_a_cpu_preset_for_its_threads(tmp_path: Path) -> None:
+    ray_executor = pytest.importorskip("crashdrill.workers.ray_executor")
+    resources = ray_executor.Resources
+    assert resources.of_preset("quick") == resources(num_cpus=1, num_gpus=0)
+    text = dump_preset(get_preset("quick"))
+    cuda = tmp_path / "cuda.toml"
+    cuda.write_text(text.replace("threads = 1", 'threads = 1\ndevice = "cuda"'))
+    assert resources.of_preset(str(cuda)) == resources(num_cpus=1, num_gpus=1)
+    four = tmp_path / "four.toml"
+    four.write_text(text.replace("threads = 1", "threads = 4"))
+    assert resources.of_preset(str(four)) == resources(num_cpus=4, num_gpus=0)
+
+
+@pytest.mark.parametrize(
+    ("address", "target"),
+    [
+        ("127.0.0.1:6379", ("127.0.0.1", 6379)),
+        ("ray://head.example:10001", ("head.example", 10001)),
+        ("[::1]:6379", ("::1", 6379)),
+        ("auto", None),
+    ],
+)
+def test_the_reachability_check_tries_the_address_s_host_and_port(
+    address: str, target: tuple[str, int] | None
+) -> None:
+    ray_executor = pytest.importorskip("crashdrill.workers.ray_executor")
+    assert ray_executor.host_and_port(address) == target
