@@ -2,6 +2,7 @@
 """Set up crashdrill in ./.venv and run it. Needs only Python ≥ 3.11.
 
     python3 quickstart.py lab     # set up, then the lab at http://127.0.0.1:8000
+    python3 quickstart.py lab --instructor   # the same with instructor mode on (login link printed)
     python3 quickstart.py test    # set up with test tools, then the whole test suite
     python3 quickstart.py setup   # set up only (add --test for the test tools)
 
@@ -14,6 +15,7 @@ pip can find one, else from PyTorch's CPU index. Override with CRASHDRILL_TORCH_
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -106,6 +108,54 @@ def ensure_chromium() -> None:
         say("no /usr/bin/chromium: the browser tests will be skipped")
 
 
+def option(argv: list[str], name: str) -> str | None:
+    """The value of `--name VALUE` or `--name=VALUE` in argv, else None."""
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def instructor_token(argv: list[str]) -> str:
+    """`lab --instructor`: CRASHDRILL_INSTRUCTOR_TOKEN when set, else the token kept in the
+    lab's data dir (DATA_DIR/instructor_token, made once, readable by its owner only)."""
+    if os.environ.get("CRASHDRILL_INSTRUCTOR_TOKEN"):
+        return os.environ["CRASHDRILL_INSTRUCTOR_TOKEN"]
+    data_dir = option(argv, "--data-dir")
+    if data_dir is None:  # the server's own default, asked of the installed package
+        code = "from crashdrill.server.settings import default_data_dir; print(default_data_dir())"
+        data_dir = subprocess.run(
+            [str(PY), "-c", code], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    path = Path(data_dir).expanduser() / "instructor_token"
+    if path.is_file() and len(path.read_text().strip()) >= 16:
+        say(f"instructor token read from {path}")
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(24)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(token + "\n")
+    say(f"instructor token made and kept in {path} (the same one next time)")
+    return token
+
+
+def serve(argv: list[str]) -> None:
+    """Replace this process with `crashdrill serve`; with --instructor, instructor mode on."""
+    args = [a for a in argv if a != "--instructor"]
+    if "--instructor" in argv:
+        token = instructor_token(args)
+        os.environ["CRASHDRILL_INSTRUCTOR_TOKEN"] = token
+        host = option(args, "--host") or "127.0.0.1"
+        port = option(args, "--port") or "8000"
+        say(
+            f"instructor mode on: log in with this link: http://{host}:{port}/instructor#token={token}"
+        )
+    os.execv(str(BIN / "crashdrill"), [str(BIN / "crashdrill"), "serve", *args])
+
+
 def run_tests() -> int:
     status = 0
     steps: list[list[str | Path]] = [
@@ -134,7 +184,7 @@ def main(argv: list[str]) -> int:
     cmd = argv[0]
     setup(test=cmd == "test" or "--test" in argv)
     if cmd == "lab":
-        os.execv(str(BIN / "crashdrill"), [str(BIN / "crashdrill"), "serve", *argv[1:]])
+        serve([a for a in argv[1:] if a != "--test"])
     if cmd == "test":
         return run_tests()
     return 0

@@ -92,6 +92,10 @@ async function refresh() {
 }
 
 async function boot() {
+  $("#logout").addEventListener("click", async () => {
+    await request("POST", "/api/instructor/logout");
+    location.href = "/instructor";
+  });
   $("#class-newer").addEventListener("click", () => turn(-PAGE));
   $("#class-older").addEventListener("click", () => turn(PAGE));
   if ((await refresh()) === false) {

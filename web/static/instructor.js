@@ -49,7 +49,7 @@ async function checkLogin() {
   const me = await request("GET", "/api/instructor/me");
   if (!me.enabled) {
     document.body.dataset.auth = "off";
-    $("#login-error").textContent = "Instructor mode is off on this server: start it with CRASHDRILL_INSTRUCTOR_TOKEN set.";
+    $("#login-error").textContent = "Instructor mode is off on this server: start it with python3 quickstart.py lab --instructor (or with CRASHDRILL_INSTRUCTOR_TOKEN set).";
     $("#login-form").hidden = true;
     return false;
   }
@@ -57,8 +57,17 @@ async function checkLogin() {
   return me.instructor;
 }
 
+/** The token of a login link (/instructor#token=…, printed by `quickstart.py lab
+ * --instructor`), taken out of the address bar at once; null without one. A fragment never
+ * reaches the server, so the token is in no request line and no log. */
+function tokenFromLink() {
+  const token = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (token !== null) history.replaceState(null, "", location.pathname + location.search);
+  return token;
+}
+
 async function login(ev) {
-  ev.preventDefault();
+  ev?.preventDefault();
   $("#login-error").textContent = "";
   try {
     await request("POST", "/api/instructor/login", { token: $("#token").value });
@@ -243,8 +252,13 @@ async function boot() {
   $("#duplicate").addEventListener("click", () => state.current && duplicate(state.current.id));
   $("#publish").addEventListener("click", togglePublish);
   $("#save-locks").addEventListener("click", saveLocks);
+  const linked = tokenFromLink();
   try {
     if (await checkLogin()) await loadPresets();
+    else if (linked && document.body.dataset.auth === "out") {
+      $("#token").value = linked;
+      await login();
+    }
   } catch (e) {
     status(`Could not reach the server: ${e.message}`, "error");
   }
