@@ -8,8 +8,8 @@ page's first-render time and JS weight.
 It starts the real server (`crashdrill serve`) on a free port with a throwaway data dir,
 drives Debian's Chromium (/usr/bin/chromium) through Playwright, crashes run A after
 step --crash-a and run B after step --crash-b, waits for both to finish, and saves
-lab-top.png (header, cards, loss, resume checks), lab-laptop.png (the whole page at
-1280 px) and lab-phone.png (390 px).
+lab-top.png (header, both runs' controls, resume checks, the lesson, the loss chart),
+lab-laptop.png (the whole page at 1280 px) and lab-phone.png (390 px).
 """
 
 from __future__ import annotations
@@ -147,10 +147,10 @@ def main() -> int:
             history_ms = fresh.evaluate("() => document.body.dataset.historyMs")
             fresh.wait_for_timeout(2500)
             fresh.screenshot(path=str(out / "lab-laptop.png"), full_page=True)
-            top = fresh.locator("#checks-h").bounding_box()
+            loss = fresh.locator("#chart-loss").bounding_box()
             fresh.screenshot(
                 path=str(out / "lab-top.png"),
-                clip={"x": 0, "y": 0, "width": 1280, "height": top["y"] + 190},
+                clip={"x": 0, "y": 0, "width": 1280, "height": loss["y"] + loss["height"] + 8},
                 full_page=True,
             )
             fresh.set_viewport_size({"width": 390, "height": 844})

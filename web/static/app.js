@@ -1,5 +1,6 @@
 // The lab page: start a lesson, then follow both runs live. State flows one way:
-// history from the API and the SSE stream -> PairModel -> render (at most 4 times a second).
+// history from the API and the SSE stream -> PairModel -> render (at most twice a second,
+// the charts once a second).
 //
 // The pair shown is the one in the URL (?pair=ID), else the last one this browser started.
 
@@ -8,7 +9,8 @@ import { CadencePanel } from "./cadence.js";
 import { RunCard, StageList } from "./cards.js";
 import { createCharts } from "./chart_specs.js";
 import { uPlotLoaded } from "./charts.js";
-import { renderEvents, renderHeader, renderProbes, renderResumeChecks, renderSamples } from "./lesson.js";
+import { renderEvents } from "./events.js";
+import { renderHeader, renderProbes, renderResumeChecks, renderSamples } from "./lesson.js";
 import { LessonSettings, ShareLink, lessonFromPath } from "./lesson_link.js";
 import { EnergyLedger, MachinePanel } from "./machine.js";
 import { PairModel } from "./model.js";
@@ -17,7 +19,10 @@ import { followLive } from "./realtime.js";
 const $ = (sel) => document.querySelector(sel);
 const TERMINAL = new Set(["finished", "failed", "stopped"]);
 const STORE_KEY = "crashdrill.pair";
-const RENDER_EVERY_MS = 250;
+// Text at most twice a second and charts once: on a small machine the page shares the
+// CPU with the trainers it shows (scripts/page_cpu.py measures what it costs them).
+const RENDER_EVERY_MS = 500;
+const CHARTS_EVERY_MS = 1000;
 
 const page = {
   pair: null,
@@ -29,6 +34,8 @@ const page = {
   stream: null,
   dirty: false,
   lastRender: 0,
+  chartsAt: 0, // when the charts were last redrawn
+  finalDrawn: false, // the charts' last draw of a finished pair, off-screen ones included
   eventCount: -1,
   loaded: false,
   cadence: null, // the cadence calculator (cadence.js)
@@ -69,15 +76,44 @@ function render() {
   const runs = pair.ordered();
   once("probes", runs.map((r) => `${r.probe?.id}:${r.probe?.step}`).join(), () => renderProbes(pair));
   once("samples", runs.map((r) => `${r.sample?.id}:${r.sample?.step}`).join(), () => renderSamples(pair));
-  once("checks", JSON.stringify(runs.map((r) => pair.checks.get(r.id) || [])), () => renderResumeChecks(pair));
+  once("checks", JSON.stringify(runs.map((r) => [pair.checks.get(r.id) || [], r.crashes().map((c) => c.refused)])),
+    () => renderResumeChecks(pair));
+  const done = pair.ordered().every((r) => TERMINAL.has(r.view.state));
   const total = pair.ordered().reduce((n, r) => n + r.events.length, 0);
   if (total !== page.eventCount) page.eventCount = renderEvents(pair);
-  if (page.charts) page.charts.update(pair);
+  const last = done && page.loaded && !page.finalDrawn; // the end, history in: every chart, in view or not
+  if (page.charts && (last || !page.loaded || page.lastRender - page.chartsAt >= CHARTS_EVERY_MS)) {
+    page.chartsAt = page.lastRender;
+    page.charts.update(pair, last);
+  }
+  if (last) page.finalDrawn = true;
   page.cadence.update(pair);
-  const done = pair.ordered().every((r) => TERMINAL.has(r.view.state));
+  showAnswer(done || outcomeIsIn(pair));
   $("#again").hidden = !done;
   document.body.dataset.pairState = done ? "done" : "running";
   document.body.dataset.loaded = String(page.loaded);
+}
+
+/** Every run was crash-tested and what its crash shows is there: a finished resume check,
+ * or the run failed or started over (a lesson's outcome; with the pair done, its answer). */
+function outcomeIsIn(pair) {
+  return pair.ordered().every((r) => {
+    const checks = pair.checks.get(r.id) || [];
+    if (!r.crashes().length && !checks.length) return false;
+    const last = checks[checks.length - 1];
+    return TERMINAL.has(r.view.state) || Boolean(last && (last.complete || last.started_over));
+  });
+}
+
+/** "What happened, and why" stays folded, marked as the answer, until the outcome is in. */
+function showAnswer(ready) {
+  const answer = $("#answer");
+  const state = ready ? "ready" : "waiting";
+  if (answer.dataset.outcome === state) return;
+  answer.dataset.outcome = state;
+  answer.querySelector(".answer-note").textContent = ready
+    ? "the outcome is in: open the answer"
+    : "the answer: open it once you have seen the outcome";
 }
 
 // ---- starting a lesson ------------------------------------------------------------
@@ -179,11 +215,14 @@ async function openPair(pairId) {
   renderHeader(view.preset, view.knob?.text);
   if (view.preset?.id) page.share.show(view.preset.id);
   const cards = $("#cards");
+  const controls = $("#control-bar");
   const stages = $("#stage-lists");
   cards.replaceChildren();
+  controls.replaceChildren();
   stages.replaceChildren();
   memo.clear();
-  page.cards = pair.ordered().map((r) => new RunCard(cards, r, crash));
+  page.finalDrawn = false;
+  page.cards = pair.ordered().map((r) => new RunCard(cards, controls, r, crash));
   page.stages = pair.ordered().map((r) => new StageList(stages, r));
   page.machine ||= new MachinePanel($("#machine"));
   if (!page.charts) page.charts = createCharts($("#loss-chart"), $("#chart-grid"));
@@ -288,7 +327,7 @@ async function crash(run, card) {
   render();
   try {
     const res = await api.crash(run.id);
-    card.say(`Killed process ${res.killed_pid} at step ${res.at_step ?? "?"}. It resumes from its newest complete checkpoint.`);
+    card.killed(res, run.view.segment ?? 0);
     page.pair.setView({ runs: [{ ...run.view, id: run.id, state: res.state, can_crash: false }] });
   } catch (e) {
     card.say(e.status === 409 ? `Not now: ${e.message}` : `The crash test failed: ${e.message}`);
@@ -306,7 +345,8 @@ function boot() {
   $("#again").addEventListener("click", () => {
     localStorage.removeItem(STORE_KEY);
     page.stream?.close();
-    location.href = `${location.pathname}?new=1`;
+    const lesson = page.pair?.view.preset?.id; // the same lesson stays selected
+    location.href = `${location.pathname}?new=1${lesson ? `&preset=${encodeURIComponent(lesson)}` : ""}`;
   });
   setInterval(() => page.pair && scheduleRender(), 1000); // clocks: elapsed, "sampled 2 s ago"
   const params = new URLSearchParams(location.search);

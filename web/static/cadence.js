@@ -75,7 +75,7 @@ export function measuredSaveSeconds(ckpts) {
 
 function secs(s) {
   if (!f.isNum(s)) return f.DASH;
-  if (s < 1) return `${(s * 1000).toPrecision(2).replace(/\.0+$/, "")} ms`;
+  if (s < 1) return `${s >= 0.01 ? Math.round(s * 1000) : (s * 1000).toPrecision(2).replace(/\.0+$/, "")} ms`;
   if (s < 90) return `${s.toFixed(s < 10 ? 1 : 0)} s`;
   if (s < 5400) return `${(s / 60).toFixed(s < 600 ? 1 : 0)} min`;
   return `${(s / 3600).toFixed(1)} h`;

@@ -2,6 +2,7 @@
 // per-run stage lists. Built once, then updated in place so focus and screen-reader
 // position survive live updates.
 
+import { crashWindow, windowText } from "./crash_window.js";
 import * as f from "./format.js";
 
 export const STAGES = [
@@ -36,12 +37,17 @@ export function studentState(run) {
         return ["resuming", "Restarted after the crash: loading its newest complete checkpoint."];
       }
       if (v.segment > 0 && last && (v.stage !== "train" || (v.step ?? 0) < last.reached)) {
+        if (last.fresh) {
+          return ["fresh start", `Started over from step 0: no checkpoint was found after the crash, so a new model trains from scratch and the ${f.int(last.reached)} steps trained before it are redone.`];
+        }
         const from = f.isNum(last.from) ? last.from : 0;
         return ["resuming", `Resumed from the checkpoint at step ${f.int(from)}; recomputing steps ${f.int(from + 1)}–${f.int(last.reached)} lost in the crash.`];
       }
       if (v.stage !== "train") return ["starting", `Preparing: ${stageName(v.stage)}.`];
+      if (v.segment > 0 && last?.fresh) return ["training", `Training past the crash, on a model started over from step 0 (segment ${v.segment}).`];
       return ["training", v.segment > 0 ? `Training past the crash (segment ${v.segment}).` : "Training."];
     case "finished":
+      if (crashes.some((c) => c.fresh)) return ["done", `Finished ${f.int(v.steps)} steps, on a model started over from step 0 after the crash.`];
       return ["done", `Finished ${f.int(v.steps)} steps.`];
     case "failed":
       return ["failed", v.message || `The trainer exited with status ${v.exit_code}.`];
@@ -88,32 +94,50 @@ function shapeText(run, preset) {
 
 const CARD_HTML = `
   <header class="card-head">
-    <h3><span class="run-name"></span> <span class="knob-value"></span></h3>
-    <span class="badge" role="status"></span>
+    <h3><span class="run-name"></span> <span class="card-knob"></span></h3>
   </header>
   <p class="state-line"></p>
   <p class="shape"></p>
   <div class="big">
     <div><span class="k">tokens read</span><span class="v tokens">–</span></div>
-    <div><span class="k">step</span><span class="v steps">–</span></div>
+    <div><span class="k">train loss, this step</span><span class="v" data-m="loss">–</span></div>
   </div>
   <progress class="step-progress" max="1" value="0"></progress>
   <dl class="metrics">
-    <div><dt>train loss</dt><dd data-m="loss">–</dd></div>
     <div><dt>best val</dt><dd data-m="val">–</dd></div>
     <div><dt>tokens/s</dt><dd data-m="tps">–</dd></div>
     <div><dt>MFU</dt><dd data-m="mfu">–</dd></div>
     <div><dt>peak mem</dt><dd data-m="mem">–</dd></div>
     <div><dt>lr</dt><dd data-m="lr">–</dd></div>
   </dl>
-  <p class="cost"></p>
+  <p class="cost"></p>`;
+
+// The run's live controls, in the control bar that stays in view while a lesson runs:
+// state, step, the crash window and the buttons that act on the run.
+const CONTROL_HTML = `
+  <div class="ctl-head">
+    <span class="ctl-name"><span class="run-name"></span> <span class="knob-value"></span></span>
+    <span class="badge" role="status"></span>
+    <span class="ctl-step"><span class="k">step</span> <span class="steps">–</span></span>
+  </div>
   <div class="crash-row">
     <button type="button" class="crash">Crash test</button>
-    <p class="crash-why"></p>
-  </div>`;
+    <p class="crash-window"></p>
+  </div>
+  <p class="crash-why"></p>`;
+
+function killText(pid, step) {
+  return `Killed process ${pid} at step ${step ?? "?"}. It resumes from its newest complete checkpoint.`;
+}
+
+/** Write `text` only when it changed: a text write costs a layout even when equal. */
+function setText(node, text) {
+  if (node.textContent !== text) node.textContent = text;
+}
 
 export class RunCard {
-  constructor(container, run, onCrash) {
+  /** The card goes into `container`, the run's controls into `controls` (the bar). */
+  constructor(container, controls, run, onCrash) {
     this.run = run;
     const L = run.label;
     const card = document.createElement("article");
@@ -121,28 +145,40 @@ export class RunCard {
     card.dataset.label = L;
     card.setAttribute("aria-labelledby", `run-${L}-name`);
     card.innerHTML = CARD_HTML;
+    const ctl = document.createElement("div");
+    ctl.className = `control run-${L}`;
+    ctl.dataset.label = L;
+    ctl.setAttribute("role", "group");
+    ctl.setAttribute("aria-label", `Run ${L}: state, step and Crash test`);
+    ctl.innerHTML = CONTROL_HTML;
     const q = (s) => card.querySelector(s);
+    const c = (s) => ctl.querySelector(s);
     this.el = card;
+    this.control = ctl;
     this.name = q(".run-name");
     this.name.id = `run-${L}-name`;
     this.name.textContent = `Run ${L}`;
-    this.knob = q(".knob-value");
-    this.badge = q(".badge");
+    c(".run-name").textContent = L;
+    this.knob = c(".knob-value");
+    this.cardKnob = q(".card-knob");
+    this.badge = c(".badge");
     this.stateLine = q(".state-line");
     this.shape = q(".shape");
     this.tokens = q(".tokens");
-    this.steps = q(".steps");
+    this.steps = c(".steps");
     this.progress = q(".step-progress");
     this.progress.setAttribute("aria-label", `Run ${L} steps done`);
     this.cost = q(".cost");
-    this.button = q(".crash");
+    this.window = c(".crash-window");
+    this.button = c(".crash");
     this.button.setAttribute("aria-label", `Crash test run ${L}: kill it with SIGKILL now`);
-    this.why = q(".crash-why");
+    this.why = c(".crash-why");
     this.why.id = `crash-why-${L}`;
     this.button.setAttribute("aria-describedby", this.why.id);
-    this.metrics = Object.fromEntries([...card.querySelectorAll("dd")].map((d) => [d.dataset.m, d]));
+    this.metrics = Object.fromEntries([...card.querySelectorAll("[data-m]")].map((d) => [d.dataset.m, d]));
     this.button.addEventListener("click", () => onCrash(this.run, this));
     container.append(card);
+    controls.append(ctl);
   }
 
   /** A message under the button (the server's answer to a refused crash, say). */
@@ -150,46 +186,76 @@ export class RunCard {
     this.flash = text;
     this.flashUntil = Date.now() + 8000;
     this.why.textContent = text;
+    this.why.dataset.kind = "message";
+  }
+
+  /** The answer to a Crash test. The server answers with the newest step it had read; the
+   * trainer's crash event says where the kill really landed, and replaces it when it comes. */
+  killed(res, segment) {
+    this.kill = { pid: res.killed_pid, segment, exact: false };
+    this.say(killText(res.killed_pid, res.at_step));
   }
 
   update(pair, energy) {
     const run = this.run;
     const v = run.view;
+    if (this.kill && !this.kill.exact) {
+      const e = run.events.find((x) => x.code === "crash" && (x.segment ?? 0) === this.kill.segment);
+      if (e && Number.isInteger(e.at_step)) {
+        this.kill.exact = true;
+        this.say(killText(this.kill.pid, e.at_step));
+      }
+    }
     const [state, line] = studentState(run);
-    this.badge.textContent = state;
-    this.badge.className = `badge state-${state}`;
-    this.el.dataset.state = state;
-    this.stateLine.textContent = line;
-    this.knob.textContent = v.knob && v.knob.name ? `${v.knob.name} ${v.knob.value}` : "";
-    this.shape.textContent = shapeText(run, pair.view.preset);
+    setText(this.badge, state);
+    if (this.control.dataset.state !== state) {
+      this.badge.className = `badge state-${state.replace(/ /g, "-")}`;
+      this.el.dataset.state = state;
+      this.control.dataset.state = state;
+    }
+    setText(this.stateLine, line);
+    const knob = v.knob && v.knob.name ? `${v.knob.name} ${v.knob.value}` : "";
+    setText(this.knob, knob);
+    setText(this.cardKnob, knob);
+    setText(this.shape, shapeText(run, pair.view.preset));
     const last = run.latestStep();
-    this.tokens.textContent = f.int(last?.tokens);
+    setText(this.tokens, f.int(last?.tokens));
     const step = f.isNum(v.step) ? v.step : last?.step;
-    this.steps.textContent = `${f.int(step ?? 0)} / ${f.int(v.steps)}`;
+    setText(this.steps, `${f.int(step ?? 0)} / ${f.int(v.steps)}`);
     this.progress.max = v.steps || 1;
     this.progress.value = Math.min(step ?? 0, v.steps || 1);
     const m = this.metrics;
-    m.loss.textContent = f.loss(last?.loss);
-    m.val.textContent = f.loss(run.bestVal());
-    m.tps.textContent = f.compact(last?.tokens_per_s);
-    m.mfu.textContent = f.pctOfFraction(last?.mfu);
-    m.mem.textContent = f.bytes(run.peakMem());
+    setText(m.loss, f.loss(last?.loss));
+    setText(m.val, f.loss(run.bestVal()));
+    setText(m.tps, f.compact(last?.tokens_per_s));
+    setText(m.mfu, f.pctOfFraction(last?.mfu));
+    setText(m.mem, f.bytes(run.peakMem()));
     m.mem.title = last?.mem_kind === "rss" ? "process RSS (CPU run)" : "peak CUDA memory allocated";
-    m.lr.textContent = f.sci(last?.lr);
+    setText(m.lr, f.sci(last?.lr));
     const done = ["finished", "failed", "stopped"].includes(v.state);
     const end = done ? run.lastT : Date.now() / 1000;
     const elapsed = run.firstT !== null && end !== null ? end - run.firstT : null;
     const e = energy || {};
     const kwhText = e.hasEnergy ? `${f.kwh(e.kwh)} ≈ ${f.usd(e.powerUsd)} power` : "no energy counter";
     const rent = f.isNum(e.rentUsd) ? ` · ≈ ${f.usd(e.rentUsd)} to rent` : "";
-    this.cost.textContent = `${f.duration(elapsed)} · ${kwhText}${rent}`;
+    setText(this.cost, `${f.duration(elapsed)} · ${kwhText}${rent}`);
     this.cost.title = e.hasEnergy ? "this run's share of the machine's energy while this page watched"
       : "no energy counter on this machine (needs NVML on a GPU, or readable RAPL)";
+    const win = crashWindow(pair.view.preset?.what_to_watch, v.steps, run.label);
+    const [winText, winKind] = windowText(win, step, run.crashSteps(), !done);
+    setText(this.window, winText || "");
+    this.window.hidden = !winText;
+    if (winKind) this.window.dataset.kind = winKind;
     const blocker = crashBlocker(run, pair.view.owner !== false);
     this.button.disabled = blocker !== null || this.busy === true;
     this.button.setAttribute("aria-disabled", String(this.button.disabled));
-    if (this.flash && Date.now() < this.flashUntil) this.why.textContent = this.flash;
-    else this.why.textContent = blocker || (state === "resuming" ? "" : "Kills the process with SIGKILL now: no chance to save.");
+    if (this.flash && Date.now() < this.flashUntil) {
+      setText(this.why, this.flash);
+      return;
+    }
+    const why = blocker || (state === "resuming" ? "" : "Kills the process with SIGKILL now: no chance to save.");
+    setText(this.why, why);
+    this.why.dataset.kind = blocker ? "blocked" : "default";
   }
 }
 

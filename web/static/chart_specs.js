@@ -3,6 +3,7 @@
 
 import { ChartPanel, debiasedEma } from "./charts.js";
 import { bytes, compact, isNum, loss as fmtLoss, sci } from "./format.js";
+import { buildLossTime } from "./loss_time.js";
 
 const CUBLAS_WORKSPACE_BYTES = 8 * 4096 * 1024; // CUBLAS_WORKSPACE_CONFIG=:4096:8
 
@@ -62,8 +63,18 @@ function lossControls(state, onChange) {
     <input type="range" id="loss-smooth" min="0" max="0.99" step="0.01" value="${state.smoothing}"
       aria-describedby="loss-smooth-out">
     <output id="loss-smooth-out" for="loss-smooth">${state.smoothing.toFixed(2)}</output>
-    <span class="chart-key">solid = train (smoothed) · ● A / ○ B = validation ·
-      dashed = recomputed after a crash-test resume · ✕ crash · ↺ resume</span>`;
+    <span class="loss-x" role="radiogroup" aria-label="x axis">x axis:
+      <label><input type="radio" name="loss-x" value="step" checked> step</label>
+      <label><input type="radio" name="loss-x" value="time"> elapsed time</label></span>
+    <span class="chart-key">thick = A, thin = B (train, smoothed) · ● A / ○ B = validation ·
+      dashed dark = recomputed after a crash-test resume · wide pale = trained again after a fresh
+      start from step 0 · ✕ crash · ↺ resume · ⟲ fresh start · against time, grey = restarting</span>`;
+  for (const radio of wrap.querySelectorAll('input[name="loss-x"]')) {
+    radio.addEventListener("change", () => {
+      state.x = radio.value;
+      onChange(true);
+    });
+  }
   const log = wrap.querySelector("#loss-log");
   const smooth = wrap.querySelector("#loss-smooth");
   const out = wrap.querySelector("#loss-smooth-out");
@@ -80,6 +91,7 @@ function lossControls(state, onChange) {
 }
 
 function buildLoss(pair, opts) {
+  if (opts.x === "time") return buildLossTime(pair, opts);
   const x = stepAxis(pair);
   const series = [];
   const markers = [];
@@ -94,6 +106,25 @@ function buildLoss(pair, opts) {
       values: column(x, run.val, (r) => r.val_loss) });
     for (const c of run.crashes()) {
       const rows = run.steps.get(c.segment) || new Map();
+      if (!rows.size) {
+        markers.push({ x: c.reached, run: L, kind: "crash", text: c.refused
+          ? `Run ${L} crash test at step ${c.reached}: the restart refused to start without a checkpoint`
+          : `Run ${L} crash test at step ${c.reached} (resume ${c.segment})` });
+        continue;
+      }
+      if (c.fresh) {
+        // Not a resume: the same steps trained again from scratch (drawn wide and pale, as
+        // it lies on the original when the seed is the same; the time axis shows the cost).
+        const again = x.map((s) => (s <= c.reached && rows.has(s) ? rows.get(s).loss : null));
+        series.push({ label: `${L} fresh start ${c.segment}`, run: L, style: "fresh",
+          values: emaContinuing(again, a, -1, Math.min(c.reached, x.length) - 1, again) });
+        bands.push({ x0: 1, x1: c.reached, run: L });
+        markers.push({ x: c.reached, run: L, kind: "crash",
+          text: `Run ${L} crash test at step ${c.reached}: no checkpoint left` });
+        markers.push({ x: 1, run: L, kind: "fresh",
+          text: `Run ${L} started over from step 0 (a fresh start, not a resume)` });
+        continue;
+      }
       const lo = (c.from ?? 0) + 1;
       const recomputed = x.map((s) => (s >= lo && s <= c.reached && rows.has(s) ? rows.get(s).loss : null));
       const start = (c.from ?? 0) - 1; // index of from_step in x (x[i] = i + 1)
@@ -179,7 +210,7 @@ function crashMarkers(pair) {
 
 /** Create every chart in `container`; returns { update(pair, force) }. */
 export function createCharts(lossBox, gridBox) {
-  const opts = { log: false, smoothing: 0.6 };
+  const opts = { log: false, smoothing: 0.6, x: "step" };
   let current = null;
   const charts = [];
   const controls = lossControls(opts, (force) => current && lossChart.update(current, force));
@@ -187,7 +218,7 @@ export function createCharts(lossBox, gridBox) {
     key: "loss", title: "Loss", note: "lower is better · starts near ln(vocab)",
     yLabel: "loss", yFmt: fmtLoss, axisFmt: (v) => (v < 1 ? v.toPrecision(2) : v.toFixed(1)),
     height: 320, controls,
-    log: () => opts.log, build: (pair) => buildLoss(pair, opts),
+    log: () => opts.log, xMode: () => opts.x, build: (pair) => buildLoss(pair, opts),
   });
   charts.push(lossChart);
   charts.push(new ChartPanel(gridBox, simple("lr", "Learning rate", "warmup, then cosine", "lr", "lr", sci)));
@@ -205,9 +236,12 @@ export function createCharts(lossBox, gridBox) {
   }));
   return {
     charts,
+    /** Redraw the charts whose data changed since they were last drawn (all with `force`);
+     * a chart out of view waits until it scrolls in (ChartPanel.update). */
     update(pair, force = false) {
       current = pair;
-      for (const c of charts) c.update(pair, force);
+      const version = pair.ordered().map((r) => `${r.id}:${r.version}`).join();
+      for (const c of charts) c.update(pair, force, version);
     },
   };
 }

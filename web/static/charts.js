@@ -4,10 +4,13 @@
 //
 // A spec says what to draw:  { key, title, note, yLabel, height, log, yFmt,
 //   build(pair) -> { x: [steps], series: [{ label, run, values, style, width }],
-//                    markers: [{ x, run, kind: "crash" | "resume", text }] } }
-// style: "line" (solid), "dash" (dashed), "dots" (A filled, B hollow), "ghost" (thin).
+//                    markers: [{ x, run, kind: "crash" | "resume" | "fresh", text }],
+//                    bands: [{ x0, x1, run, kind? }], xMode: "step" | "time" (x in seconds) } }
+// style: "line" (solid; A thick, B thin), "dash" (dashed: recomputed), "fresh" (wide and
+// pale: trained again after a fresh start), "dots" (A filled, B hollow), "ghost" (thin).
 
 import { isNum } from "./format.js";
+import { elapsed } from "./loss_time.js";
 
 export const RUN_COLORS = { A: "#1d5fbf", B: "#c0510a" };
 // Recomputed segments are dashed in a darker shade, so the dashes show on top of the
@@ -52,6 +55,18 @@ export class ChartPanel {
       this.resizer = new ResizeObserver(() => this.resize());
       this.resizer.observe(this.box);
     }
+    // Off screen, a chart is not redrawn: it keeps the newest pair and draws it when it
+    // scrolls into view (drawing every chart 4 times a second cost the trainers CPU).
+    this.visible = true;
+    this.pending = null;
+    if (typeof IntersectionObserver === "function") {
+      this.visible = false;
+      this.watcher = new IntersectionObserver((entries) => {
+        this.visible = entries[entries.length - 1].isIntersecting;
+        if (this.visible && this.pending) this.update(...this.pending);
+      }, { rootMargin: "200px 0px" });
+      this.watcher.observe(this.figure);
+    }
   }
 
   width() {
@@ -65,12 +80,29 @@ export class ChartPanel {
     }
   }
 
-  /** Rebuild from the pair's state; `force` recreates the plot (log toggle, new series). */
-  update(pair, force = false) {
+  /** Rebuild from the pair's state; `force` recreates the plot (log toggle, new series).
+   * `version` names the pair's data: the same version as last time draws nothing. */
+  update(pair, force = false, version = null) {
+    if (!force && version !== null && version === this.drawn) return;
+    if (!this.visible && !force) {
+      this.pending = [pair, false, version];
+      if (this.plot) {
+        // drawn once (that sized the page); its data table still follows, more slowly
+        if (performance.now() - this.tableAt > 5000) {
+          this.tableAt = performance.now();
+          this.renderTable(this.spec.build(pair));
+        }
+        return;
+      }
+    }
+    this.pending = null;
+    this.drawn = version;
     const data = this.spec.build(pair);
     this.last = data;
     if (typeof this.spec.note === "function") this.note.textContent = this.spec.note(pair);
     const hasData = data.x.length > 0 && data.series.some((s) => s.values.some(isNum));
+    this.figure.dataset.xMode = data.xMode || "step";
+    this.figure.dataset.gaps = String((data.bands || []).filter((b) => b.kind === "gap").length);
     this.empty.hidden = hasData;
     this.figure.classList.toggle("has-data", hasData);
     const now = performance.now();
@@ -79,7 +111,7 @@ export class ChartPanel {
       this.renderTable(data);
     }
     if (!uPlotLoaded() || !hasData) return;
-    const sig = `${this.spec.log ? this.spec.log() : ""}|${data.series.map((s) => `${s.label}:${s.style}`).join(",")}`;
+    const sig = `${this.spec.log ? this.spec.log() : ""}|${data.xMode || "step"}|${data.series.map((s) => `${s.label}:${s.style}`).join(",")}`;
     const aligned = [data.x, ...data.series.map((s) => s.values)];
     if (force || !this.plot || sig !== this.signature) {
       if (this.plot) this.plot.destroy();
@@ -94,7 +126,9 @@ export class ChartPanel {
     const spec = this.spec;
     const yFmt = spec.yFmt || ((v) => String(v));
     const axisFmt = spec.axisFmt || yFmt;
-    const series = [{ label: "step", value: (u, v) => (v == null ? "–" : `step ${v}`) }];
+    const time = data.xMode === "time";
+    const xText = (v) => (v == null ? "–" : time ? `${elapsed(v)} elapsed` : `step ${v}`);
+    const series = [{ label: time ? "time" : "step", value: (u, v) => xText(v) }];
     for (const s of data.series) series.push(seriesOptions(s, yFmt));
     const log = spec.log ? spec.log() : false;
     return {
@@ -104,7 +138,14 @@ export class ChartPanel {
       scales: { x: { time: false }, y: log ? { distr: 3, log: 10 } : { auto: true } },
       series,
       axes: [
-        { label: "step", size: 36, labelSize: 16, stroke: "#444", grid: { stroke: "#eee" } },
+        {
+          label: time ? "elapsed (min:s)" : "step",
+          size: 36,
+          labelSize: 16,
+          stroke: "#444",
+          grid: { stroke: "#eee" },
+          ...(time ? { values: (u, splits) => splits.map((v) => elapsed(v)) } : {}),
+        },
         {
           label: spec.yLabel || "",
           size: 62,
@@ -114,7 +155,7 @@ export class ChartPanel {
           values: (u, splits) => splits.map((v) => (v == null ? "" : axisFmt(v))),
         },
       ],
-      cursor: { sync: { key: SYNC_KEY, setSeries: false }, points: { size: 6 } },
+      cursor: { sync: { key: time ? `${SYNC_KEY}-time` : SYNC_KEY, setSeries: false }, points: { size: 6 } },
       legend: {
         live: true,
         markers: {
@@ -131,9 +172,11 @@ export class ChartPanel {
     const cols = data.series.filter((s) => s.style !== "ghost");
     const t = this.table;
     t.replaceChildren();
-    t.append(el("caption", {}, `${spec.title}: data (${spec.yLabel || "value"} by step)`));
+    const time = data.xMode === "time";
+    const xCell = (v) => (time ? elapsed(v) : String(v));
+    t.append(el("caption", {}, `${spec.title}: data (${spec.yLabel || "value"} by ${time ? "elapsed time" : "step"})`));
     const head = el("tr");
-    head.append(el("th", { scope: "col" }, "step"));
+    head.append(el("th", { scope: "col" }, time ? "elapsed" : "step"));
     for (const s of cols) head.append(el("th", { scope: "col" }, s.label));
     const thead = el("thead");
     thead.append(head);
@@ -141,13 +184,13 @@ export class ChartPanel {
     const fmt = spec.yFmt || ((v) => String(v));
     for (const i of tableRows(data.x, cols)) {
       const tr = el("tr");
-      tr.append(el("th", { scope: "row" }, String(data.x[i])));
+      tr.append(el("th", { scope: "row" }, xCell(data.x[i])));
       for (const s of cols) tr.append(el("td", {}, isNum(s.values[i]) ? fmt(s.values[i]) : "–"));
       body.append(tr);
     }
     for (const m of data.markers || []) {
       const tr = el("tr");
-      tr.append(el("th", { scope: "row" }, String(m.x)));
+      tr.append(el("th", { scope: "row" }, xCell(m.x)));
       const td = el("td", { colspan: String(Math.max(1, cols.length)) }, m.text);
       tr.append(td);
       body.append(tr);
@@ -174,13 +217,19 @@ function tableRows(x, cols) {
   return [...keep].sort((a, b) => a - b);
 }
 
+// A and B often coincide: A is drawn thick and B thin on top of it, so both stay visible
+// (and tell apart without colour).
+const RUN_WIDTH = { A: 3.5, B: 1.5 };
+
 function seriesOptions(s, yFmt) {
   const color = RUN_COLORS[s.run] || "#555";
-  const base = { label: s.label, stroke: color, width: s.width || 2, spanGaps: s.spanGaps ?? true,
+  const base = { label: s.label, stroke: color, width: s.width || RUN_WIDTH[s.run] || 2, spanGaps: s.spanGaps ?? true,
     value: (u, v) => (v == null ? "–" : yFmt(v)) };
   if (s.style === "dash") {
-    return { ...base, stroke: DARK[s.run] || "#333", dash: [6, 5], width: s.width || 2.5, spanGaps: false };
+    // short thick dark dashes: beads on the original line they should cover exactly
+    return { ...base, stroke: DARK[s.run] || "#333", dash: [4, 4], width: s.width || 4, spanGaps: false };
   }
+  if (s.style === "fresh") return { ...base, width: 9, stroke: `${color}44`, spanGaps: false };
   if (s.style === "ghost") return { ...base, width: 1, stroke: `${color}55` };
   if (s.style === "dots") {
     return {
@@ -207,7 +256,7 @@ function drawOverlay(u, data) {
     const x0 = Math.max(left, u.valToPos(b.x0, "x", true));
     const x1 = Math.min(left + width, u.valToPos(b.x1, "x", true));
     if (!(x1 > x0)) continue;
-    ctx.fillStyle = `${RUN_COLORS[b.run] || "#888888"}14`;
+    ctx.fillStyle = b.kind === "gap" ? "#8888882e" : `${RUN_COLORS[b.run] || "#888888"}14`;
     ctx.fillRect(x0, top, x1 - x0, height);
   }
   const placed = [];
@@ -227,7 +276,10 @@ function drawOverlay(u, data) {
     ctx.fillStyle = RUN_COLORS[s.run] || "#333";
     ctx.fillText(s.endLabel, x + 5 * px, ly);
   });
-  const lanes = { A: 0, B: 1 };
+  // Marker labels go in the first row where they overlap no other label (short ones on a
+  // narrow chart), so crash and resume labels never cover each other on a phone.
+  const narrow = width < 520 * px;
+  const taken = [];
   for (const m of data.markers || []) {
     const x = u.valToPos(m.x, "x", true);
     if (!isNum(x) || x < left - 1 || x > left + width + 1) continue;
@@ -240,16 +292,25 @@ function drawOverlay(u, data) {
     ctx.lineTo(x, top + height);
     ctx.stroke();
     ctx.setLineDash([]);
-    const glyph = m.kind === "crash" ? `✕ ${m.run} crash` : `↺ ${m.run} resume`;
-    const y = top + (8 + 15 * ((lanes[m.run] ?? 0) * 2 + (m.kind === "crash" ? 0 : 1))) * px;
-    ctx.fillStyle = "rgba(255,255,255,0.85)";
+    const glyph = markerGlyph(m, narrow);
     const w = ctx.measureText(glyph).width;
     const tx = Math.min(x + 3 * px, left + width - w - 2 * px);
+    let row = 0;
+    while (taken.some((t) => t.row === row && tx < t.x1 + 4 * px && tx + w > t.x0 - 4 * px)) row += 1;
+    taken.push({ row, x0: tx, x1: tx + w });
+    const y = top + (8 + 15 * row) * px;
+    ctx.fillStyle = "rgba(255,255,255,0.85)";
     ctx.fillRect(tx - 1 * px, y - 7 * px, w + 2 * px, 14 * px);
     ctx.fillStyle = color;
     ctx.fillText(glyph, tx, y);
   }
   ctx.restore();
+}
+
+function markerGlyph(m, narrow) {
+  const [sign, word] = { crash: ["✕", "crash"], resume: ["↺", "resume"], fresh: ["⟲", "fresh start"] }[m.kind]
+    || ["•", m.kind];
+  return narrow ? `${sign}${m.run}` : `${sign} ${m.run} ${word}`;
 }
 
 /** TensorBoard's smoothing: EMA with weight `a`, debiased by 1 - a^n (no pull to 0). */

@@ -1,5 +1,5 @@
 // The lesson's text parts: header, what's happening / what to watch, fact probes,
-// samples, resume checks and the event log ("What happened").
+// samples and resume checks (the event log is events.js).
 
 import * as f from "./format.js";
 import { fieldsLine, otherFieldsVerdict } from "./resume_fields.js";
@@ -150,33 +150,32 @@ export function renderResumeChecks(pair) {
       const fields = fieldsLine(c);
       if (fields) li.append(el("span", "check-fields", fields));
       const lost = c.expected_points;
-      if (f.isNum(lost) && f.isNum(c.from_step)) {
+      if (f.isNum(lost) && c.started_over) {
+        li.append(el("span", "check-cost", `The crash cost all ${f.int(lost)} steps trained before it: a fresh start from step 0, not a resume.`));
+      } else if (f.isNum(lost) && f.isNum(c.from_step)) {
         li.append(el("span", "check-cost", `The crash cost ${f.int(lost)} step${lost === 1 ? "" : "s"} of work (since the checkpoint at step ${f.int(c.from_step)}).`));
       }
       list.append(li);
+      n += 1;
+    }
+    const refused = refusedRestart(r, pair.checks.get(r.id) || []);
+    if (refused) {
+      list.append(refused);
       n += 1;
     }
   }
   if (!n) list.append(el("li", "muted", "No resume yet. Press Crash test on a training run."));
 }
 
-/** Both runs' events, newest first. Returns the number shown (for cheap change checks). */
-export function renderEvents(pair) {
-  const all = [];
-  for (const r of pair.ordered()) for (const e of r.events) all.push([r.label, e]);
-  all.sort((a, b) => (b[1].t ?? 0) - (a[1].t ?? 0) || (b[1].id ?? 0) - (a[1].id ?? 0));
-  const list = $("#events");
-  list.replaceChildren();
-  for (const [label, e] of all) {
-    const li = el("li", `event level-${e.level || "info"} run-${label}`);
-    if (e.code) li.dataset.code = e.code;
-    const time = el("time", "", f.clock(e.t));
-    if (f.isNum(e.t)) time.dateTime = new Date(e.t * 1000).toISOString();
-    li.append(time, el("span", "event-run", label));
-    if (e.level === "warn" || e.level === "error") li.append(el("span", "event-level", e.level === "error" ? "error" : "warning"));
-    li.append(el("span", "event-text", e.text || ""));
-    list.append(li);
-  }
-  if (!all.length) list.append(el("li", "muted", "Nothing yet."));
-  return all.length;
+/** The entry of a restart that refused to start (no checkpoint, and it required one): no
+ * steps were recomputed, so the server has no check to report, yet it is the outcome. */
+function refusedRestart(run, checks) {
+  const e = run.events.find((x) => x.code === "no_checkpoint");
+  const segment = e?.segment ?? 1;
+  if (!e || checks.some((c) => c.segment === segment)) return null;
+  const li = el("li", `check check-refused run-${run.label}`);
+  li.append(el("span", "check-line", `${run.label} · resume ${segment}: refused to start`),
+    el("span", "check-verdict", "No checkpoint was left and the restart required one, so the run stopped "
+      + "with an error instead of training a new model from step 0: nothing to compare, and no compute wasted."));
+  return li;
 }

@@ -135,6 +135,8 @@ export class MachinePanel {
         : "No GPU on this machine: the runs train on the CPU, so the CPU, RAM and disk tiles tell the story."
           + (sample.gpu_reason ? ` (${sample.gpu_reason})` : "");
     }
+    if (this.drawnT === sample.t) return; // only "sampled N s ago" moves between samples
+    this.drawnT = sample.t;
     for (const t of TILES) {
       const v = this.tiles.get(t.key);
       v.parentElement.hidden = !!t.gpu && !gpuOk;

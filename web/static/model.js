@@ -129,22 +129,41 @@ export class RunModel {
     return out;
   }
 
-  /** One entry per resume: segment, from_step, and the step the run had reached before. */
+  /** One entry per restart: segment, from_step, the step the run had reached before,
+   * whether it was a fresh start from step 0 rather than a resume, and whether it refused
+   * to start (no checkpoint, and it required one). */
   crashes() {
+    if (this._crashes?.version === this.version) return this._crashes.value;
     const out = [];
-    const segs = new Set([...this.segments(), ...this.resumes.map((r) => r.segment)]);
+    // A crash event of segment s means a restart as segment s + 1, even one that never
+    // trained (it refused to start without a checkpoint); it also says where the kill landed.
+    const crashEvents = new Map(this.events.filter((e) => e.code === "crash").map((e) => [(e.segment ?? 0) + 1, e]));
+    const segs = new Set([...this.segments(), ...this.resumes.map((r) => r.segment), ...crashEvents.keys()]);
     const ordered = [...segs].filter((s) => s > 0).sort((a, b) => a - b);
     for (const seg of ordered) {
       let reached = 0;
       for (const [s, rows] of this.steps) {
         if (s < seg) for (const step of rows.keys()) if (step > reached) reached = step;
       }
+      const killedAt = crashEvents.get(seg)?.at_step;
+      if (Number.isInteger(killedAt) && killedAt > reached) reached = killedAt;
       const rec = this.resumes.find((r) => r.segment === seg);
       let from = rec && Number.isInteger(rec.from_step) ? rec.from_step : null;
       if (from === null && this.steps.has(seg)) from = Math.min(...this.steps.get(seg).keys()) - 1;
-      out.push({ segment: seg, reached, from, t: rec ? rec.t : null });
+      // A restart that found no checkpoint and trained from scratch: its resume record has
+      // no checkpoint path (or no step), and the lab adds a started_over event.
+      const fresh = Boolean(rec && (rec.from_step === null || rec.path === null))
+        || this.events.some((e) => e.code === "started_over" && e.segment === seg);
+      const refused = this.events.some((e) => e.code === "no_checkpoint" && e.segment === seg);
+      out.push({ segment: seg, reached, from, fresh, refused, t: rec ? rec.t : crashEvents.get(seg)?.t ?? null });
     }
+    this._crashes = { version: this.version, value: out };
     return out;
+  }
+
+  /** The steps this run's crash tests landed at (the last step recorded before each). */
+  crashSteps() {
+    return this.crashes().map((c) => c.reached);
   }
 
   bestVal() {
