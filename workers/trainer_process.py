@@ -1,27 +1,41 @@
 """A trainer process as the supervisor handles it: started in its own session, found
-again after a server restart, waited for, signalled as a whole process group.
+again after a server restart, waited for, signalled as a whole.
 
     proc = TrainerProcess.start(argv, env, stdout=out, stderr=err)   # our child
     proc = adopt_trainer(run_dir, [pid_from_db, pid_from_run_json])  # or None
     proc.wait(0.2)            # exit status; None when adopted; TimeoutError while alive
-    proc.signal(SIGKILL)      # the whole group: the trainer and everything it started
+    proc.signal(SIGKILL)      # the trainer and everything it started (process_tree.kill_tree)
+    proc.signal(SIGTERM)      # other signals go to its process group
 
 The trainer runs in its own session with its output in files, not pipes: it outlives a
 server that is killed, and a new server adopts it by pid, recognised by `--run-dir DIR` on
 its command line (a recycled pid runs something else). `started` is the process's start
-time, which the server stores beside the pid.
+time, which the server stores beside the pid. Every process of a run carries the run dir
+as its process-tree marker, so a SIGKILL also finds descendants that made a session of
+their own or were re-parented (torchrun's ranks, a data loader's workers).
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import signal
 import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO
 
 import psutil
+
+from crashdrill.workers.process_tree import kill_tree, tree_marker
+
+
+def _run_dir_of(argv: Iterable[str]) -> str | None:
+    """The `--run-dir DIR` of a trainer's command line (its process-tree marker)."""
+    for a, b in itertools.pairwise(argv):
+        if a == "--run-dir":
+            return b
+    return None
 
 
 class TrainerProcess:
@@ -32,9 +46,14 @@ class TrainerProcess:
         self.popen = popen
         self.ps: psutil.Process | None = None
         self.started = 0.0
+        self.marker: str | None = None
+        if popen is not None and isinstance(popen.args, list):
+            self.marker = _run_dir_of(str(a) for a in popen.args)
         try:
             self.ps = psutil.Process(pid)
             self.started = self.ps.create_time()
+            if self.marker is None:
+                self.marker = _run_dir_of(self.ps.cmdline())
         except psutil.Error:
             if popen is None:
                 raise
@@ -45,12 +64,13 @@ class TrainerProcess:
     ) -> TrainerProcess:
         """Start `argv` as a child in a session of its own; raises OSError when it cannot
         be started."""
+        run_dir = _run_dir_of(argv)
         popen = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=stdout,
             stderr=stderr,
-            env=dict(env),
+            env={**env, **tree_marker(run_dir)} if run_dir else dict(env),
             start_new_session=True,  # outlives the server; a crash kills its group
         )
         return cls(popen.pid, popen)
@@ -77,11 +97,17 @@ class TrainerProcess:
         return None
 
     def signal(self, sig: int) -> None:
-        """Signal the trainer's whole process group (it leads its own session)."""
+        """SIGKILL: the trainer's whole process tree, whatever session or group each
+        process made (see process_tree.kill_tree). Any other signal: its process group
+        (it leads its own session). ProcessLookupError when it has ended."""
         if self.popen is not None and self.popen.returncode is not None:
             raise ProcessLookupError(self.pid)
         if self.popen is None and (self.ps is None or not self.ps.is_running()):
             raise ProcessLookupError(self.pid)
+        if sig == signal.SIGKILL:
+            if kill_tree(self.pid, marker=self.marker) == 0:
+                raise ProcessLookupError(self.pid)
+            return
         pgid = os.getpgid(self.pid)
         if pgid == self.pid:
             os.killpg(pgid, sig)
