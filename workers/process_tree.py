@@ -21,7 +21,8 @@ How a kill finds every process:
 - killed processes that this process adopted are reaped here; the root is not.
 
 Where /proc is missing (not Linux) the kill falls back to the root's process group.
-The drill (drill/engine.py) uses it for every kill; the lab's supervisor is meant to.
+The drill (drill/engine.py) uses it for every kill, and so does the lab's supervisor
+(workers/trainer_process.py: the run dir is the marker).
 """
 
 from __future__ import annotations
