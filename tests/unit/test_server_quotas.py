@@ -143,3 +143,31 @@ def test_idle_stops_are_off_when_idle_stop_s_is_0(settings: Settings) -> None:
         time.sleep(1.0)
         assert all(r["state"] != "stopped" for r in runs_of(app, pair))
         assert app.state.lab.housekeeping.idle_stops is False
+
+
+def test_the_class_settings_come_from_the_environment_with_sizes_like_20g(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from crashdrill.server.settings import SettingsError
+
+    for name, value in {
+        "CRASHDRILL_MAX_PAIRS_PER_ADDRESS": "0",
+        "CRASHDRILL_MAX_QUEUED_RUNS": "40",
+        "CRASHDRILL_IDLE_STOP_S": "600",
+        "CRASHDRILL_DISK_BUDGET_BYTES": "20G",
+        "CRASHDRILL_MIN_FREE_DISK_BYTES": "512MiB",
+        "CRASHDRILL_MAX_PARAMS_PER_RUN": "5000000",
+        "CRASHDRILL_STUDENT_UNLOCKABLE": "n_layer, d_model",
+    }.items():
+        monkeypatch.setenv(name, value)
+    s = Settings.from_env(data_dir=tmp_path)
+    assert (s.max_pairs_per_address, s.max_queued_runs, s.idle_stop_s) == (0, 40, 600.0)
+    assert (s.disk_budget_bytes, s.min_free_disk_bytes) == (20 * 1024**3, 512 * 1024**2)
+    assert s.max_params_per_run == 5_000_000 and s.student_unlockable == ("n_layer", "d_model")
+    monkeypatch.setenv("CRASHDRILL_DISK_BUDGET_BYTES", "lots")
+    with pytest.raises(SettingsError, match="CRASHDRILL_DISK_BUDGET_BYTES = 'lots'"):
+        Settings.from_env(data_dir=tmp_path)
+    monkeypatch.setenv("CRASHDRILL_DISK_BUDGET_BYTES", "1G")
+    monkeypatch.setenv("CRASHDRILL_STUDENT_UNLOCKABLE", "lr")
+    with pytest.raises(SettingsError, match="student_unlockable: lr is not locked by the server"):
+        Settings.from_env(data_dir=tmp_path)
