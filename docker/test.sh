@@ -190,14 +190,14 @@ CRASHDRILL_POSTGRES_PASSWORD=$(python3 -c 'import secrets; print(secrets.token_h
 export CRASHDRILL_POSTGRES_PASSWORD
 COMPOSE+=(-p "$PROJECT" -f docker/compose.yaml -f docker/compose.hostnet.yaml)
 STACK_UP=1
-"${COMPOSE[@]}" up -d --no-build db ray-head worker worker-2 server >"$WORK/up.log" 2>&1 \
+"${COMPOSE[@]}" up -d --no-build db ray-head worker worker-2 lab >"$WORK/up.log" 2>&1 \
     || fail "$(tail -10 "$WORK/up.log")"
 URL="http://127.0.0.1:$LAB_PORT"
 echo "   the lab at $URL (Postgres :$DB_PORT, Ray :$RAY_PORT, client :$CLIENT_PORT)"
 
 step "the lab is ready and its container healthy"
 python3 docker/lab_check.py --url "$URL" --ready-only --ready-timeout 240 || fail "see above"
-server_container=$("${COMPOSE[@]}" ps -q server)
+server_container=$("${COMPOSE[@]}" ps -q lab)
 for _ in $(seq 1 60); do
     health=$(docker inspect -f '{{.State.Health.Status}}' "$server_container")
     [ "$health" = healthy ] && break

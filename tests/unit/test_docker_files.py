@@ -143,7 +143,7 @@ def test_the_server_image_runs_crashdrill_serve_with_arguments_it_accepts() -> N
     parser = argparse.ArgumentParser()
     serve_cli._add_arguments(parser)
     assert parser.parse_args(cmd).host == "0.0.0.0"
-    hostnet = compose(DOCKER / "compose.hostnet.yaml")["services"]["server"]["command"]
+    hostnet = compose(DOCKER / "compose.hostnet.yaml")["services"]["lab"]["command"]
     args = parser.parse_args(with_defaults(hostnet))
     assert (args.host, args.port) == ("127.0.0.1", 8000)
 
@@ -154,7 +154,8 @@ def test_every_crashdrill_variable_the_compose_files_give_the_server_is_one_it_r
 ) -> None:
     read = (ROOT / "server" / "settings.py").read_text(encoding="utf-8")
     read += (DOCKER / "healthcheck.py").read_text(encoding="utf-8")
-    env = compose(path)["services"]["server"]["environment"]
+    services = compose(path)["services"]
+    env = services["server" if "server" in services else "lab"]["environment"]
     names = [n for n in env if n.startswith("CRASHDRILL_")]
     assert names
     unread = [n for n in names if f'"{n}"' not in read]

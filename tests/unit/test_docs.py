@@ -148,6 +148,8 @@ def test_the_supabase_extra_installs_supabase_s_python_client() -> None:
 def test_every_environment_variable_the_docs_name_is_read_by_the_code() -> None:
     source = "\n".join(text(f) for d in SOURCE_DIRS for f in (ROOT / d).rglob("*.py"))
     source += text(ROOT / "quickstart.py")
+    # docker/: the compose files, test.sh and the images' scripts read variables too
+    source += "\n".join(text(f) for f in sorted((ROOT / "docker").glob("*.*")))
     unknown = sorted(
         {
             (page.name, name)
