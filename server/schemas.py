@@ -127,6 +127,21 @@ class RecordsPage(BaseModel):
     next_after: int = Field(description="pass as `after` to get the next page")
 
 
+class FieldComparisonOut(BaseModel):
+    """One deterministic field of the run records over the recomputed steps
+    (docs/run-contract.md, "The resume check, field by field")."""
+
+    field: str = Field(description='"kind.field": step.loss, val.train_loss, probe.probes.NAME…')
+    equal: bool | None = Field(description="every pair the same; null when none was compared")
+    points: int
+    steps: list[int] | None = Field(description="[lo, hi] of the compared steps")
+    first_divergent_step: int | None
+    max_abs_delta: float | None = Field(description="null: no pairs, a text, or not finite")
+    mean_abs_delta: float | None
+    infinite_delta: bool = Field(description="|Δ| was not finite (a NaN or a missing value)")
+    numeric: bool = Field(description="false for a text field (no |Δ|)")
+
+
 class ResumeCheckOut(BaseModel):
     segment: int
     from_step: int | None
@@ -134,9 +149,21 @@ class ResumeCheckOut(BaseModel):
     points: int
     expected_points: int
     complete: bool
-    max_abs_delta: float | None
+    max_abs_delta: float | None = Field(description="of the loss; null when not finite")
     mean_abs_delta: float | None
-    bit_identical: bool | None
+    infinite_delta: bool = Field(
+        False, description="max_abs_delta is null because |Δloss| was not finite (a NaN)"
+    )
+    bit_identical: bool | None = Field(
+        description="every compared field equal; null until a loss is compared"
+    )
+    differing: list[str] = Field(
+        default_factory=list, description="the compared fields that differ"
+    )
+    fields: list[FieldComparisonOut] = Field(
+        default_factory=list,
+        description="every deterministic field the run records, compared one by one",
+    )
     first_divergent_step: int | None = Field(
         None, description="the first recomputed step whose loss bits differ"
     )

@@ -117,6 +117,8 @@ def test_a_crash_test_resumes_and_the_check_is_bit_identical(client: TestClient)
     [check] = client.get(f"/api/runs/{run_a}/resume-checks").json()["checks"]
     assert check["segment"] == 1 and check["bit_identical"] is True and check["complete"]
     assert check["max_abs_delta"] == 0.0 and check["points"] >= 1
+    fields = {f["field"]: f for f in check["fields"]}  # every recorded field, not the loss only
+    assert check["differing"] == [] and fields["step.tokens"]["equal"] is True
     texts = [e["text"] for e in client.get(f"/api/runs/{run_a}/events").json()["events"]]
     crash = next(i for i, t in enumerate(texts) if t.startswith("Crash test: killed"))
     assert texts[crash + 1] == f"Resumed at step {check['from_step']} from a checkpoint."
