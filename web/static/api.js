@@ -45,6 +45,7 @@ export const api = {
   lesson: (id, query = "") => request("GET", `/api/presets/${enc(id)}${query}`),
   pair: (id) => request("GET", `/api/pairs/${enc(id)}`),
   crash: (run) => request("POST", `/api/runs/${enc(run)}/crash`),
+  preempt: (run) => request("POST", `/api/runs/${enc(run)}/preempt`),
   resumeChecks: (run) => request("GET", `/api/runs/${enc(run)}/resume-checks`),
   machine: () => request("GET", "/api/machine"),
   /** The run-record contract (every kind and its fields); asked once a page. */

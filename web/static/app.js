@@ -222,7 +222,7 @@ async function openPair(pairId) {
   stages.replaceChildren();
   memo.clear();
   page.finalDrawn = false;
-  page.cards = pair.ordered().map((r) => new RunCard(cards, controls, r, crash));
+  page.cards = pair.ordered().map((r) => new RunCard(cards, controls, r, crash, preempt));
   page.stages = pair.ordered().map((r) => new StageList(stages, r));
   page.machine ||= new MachinePanel($("#machine"));
   if (!page.charts) page.charts = createCharts($("#loss-chart"), $("#chart-grid"));
@@ -335,6 +335,30 @@ async function crash(run, card) {
     card.busy = false;
     scheduleRender();
   }
+}
+
+async function preempt(run, card) {
+  card.busy = true;
+  card.say(`Sending SIGTERM to run ${run.label}…`);
+  render();
+  try {
+    const res = await api.preempt(run.id);
+    card.preempted(res, run.view.segment ?? 0);
+    graceTicks(card);
+  } catch (e) {
+    card.say(e.status === 409 ? `Not now: ${e.message}` : `The preemption failed: ${e.message}`);
+  } finally {
+    card.busy = false;
+    scheduleRender();
+  }
+}
+
+/** Redraw once a second while a preemption's grace counts down. */
+function graceTicks(card) {
+  const timer = setInterval(() => {
+    if (!card.grace) clearInterval(timer);
+    scheduleRender();
+  }, 1000);
 }
 
 function boot() {

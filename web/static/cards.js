@@ -1,4 +1,4 @@
-// A card per run (state, shape, progress, metrics, cost, Crash test button) and the
+// A card per run (state, shape, progress, metrics, cost, Crash test and Preempt) and the
 // per-run stage lists. Built once, then updated in place so focus and screen-reader
 // position survive live updates.
 
@@ -27,8 +27,11 @@ export function studentState(run) {
       return ["queued", v.queue_position ? `Waiting for a free slot: number ${v.queue_position} in the queue.` : "Waiting for a free slot."];
     case "starting":
       return ["starting", "Starting the trainer process."];
-    case "restarting":
+    case "restarting": {
+      const stop = stopEvent(run);
+      if (stop) return ["preempted", stop.text];
       return ["crashed", "Killed with SIGKILL (no chance to save). Restarting from its newest complete checkpoint."];
+    }
     case "running":
       if (v.stage === "restarting") {
         return ["crashed", "Killed with SIGKILL (no chance to save). Restarting from its newest complete checkpoint."];
@@ -56,6 +59,12 @@ export function studentState(run) {
     default:
       return [v.state, ""];
   }
+}
+
+/** The supervisor's event for a preemption or graceful stop that ended this segment. */
+function stopEvent(run) {
+  const seg = run.view.segment ?? 0;
+  return run.events.find((e) => (e.code === "preempt" || e.code === "graceful_stop") && (e.segment ?? 0) === seg);
 }
 
 function stageName(key) {
@@ -122,6 +131,7 @@ const CONTROL_HTML = `
   </div>
   <div class="crash-row">
     <button type="button" class="crash">Crash test</button>
+    <button type="button" class="preempt">Preempt</button>
     <p class="crash-window"></p>
   </div>
   <p class="crash-why"></p>`;
@@ -137,7 +147,7 @@ function setText(node, text) {
 
 export class RunCard {
   /** The card goes into `container`, the run's controls into `controls` (the bar). */
-  constructor(container, controls, run, onCrash) {
+  constructor(container, controls, run, onCrash, onPreempt) {
     this.run = run;
     const L = run.label;
     const card = document.createElement("article");
@@ -177,6 +187,12 @@ export class RunCard {
     this.button.setAttribute("aria-describedby", this.why.id);
     this.metrics = Object.fromEntries([...card.querySelectorAll("[data-m]")].map((d) => [d.dataset.m, d]));
     this.button.addEventListener("click", () => onCrash(this.run, this));
+    this.preemptButton = c(".preempt");
+    this.preemptButton.setAttribute("aria-label", `Preempt run ${L}: SIGTERM now, SIGKILL after its grace`);
+    this.preemptButton.setAttribute("aria-describedby", this.why.id);
+    this.preemptButton.title = "SIGTERM now and SIGKILL after the run's grace, as spot VMs and SLURM do: a trainer that handles SIGTERM saves first.";
+    if (onPreempt) this.preemptButton.addEventListener("click", () => onPreempt(this.run, this));
+    else this.preemptButton.hidden = true;
     container.append(card);
     controls.append(ctl);
   }
@@ -196,9 +212,27 @@ export class RunCard {
     this.say(killText(res.killed_pid, res.at_step));
   }
 
+  /** The answer to Preempt: the grace counts down under the buttons until the run ends. */
+  preempted(res, segment) {
+    this.grace = { pid: res.signalled_pid, step: res.at_step, segment, until: Date.now() + res.grace_s * 1000 };
+  }
+
   update(pair, energy) {
     const run = this.run;
     const v = run.view;
+    if (this.grace) {
+      const left = Math.ceil((this.grace.until - Date.now()) / 1000);
+      const ended = (v.segment ?? 0) !== this.grace.segment || v.state !== "running";
+      if (ended || left <= 0) {
+        const stop = stopEvent(run) || run.events.find((e) => e.code === "preempt" && (e.segment ?? 0) === this.grace.segment);
+        if (stop || left <= -5) {
+          this.grace = null;
+          if (stop) this.say(stop.text);
+        }
+      } else {
+        this.say(`SIGTERM sent to process ${this.grace.pid} at step ${this.grace.step ?? "?"}: ${left} s of grace before SIGKILL.`);
+      }
+    }
     if (this.kill && !this.kill.exact) {
       const e = run.events.find((x) => x.code === "crash" && (x.segment ?? 0) === this.kill.segment);
       if (e && Number.isInteger(e.at_step)) {
@@ -249,6 +283,8 @@ export class RunCard {
     const blocker = crashBlocker(run, pair.view.owner !== false);
     this.button.disabled = blocker !== null || this.busy === true;
     this.button.setAttribute("aria-disabled", String(this.button.disabled));
+    this.preemptButton.disabled = this.button.disabled || Boolean(this.grace);
+    this.preemptButton.setAttribute("aria-disabled", String(this.preemptButton.disabled));
     if (this.flash && Date.now() < this.flashUntil) {
       setText(this.why, this.flash);
       return;
