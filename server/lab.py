@@ -102,6 +102,9 @@ class Lab:
         self.fanout: Fanout = fanout or LocalFanout(settings.stream_max_pending_records)
         self.telemetry = TelemetryFeed(settings, self.store, self.fanout, sampler_factory)
         self.supervisors: dict[str, Supervisor] = {}  # runs whose trainer is watched
+        # Stops asked for while the scheduler was starting a run (state "starting", no
+        # supervisor yet): whoever of the Stop and _started comes second carries it out.
+        self._stop_when_started: dict[str, str] = {}
         self.outage = Outage(log)  # the database unreachable: said once, and its end
         self.ingest = IngestLoop(
             settings, self.store, self.fanout, self.outage, self.mirror, self.supervisors
@@ -197,6 +200,9 @@ class Lab:
         self.supervisors[run_id] = sup
         self.ingest.tail(run_id)
         sup.start()
+        who = self._stop_when_started.pop(run_id, None)
+        if who is not None:
+            sup.stop(who)
 
     def _ended(self, run_id: str, row: Row) -> None:
         """A supervisor's report that the run ended is stored: its slot is free."""
@@ -424,6 +430,12 @@ class Lab:
             self.schedule()
         elif row["state"] in ACTIVE_STATES and run_id in self.supervisors:
             self.supervisors[run_id].stop(who)
+        elif row["state"] == "starting":
+            # Taken off the queue, its supervisor not registered yet: stop it once it is.
+            self._stop_when_started[run_id] = who
+            sup = self.supervisors.get(run_id)
+            if sup is not None and self._stop_when_started.pop(run_id, None) is not None:
+                sup.stop(who)
         else:
             raise Conflict(f"cannot stop run {run_id}: it has {row['state']}")
         self.ingest.publish_run(run_id)
