@@ -107,9 +107,9 @@ function buildLoss(pair, opts) {
     for (const c of run.crashes()) {
       const rows = run.steps.get(c.segment) || new Map();
       if (!rows.size) {
-        markers.push({ x: c.reached, run: L, kind: "crash", text: c.refused
-          ? `Run ${L} crash test at step ${c.reached}: the restart refused to start without a checkpoint`
-          : `Run ${L} crash test at step ${c.reached} (resume ${c.segment})` });
+        markers.push({ x: c.reached, run: L, kind: c.kind, text: c.refused
+          ? `Run ${L} ${what(c)} at step ${c.reached}: the restart refused to start without a checkpoint`
+          : `Run ${L} ${what(c)} at step ${c.reached} (resume ${c.segment})` });
         continue;
       }
       if (c.fresh) {
@@ -119,8 +119,8 @@ function buildLoss(pair, opts) {
         series.push({ label: `${L} fresh start ${c.segment}`, run: L, style: "fresh",
           values: emaContinuing(again, a, -1, Math.min(c.reached, x.length) - 1, again) });
         bands.push({ x0: 1, x1: c.reached, run: L });
-        markers.push({ x: c.reached, run: L, kind: "crash",
-          text: `Run ${L} crash test at step ${c.reached}: no checkpoint left` });
+        markers.push({ x: c.reached, run: L, kind: c.kind,
+          text: `Run ${L} ${what(c)} at step ${c.reached}: no checkpoint left` });
         markers.push({ x: 1, run: L, kind: "fresh",
           text: `Run ${L} started over from step 0 (a fresh start, not a resume)` });
         continue;
@@ -135,15 +135,25 @@ function buildLoss(pair, opts) {
         values: emaContinuing(raw, a, start, Math.min(c.reached, x.length) - 1, recomputed),
       });
       bands.push({ x0: Math.max(c.from ?? 0, 1), x1: c.reached, run: L });
-      markers.push({ x: c.reached, run: L, kind: "crash",
-        text: `Run ${L} crash test at step ${c.reached} (resume ${c.segment})` });
+      markers.push({ x: c.reached, run: L, kind: c.kind,
+        text: `Run ${L} ${what(c)} at step ${c.reached} (resume ${c.segment})` });
       if (isNum(c.from)) {
         markers.push({ x: Math.max(c.from, 1), run: L, kind: "resume",
           text: `Run ${L} resumed from the checkpoint at step ${c.from}` });
       }
     }
   }
+  const wall = pair.view.preset?.crash?.wall_step;
+  if (isNum(wall) && wall > 0) {
+    markers.push({ x: wall, run: "", kind: "wall",
+      text: `The session wall at step ${wall}: the lab sends SIGTERM, then SIGKILL after the grace` });
+  }
   return { x, series, markers, bands };
+}
+
+/** What ended a segment, for a marker: a crash test (SIGKILL) or a preemption (SIGTERM). */
+function what(restart) {
+  return restart.kind === "preempt" ? "preempted" : "crash test";
 }
 
 /** Peak memory estimate of one run from its `run` record (weights + grads + AdamW in
@@ -202,7 +212,7 @@ function crashMarkers(pair) {
   const out = [];
   for (const run of pair.ordered()) {
     for (const c of run.crashes()) {
-      out.push({ x: c.reached, run: run.label, kind: "crash", text: `Run ${run.label} crash test at step ${c.reached}` });
+      out.push({ x: c.reached, run: run.label, kind: c.kind, text: `Run ${run.label} ${what(c)} at step ${c.reached}` });
     }
   }
   return out;

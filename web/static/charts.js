@@ -4,7 +4,7 @@
 //
 // A spec says what to draw:  { key, title, note, yLabel, height, log, yFmt,
 //   build(pair) -> { x: [steps], series: [{ label, run, values, style, width }],
-//                    markers: [{ x, run, kind: "crash" | "resume" | "fresh", text }],
+//                    markers: [{ x, run, kind: "crash" | "preempt" | "resume" | "fresh" | "wall", text }],
 //                    bands: [{ x0, x1, run, kind? }], xMode: "step" | "time" (x in seconds) } }
 // style: "line" (solid; A thick, B thin), "dash" (dashed: recomputed), "fresh" (wide and
 // pale: trained again after a fresh start), "dots" (A filled, B hollow), "ghost" (thin).
@@ -286,7 +286,8 @@ function drawOverlay(u, data) {
     const color = RUN_COLORS[m.run] || "#333";
     ctx.strokeStyle = color;
     ctx.lineWidth = 1.5 * px;
-    ctx.setLineDash(m.kind === "crash" ? [2 * px, 3 * px] : [8 * px, 3 * px]);
+    ctx.setLineDash(m.kind === "crash" || m.kind === "preempt" ? [2 * px, 3 * px]
+      : m.kind === "wall" ? [] : [8 * px, 3 * px]);
     ctx.beginPath();
     ctx.moveTo(x, top);
     ctx.lineTo(x, top + height);
@@ -308,8 +309,9 @@ function drawOverlay(u, data) {
 }
 
 function markerGlyph(m, narrow) {
-  const [sign, word] = { crash: ["✕", "crash"], resume: ["↺", "resume"], fresh: ["⟲", "fresh start"] }[m.kind]
-    || ["•", m.kind];
+  const [sign, word] = { crash: ["✕", "crash"], resume: ["↺", "resume"], fresh: ["⟲", "fresh start"],
+    preempt: ["⏻", "preempted"], wall: ["▮", "session wall"] }[m.kind] || ["•", m.kind];
+  if (!m.run) return narrow ? sign : `${sign} ${word}`;
   return narrow ? `${sign}${m.run}` : `${sign} ${m.run} ${word}`;
 }
 

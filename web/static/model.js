@@ -9,6 +9,10 @@ export function stepKeyedKinds(contract) {
   return new Set((contract?.kinds || []).filter((k) => k.keyed_by_step).map((k) => k.name));
 }
 
+// The supervisor's events that end a segment and start the next one: a crash test, a
+// preemption (the Preempt button, a lesson's session wall) or a trainer's graceful stop.
+const RESTART_CODES = new Set(["crash", "preempt", "graceful_stop"]);
+
 export class RunModel {
   constructor(view, stepKeyed) {
     this.stepKeyed = stepKeyed; // Set of kind names (stepKeyedKinds)
@@ -130,14 +134,15 @@ export class RunModel {
   }
 
   /** One entry per restart: segment, from_step, the step the run had reached before,
-   * whether it was a fresh start from step 0 rather than a resume, and whether it refused
-   * to start (no checkpoint, and it required one). */
+   * whether it was a fresh start from step 0 rather than a resume, whether it refused
+   * to start (no checkpoint, and it required one), and `kind`: "crash" (a crash test) or
+   * "preempt" (a preemption, a session wall or a graceful stop: SIGTERM, not SIGKILL). */
   crashes() {
     if (this._crashes?.version === this.version) return this._crashes.value;
     const out = [];
     // A crash event of segment s means a restart as segment s + 1, even one that never
     // trained (it refused to start without a checkpoint); it also says where the kill landed.
-    const crashEvents = new Map(this.events.filter((e) => e.code === "crash").map((e) => [(e.segment ?? 0) + 1, e]));
+    const crashEvents = new Map(this.events.filter((e) => RESTART_CODES.has(e.code)).map((e) => [(e.segment ?? 0) + 1, e]));
     const segs = new Set([...this.segments(), ...this.resumes.map((r) => r.segment), ...crashEvents.keys()]);
     const ordered = [...segs].filter((s) => s > 0).sort((a, b) => a - b);
     for (const seg of ordered) {
@@ -155,7 +160,8 @@ export class RunModel {
       const fresh = Boolean(rec && (rec.from_step === null || rec.path === null))
         || this.events.some((e) => e.code === "started_over" && e.segment === seg);
       const refused = this.events.some((e) => e.code === "no_checkpoint" && e.segment === seg);
-      out.push({ segment: seg, reached, from, fresh, refused, t: rec ? rec.t : crashEvents.get(seg)?.t ?? null });
+      const kind = crashEvents.get(seg)?.code === "crash" || !crashEvents.has(seg) ? "crash" : "preempt";
+      out.push({ segment: seg, reached, from, fresh, refused, kind, t: rec ? rec.t : crashEvents.get(seg)?.t ?? null });
     }
     this._crashes = { version: this.version, value: out };
     return out;
