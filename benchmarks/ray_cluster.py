@@ -14,7 +14,7 @@ directory. It measures, for one run each:
   of the next segment;
 - host lost → first recomputed step on the new node (Ray only): from remove_node of the
   run's node to the `t` of its next segment's first step;
-- the server's CPU (100 % = one core) while the runs train.
+- the server's CPU (100 % = one core) over `--cpu-window-s` once every run trains.
 It prints one row per executor. On a 2-core machine 6 runs share 2 cores: the numbers
 are for comparing the executors on the same load, not for a real cluster.
 """
@@ -98,7 +98,9 @@ def wait_runs(client: httpx.Client, pair: str, ok: Any, timeout: float = 300) ->
         time.sleep(0.1)
 
 
-def measure(executor: str, pairs: int, work: Path, cluster: Any) -> dict[str, Any]:
+def measure(
+    executor: str, pairs: int, work: Path, cluster: Any, cpu_window_s: float
+) -> dict[str, Any]:
     port = free_port()
     env = {
         **os.environ,
@@ -126,10 +128,9 @@ def measure(executor: str, pairs: int, work: Path, cluster: Any) -> dict[str, An
                 wait_runs(client, c["pair"], lambda rs: all((r["step"] or 0) >= 5 for r in rs))
             proc = psutil.Process(server.pid)
             proc.cpu_percent(None)
-            t_cpu = time.monotonic()
-            wait_runs(client, first["pair"], lambda rs: all((r["step"] or 0) >= 60 for r in rs))
+            time.sleep(cpu_window_s)  # all 2 x pairs runs train meanwhile
             out["server_cpu_pct"] = proc.cpu_percent(None)
-            out["cpu_window_s"] = time.monotonic() - t_cpu
+            wait_runs(client, first["pair"], lambda rs: all((r["step"] or 0) >= 60 for r in rs))
             t0 = time.time()
             assert client.post(f"/api/runs/{run_a}/crash").status_code == 202
             out["crash_to_first_recomputed_s"] = watch_a.first_step_of(1)["t"] - t0
@@ -160,6 +161,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--executors", nargs="+", default=["local", "ray"], choices=["local", "ray"])
     p.add_argument("--pairs", type=int, default=3, help="quick pairs trained at once")
+    p.add_argument(
+        "--cpu-window-s", type=float, default=10.0, help="how long the server's CPU is measured"
+    )
     args = p.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="crashdrill-ray-bench-") as tmp:
@@ -172,7 +176,7 @@ def main() -> int:
                 cluster = ray_cluster.start_cluster(nodes=3)
                 print(f"cluster of 3 nodes up in {time.monotonic() - t:.1f}s", flush=True)
             try:
-                rows.append(measure(executor, args.pairs, Path(tmp), cluster))
+                rows.append(measure(executor, args.pairs, Path(tmp), cluster, args.cpu_window_s))
             finally:
                 if cluster is not None:
                     cluster.shutdown()

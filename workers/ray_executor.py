@@ -103,9 +103,12 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
 class RayTrainer:
     """A trainer on a node, seen through its actor; `wait` also ships its records."""
 
-    def __init__(self, executor: RayExecutor, run_dir: Path, where: dict[str, Any]) -> None:
+    def __init__(
+        self, executor: RayExecutor, run_dir: Path, actor: Any, where: dict[str, Any]
+    ) -> None:
         self._executor = executor
         self._run_dir = run_dir
+        self._actor = actor  # this trainer's own: a signal never places a new one
         self.pid = int(where.get("pid") or 0)
         self.started = float(where.get("started") or 0.0)
         self.host = Host(**where["host"])
@@ -114,7 +117,7 @@ class RayTrainer:
     def wait(self, timeout: float) -> int | None:
         deadline = time.monotonic() + timeout
         try:
-            answer = self._executor.ship(self._run_dir)
+            answer = self._executor.ship(self._run_dir, self._actor)
         except (GetTimeoutError, ActorUnavailableError):
             # The cluster is slow or unreachable for now: the trainer keeps training on
             # its node, and its records catch up when the actor answers again.
@@ -130,8 +133,8 @@ class RayTrainer:
 
     def signal(self, sig: int) -> None:
         try:
-            sent = self._executor.call(self._run_dir, "signal", sig)
-        except RayActorError:
+            sent = self._executor._call(self._actor, "signal", sig)
+        except (RayActorError, GetTimeoutError):
             raise ProcessLookupError(self.pid) from None
         if not sent:
             raise ProcessLookupError(self.pid)
@@ -186,7 +189,7 @@ class RayExecutor:
             argv[0] = None  # the node's own Python
         argv += ["--mirror", self.mirror]
         where = self._call(actor, "start", argv, {**env, "PYTHONUNBUFFERED": "1"})
-        return RayTrainer(self, launch.run_dir, where)
+        return RayTrainer(self, launch.run_dir, actor, where)
 
     def adopt(self, run_dir: Path, pids: Iterable[int | None]) -> Trainer | None:
         """The run's actor, found by the name the server kept (None: it is gone)."""
@@ -201,7 +204,7 @@ class RayExecutor:
         with self._lock:
             self._actors[run_dir] = actor
             self._hosts[run_dir] = Host(**where["host"])
-        return RayTrainer(self, run_dir, where)
+        return RayTrainer(self, run_dir, actor, where)
 
     def host(self, run_dir: Path) -> Host | None:
         """Where the run trains, or last trained (kept in ray.json)."""
@@ -232,7 +235,7 @@ class RayExecutor:
         if actor is not None:
             try:
                 self._call(actor, "append", records)
-                self.ship(run_dir)
+                self.ship(run_dir, actor)
                 return
             except RayActorError:
                 self._forget(run_dir)
@@ -271,7 +274,7 @@ class RayExecutor:
         if actor is None:
             return
         with contextlib.suppress(RayActorError, GetTimeoutError):
-            self.ship(run_dir)
+            self.ship(run_dir, actor)
             self._call(actor, "close")
         with contextlib.suppress(Exception):
             ray.kill(actor)
@@ -280,15 +283,15 @@ class RayExecutor:
 
     # ---- shipping and calls ---------------------------------------------------------
 
-    def ship(self, run_dir: Path) -> dict[str, Any]:
-        """Append the node's new complete lines to the server's copies until none is
-        left; the last poll's answer (running, code)."""
+    def ship(self, run_dir: Path, actor: Any) -> dict[str, Any]:
+        """Append the node's new complete lines (from `actor`, the run's placement) to the
+        server's copies until none is left; the last poll's answer (running, code)."""
         with self._lock:
             lock = self._ship_locks.setdefault(run_dir, threading.Lock())
         with lock:
             while True:
                 offsets = {name: _size(run_dir / name) for name in SHIPPED}
-                answer: dict[str, Any] = self.call(run_dir, "poll", offsets)
+                answer: dict[str, Any] = self._call(actor, "poll", offsets)
                 got = False
                 if answer.get("run_json"):
                     _replace_bytes(run_dir / RUN_JSON, answer["run_json"])

@@ -190,3 +190,51 @@ def test_lesson_1_15_on_the_cluster_moves_both_runs_and_only_the_mirrored_one_re
             "the mirror holds no checkpoint"
             in next(e for e in events_a if e["code"] == "crash")["text"]
         )
+
+
+def test_the_node_running_b_is_removed_and_b_resumes_on_another_from_the_mirror(
+    tmp_path: Path, cluster: Any
+) -> None:
+    """Last in the module: it takes a node away for good."""
+    from crashdrill.server.settings import Settings
+
+    settings = Settings(
+        data_dir=tmp_path / "lab",
+        port=free_port(),
+        max_concurrent=2,
+        stop_runs_on_exit=True,
+        telemetry=False,
+        ray=cluster.address,
+        mirror=str(tmp_path / "mirror"),
+    )
+    with serving(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
+        created = client.post("/api/pairs", json={"preset": "quick"}).json()
+        pair = created["pair"]
+        run_b = created["runs"][1]["id"]
+        mirrored = tmp_path / "mirror" / run_b
+        before = wait_for_pair(
+            client,
+            pair,
+            lambda rs: (rs[1]["step"] or 0) >= 160 and any(mirrored.glob("step-*/MANIFEST.json")),
+            "B past its mirrored checkpoint at step 150",
+        )
+        lost = before[1]["host"]
+        cluster.remove_node(ray_cluster.node_of(cluster, lost["node_id"]))
+        runs = wait_for_pair(
+            client, pair, lambda rs: all(r["state"] == "finished" for r in rs), "the end"
+        )
+        new = runs[1]["host"]
+        assert new["node_id"] != lost["node_id"] and runs[1]["segment"] == 1
+        events = client.get(f"/api/runs/{run_b}/events").json()["events"]
+        event = next(e for e in events if e["code"] == "lost_host")
+        records = client.get(
+            f"/api/runs/{run_b}/records", params={"kind": "event", "limit": 1000}
+        ).json()["records"]
+        data = next(r for r in records if r.get("code") == "lost_host")
+        n, m = data["at_step"], data["resume_from"]
+        assert event["text"] == (
+            f"Lost host {lost['name']} at step {n}; resumed on host {new['name']} from the"
+            f" mirror at step {m} — {n - m} steps recomputed."
+        )
+        [check] = client.get(f"/api/runs/{run_b}/resume-checks").json()["checks"]
+        assert check["from_step"] == m and check["bit_identical"] is True and check["complete"]
