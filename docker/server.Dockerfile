@@ -26,6 +26,7 @@
 # for a machine that cannot reach TORCH_INDEX); see docker/local/README.md.
 
 ARG BASE=python:3.11-slim-bookworm
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 ARG NODE_IMAGE=node:22-bookworm-slim
 
 # ---- the page's npm packages ---------------------------------------------------------
@@ -39,7 +40,7 @@ RUN if [ -f /build-local/ca.crt ]; then export NODE_EXTRA_CA_CERTS=/build-local/
 # ---- the virtual environment: CPU torch, crashdrill and its server extras ------------
 FROM ${BASE} AS build
 ARG TORCH=torch==2.13.0
-ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+ARG TORCH_INDEX
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 RUN python3 -m venv /opt/crashdrill
 COPY docker/local/ /build-local/

@@ -12,7 +12,9 @@
 #      postgresql), kept as crashdrill-local/* for the next run (CRASHDRILL_DOCKER_CLEAN=1:
 #      removed at the end too);
 #   3. builds docker/server.Dockerfile (with the ray extra) and docker/worker.Dockerfile
-#      (CPU torch here; the CUDA build is for machines with a registry and a GPU);
+#      (CPU torch here; the CUDA build is for machines with a registry and a GPU), unless
+#      CRASHDRILL_TEST_SERVER_IMAGE and CRASHDRILL_TEST_WORKER_IMAGE name images to test
+#      (kept then);
 #   4. docker/compose.yaml + docker/compose.hostnet.yaml up on free loopback ports: Postgres,
 #      a Ray head, two CPU workers, the lab (SIGTERM-clean, healthy);
 #   5. through the API (docker/lab_check.py): a quick pair, run A crash-tested, its resume
@@ -150,25 +152,33 @@ for dir in ${PIP_FIND_LINKS:-} /opt/wheels; do
 done
 
 # ---- 3. builds --------------------------------------------------------------------------
-SERVER_IMAGE="crashdrill-test-server:$ID"
-WORKER_IMAGE="crashdrill-test-worker:$ID"
-step "build the server image (docker/server.Dockerfile)"
-t=$(date +%s)
-BUILT_IMAGES+=("$SERVER_IMAGE")
-docker build --network host -f docker/server.Dockerfile --build-arg BASE="$PYTHON_IMAGE" \
-    --build-arg NODE_IMAGE="$NODE_IMAGE" --build-arg EXTRAS=server,postgres,gcs,ray \
-    -t "$SERVER_IMAGE" . >"$WORK/server-build.log" 2>&1 \
-    || fail "$(tail -15 "$WORK/server-build.log")"
-echo "   built in $(($(date +%s) - t)) s: $(docker image inspect -f '{{.Size}}' "$SERVER_IMAGE" | awk '{printf "%.0f MB", $1/1e6}')"
+SERVER_IMAGE="${CRASHDRILL_TEST_SERVER_IMAGE:-}"
+WORKER_IMAGE="${CRASHDRILL_TEST_WORKER_IMAGE:-}"
+size() { docker image inspect -f '{{.Size}}' "$1" | awk '{printf "%.0f MB", $1/1e6}'; }
+if [ -n "$SERVER_IMAGE" ] && [ -n "$WORKER_IMAGE" ]; then
+    step "images given: $SERVER_IMAGE ($(size "$SERVER_IMAGE")), $WORKER_IMAGE ($(size "$WORKER_IMAGE"))"
+else
+    SERVER_IMAGE="crashdrill-test-server:$ID"
+    WORKER_IMAGE="crashdrill-test-worker:$ID"
+    step "build the server image (docker/server.Dockerfile)"
+    t=$(date +%s)
+    BUILT_IMAGES+=("$SERVER_IMAGE")
+    docker build --network host -f docker/server.Dockerfile --build-arg BASE="$PYTHON_IMAGE" \
+        --build-arg NODE_IMAGE="$NODE_IMAGE" --build-arg EXTRAS=server,postgres,gcs,ray \
+        --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cpu \
+        -t "$SERVER_IMAGE" . >"$WORK/server-build.log" 2>&1 \
+        || fail "$(tail -15 "$WORK/server-build.log")"
+    echo "   built in $(($(date +%s) - t)) s: $(size "$SERVER_IMAGE")"
 
-step "build the worker image (docker/worker.Dockerfile, CPU torch)"
-t=$(date +%s)
-BUILT_IMAGES+=("$WORKER_IMAGE")
-docker build --network host -f docker/worker.Dockerfile --build-arg BASE="$PYTHON_IMAGE" \
-    --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cpu \
-    -t "$WORKER_IMAGE" . >"$WORK/worker-build.log" 2>&1 \
-    || fail "$(tail -15 "$WORK/worker-build.log")"
-echo "   built in $(($(date +%s) - t)) s: $(docker image inspect -f '{{.Size}}' "$WORKER_IMAGE" | awk '{printf "%.0f MB", $1/1e6}')"
+    step "build the worker image (docker/worker.Dockerfile, CPU torch: the server's torch layer)"
+    t=$(date +%s)
+    BUILT_IMAGES+=("$WORKER_IMAGE")
+    docker build --network host -f docker/worker.Dockerfile --build-arg BASE="$PYTHON_IMAGE" \
+        --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cpu \
+        -t "$WORKER_IMAGE" . >"$WORK/worker-build.log" 2>&1 \
+        || fail "$(tail -15 "$WORK/worker-build.log")"
+    echo "   built in $(($(date +%s) - t)) s: $(size "$WORKER_IMAGE")"
+fi
 
 # ---- 4. the stack -----------------------------------------------------------------------
 step "compose up (Postgres, Ray head, two CPU workers, the lab) on free loopback ports"

@@ -23,10 +23,11 @@
 # Build-only inputs as for the server image: docker/local/ (docker/local/README.md).
 
 ARG BASE=python:3.11-slim-bookworm
+ARG TORCH_INDEX=https://pypi.org/simple
 
 FROM ${BASE} AS build
 ARG TORCH=torch==2.13.0
-ARG TORCH_INDEX=https://pypi.org/simple
+ARG TORCH_INDEX
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 RUN python3 -m venv /opt/crashdrill
 COPY docker/local/ /build-local/
