@@ -310,7 +310,7 @@ function drawOverlay(u, data) {
 
 function markerGlyph(m, narrow) {
   const [sign, word] = { crash: ["✕", "crash"], resume: ["↺", "resume"], fresh: ["⟲", "fresh start"],
-    preempt: ["⏻", "preempted"], wall: ["▮", "session wall"] }[m.kind] || ["•", m.kind];
+    preempt: ["■", "preempted"], wall: ["▮", "session wall"] }[m.kind] || ["•", m.kind];
   if (!m.run) return narrow ? sign : `${sign} ${word}`;
   return narrow ? `${sign}${m.run}` : `${sign} ${m.run} ${word}`;
 }

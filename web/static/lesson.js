@@ -111,6 +111,9 @@ export function resumeCheckText(label, c) {
   if (c.from_step === null || c.from_step === undefined) {
     if (!c.points) return [head, "No checkpoint existed yet, so the run started over from step 0.", "fresh"];
   }
+  if (!c.points && c.expected_points === 0) {  // a graceful stop saved its last step
+    return [`${head} from step ${f.int(c.from_step)}`, "Nothing to recompute: the checkpoint was of the last step trained, so the restart lost 0 steps.", "identical"];
+  }
   if (!c.points) {
     return [`${head} from step ${f.int(c.from_step)}`, "Waiting for the recomputed steps…", "pending"];
   }
