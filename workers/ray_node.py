@@ -14,6 +14,8 @@ copy of records.jsonl, mirror.jsonl and run.json, so the node's files are always
 followed by what is not shipped yet: the server asks for bytes from its copy's sizes
 (`poll`), which makes shipping idempotent across a server or actor restart.
 
+A crash test's SIGKILL takes the trainer's whole process tree on the node, whatever
+sessions its children made (the same kill as on one machine: workers/trainer_process.py).
 The trainer gets SIGKILL when the actor's process dies (PR_SET_PDEATHSIG): a node that is
 removed takes its trainer with it, instead of leaving an orphan that still writes to the
 mirror while the run resumes elsewhere.
@@ -35,6 +37,7 @@ from typing import Any
 from crashdrill.trainer.checkpoint_layout import ckpt_root
 from crashdrill.workers.mirror import MIRROR_LOG
 from crashdrill.workers.mirror_restore import MirrorPull, pull_for_restart
+from crashdrill.workers.process_tree import become_subreaper, tree_marker
 from crashdrill.workers.run_dir import RECORDS, RUN_JSON, RunDir
 from crashdrill.workers.trainer_process import TrainerProcess
 
@@ -84,6 +87,7 @@ class NodeRun:
                 target.unlink(missing_ok=True)
         self.proc: TrainerProcess | None = None
         self.code: int | None = None
+        become_subreaper()  # the trainer's orphaned descendants stay findable for a kill
 
     def where(self) -> dict[str, Any]:
         pid = self.proc.pid if self.proc is not None else None
@@ -101,7 +105,7 @@ class NodeRun:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
-                env=env,
+                env={**env, **tree_marker(str(rd.path))},  # its whole tree, for a SIGKILL
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
@@ -127,7 +131,8 @@ class NodeRun:
         return {"running": running, "code": self.code, "chunks": chunks, "run_json": run_json}
 
     def signal(self, sig: int) -> bool:
-        """Signal the trainer's process group; False when it is not running."""
+        """SIGKILL: the trainer's whole process tree (workers/process_tree.py), as on the
+        server's machine; another signal: its process group. False when it is not running."""
         if self.proc is None:
             return False
         try:
