@@ -98,6 +98,8 @@ function shapeText(run, preset) {
   if (rr && f.isNum(rr.params)) parts.push(`${f.params(rr.params)} params`);
   parts.push(rr?.precision || cfg.precision || "fp32");
   if (rr?.device) parts.push(rr.device_name && rr.device_name !== rr.device ? rr.device_name : rr.device);
+  const host = run.host ? run.host() : null;
+  if (host) parts.push(`on ${host.name}`); // this machine, or the Ray node it trains on
   return parts.join(" · ");
 }
 

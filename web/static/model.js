@@ -10,8 +10,10 @@ export function stepKeyedKinds(contract) {
 }
 
 // The supervisor's events that end a segment and start the next one: a crash test, a
-// preemption (the Preempt button, a lesson's session wall) or a trainer's graceful stop.
-const RESTART_CODES = new Set(["crash", "preempt", "graceful_stop"]);
+// preemption (the Preempt button, a lesson's session wall), a trainer's graceful stop, or
+// the run's machine lost (a Ray node gone: the run resumes on another, docs/cluster.md).
+const RESTART_CODES = new Set(["crash", "preempt", "graceful_stop", "lost_host"]);
+const KILL_CODES = new Set(["crash", "lost_host"]); // SIGKILL-like: no chance to save
 
 export class RunModel {
   constructor(view, stepKeyed) {
@@ -133,6 +135,16 @@ export class RunModel {
     return out;
   }
 
+  /** Where the run trains: the host of its newest move (a lost host, crash mode "host"),
+   * else the server's view (this machine, or a Ray node); null when unknown. */
+  host() {
+    for (let i = this.events.length - 1; i >= 0; i -= 1) {
+      const h = this.events[i].host;
+      if (h && typeof h.name === "string") return h;
+    }
+    return this.view.host || null;
+  }
+
   /** One entry per restart: segment, from_step, the step the run had reached before,
    * whether it was a fresh start from step 0 rather than a resume, whether it refused
    * to start (no checkpoint, and it required one), and `kind`: "crash" (a crash test) or
@@ -160,7 +172,7 @@ export class RunModel {
       const fresh = Boolean(rec && (rec.from_step === null || rec.path === null))
         || this.events.some((e) => e.code === "started_over" && e.segment === seg);
       const refused = this.events.some((e) => e.code === "no_checkpoint" && e.segment === seg);
-      const kind = crashEvents.get(seg)?.code === "crash" || !crashEvents.has(seg) ? "crash" : "preempt";
+      const kind = KILL_CODES.has(crashEvents.get(seg)?.code) || !crashEvents.has(seg) ? "crash" : "preempt";
       out.push({ segment: seg, reached, from, fresh, refused, kind, t: rec ? rec.t : crashEvents.get(seg)?.t ?? null });
     }
     this._crashes = { version: this.version, value: out };
