@@ -76,6 +76,7 @@ FORK_SERVER_PRELOAD = [
     "crashdrill.trainer.presets",
     "crashdrill.trainer.loop",
     "numpy.random",
+    "crashdrill.drill.final_state",  # the final comparison, run after the last step
 ]
 
 

@@ -13,7 +13,10 @@ tensor). The child has its own pid and process group, gets the same argv, enviro
 cwd and stdio as an exec'd `python -m crashdrill run …`, and learns everything about its
 run from the disk. The drill SIGKILLs it like any other process; the server is its parent,
 reaps it and relays the exit status and CPU time over a socket that belongs to that child
-alone. Nothing survives a kill but the files.
+alone. Nothing survives a kill but the files. A child that ends by itself exits with the
+status the interpreter would give it, after joining its threads, running its atexit
+handlers and flushing its output, but without freeing every object first
+(exit_without_teardown: ~0.2 s of CPU saved after a trainer's last step).
 
 The server holds no CUDA context (forking one is unsafe) and no thread pool: it only
 imports. It exits when the drill closes the control socket or dies, SIGKILLing whatever
@@ -23,6 +26,7 @@ raises ForkServerError; the drill then runs on plain exec (drill/verify.py).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import importlib
@@ -36,9 +40,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 START_TIMEOUT = 120.0  # seconds the first start may wait for the server's imports
 POLL_SECONDS = 0.005  # reaping interval where pidfd_open is missing
@@ -138,6 +143,8 @@ class ForkServer:
         self._lock = threading.Lock()
         self._spawned = 0
         self.pid = self._proc.pid
+        self.started = time.monotonic()
+        self.ready: float | None = None  # when the first start came back: imports done
 
     def spawn(self, argv: list[str], env: dict[str, str], cwd: str | None) -> ForkedProcess:
         """Start `python -m MODULE ARGS…` (argv as exec would get it) as a forked child."""
@@ -170,6 +177,7 @@ class ForkServer:
             answer = json.loads(reply)
             if "error" in answer:
                 raise OSError(answer["error"])
+            self.ready = self.ready or time.monotonic()
         except OSError as e:  # includes a timeout and a dead server (EPIPE, ECONNRESET)
             status.close()
             os.close(out_r)
@@ -339,6 +347,45 @@ def _become(request: _Request, stdout_fd: int, stderr_fd: int) -> None:
         np_random.seed()
 
 
+def run_as_main(module: str) -> int:
+    """Run `module` as `python -m` would; the exit status the interpreter would give it
+    (SystemExit's code, 1 with the traceback printed for an uncaught exception)."""
+    import runpy
+
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        print(e.code, file=sys.stderr)  # sys.exit("message"), as the interpreter does
+        return 1
+    except KeyboardInterrupt:
+        raise  # the interpreter's own way: it ends by SIGINT
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        return 1
+    return 0
+
+
+def exit_without_teardown(code: int) -> NoReturn:
+    """End the process as the interpreter would at its end, minus freeing every object:
+    non-daemon threads joined, atexit handlers run, stdout and stderr flushed (a failed
+    flush of a successful run exits 120, as the interpreter does). With torch loaded the
+    teardown costs a forked trainer ~0.2 s of CPU after its last step, on the drill's
+    critical path; it frees memory and changes no file the run wrote (records are single
+    os.writes, checkpoints are fsync'ed before their manifest)."""
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            code = code or 120
+    os._exit(code)
+
+
 def main(argv: list[str]) -> None:
     control = socket.socket(fileno=int(argv[0]))
     for module in argv[1:]:
@@ -346,10 +393,8 @@ def main(argv: list[str]) -> None:
     gc.freeze()  # the imported modules stay shared with the children, not copied on write
     request = serve(control)
     # Only a forked child gets here: run the module as `python -m` would, exit the same way.
-    import runpy
-
     sys.argv = [request.module, *request.args]
-    runpy.run_module(request.module, run_name="__main__", alter_sys=True)
+    exit_without_teardown(run_as_main(request.module))
 
 
 if __name__ == "__main__":

@@ -53,6 +53,9 @@ class DrillResult:
     t0: float  # time.monotonic() at the start
     wall_s: float
     stops: list[StopVerdict] = field(default_factory=list)  # one per preemption that landed
+    # When each phase ended, seconds after t0 (benchmarks/verify_speed.py --phases); the
+    # segments' own times are in evidence.
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 @contextmanager
@@ -106,23 +109,36 @@ def verify_preset(
     run again from the start, so that one drill never mixes the two. `preempt` ("all",
     "mixed"): kills become SIGTERMs, each followed by a SIGKILL after `grace` seconds."""
     t0 = time.monotonic()
-    target = PresetTarget(preset, label, timeout=timeout)  # PresetError before any process
+    marks: dict[str, float] = {}
+    # The server first: its imports (torch, ~1.5 s of CPU) are the longest thing before
+    # the first step, so they overlap with reading the preset and drawing the plan.
+    server = None
     if fork_server_wanted(fork_server) and forkserver.supported():
         try:
-            target.fork_server = forkserver.ForkServer(FORK_SERVER_PRELOAD)
+            server = forkserver.ForkServer(FORK_SERVER_PRELOAD)
+            marks["fork server started"] = server.started - t0
         except forkserver.ForkServerError as e:
             _note(f"{e}; starting every trainer process with exec")
+    try:
+        target = PresetTarget(preset, label, timeout=timeout)  # PresetError: no trainer ran
+    except BaseException:
+        if server is not None:
+            server.close()  # it never started anything: killed at once, mid-import or not
+        raise
+    marks["preset read"] = time.monotonic() - t0
+    target.fork_server = server
     if target.fork_server is not None:
         try:
             with target.fork_server:
-                return _verify_preset(target, kills, seed, work_dir, t0, preempt, grace)
+                return _verify_preset(target, kills, seed, work_dir, t0, preempt, grace, marks)
         except forkserver.ForkServerError as e:
             _note(f"{e}; running the drill again, every trainer process started with exec")
             if work_dir is not None:
                 for sub in ("reference", "crashed"):  # made by the first try in an empty dir
                     shutil.rmtree(Path(work_dir) / sub, ignore_errors=True)
         target.fork_server = None
-    return _verify_preset(target, kills, seed, work_dir, t0, preempt, grace)
+        marks.clear()
+    return _verify_preset(target, kills, seed, work_dir, t0, preempt, grace, marks)
 
 
 def _verify_preset(
@@ -133,12 +149,19 @@ def _verify_preset(
     t0: float,
     preempt: str | None = None,
     grace: float = 30.0,
+    marks: dict[str, float] | None = None,
 ) -> DrillResult:
     timeout = target.timeout
+    marks = {} if marks is None else marks
+
+    def mark(phase: str) -> None:
+        marks[phase] = time.monotonic() - t0
+
     rng = random.Random(seed)
     plan = target.plan(rng, kills)
     if preempt:
         plan = preempt_plan(rng, plan, preempt, grace)
+    mark("plan drawn")
     with _work_dirs(work_dir) as (ref_dir, crash_dir):
         box: dict[str, Segment] = {}
         errors: list[BaseException] = []
@@ -165,6 +188,9 @@ def _verify_preset(
             thread.join(timeout=timeout + 30)
         if errors:
             raise errors[0]
+        mark("both runs ended")
+        if target.fork_server is not None and target.fork_server.ready is not None:
+            marks["fork server ready"] = target.fork_server.ready - t0
         ref = box["ref"]
         final = None
         if ref.exit_code == 0 and crashed[-1].exit_code == 0 and not crashed[-1].killed:
@@ -173,9 +199,12 @@ def _verify_preset(
             else:  # torch is imported there already: no import here, on the critical path
                 server, env = target.fork_server, dict(os.environ)
                 final = compare_final_params_forked(server, ref_dir, crash_dir, env, timeout)
+            mark("final weights compared")
         records = RunRecords.read(ref_dir, crash_dir)  # every field, not only the loss
+        mark("records compared")
         evidence = Evidence(target, ref, target.snapshot(ref_dir), crashed, plan, final, records)
-    return _finish(target, "preset", seed, kills, plan, evidence, t0)
+    mark("work dirs removed")
+    return _finish(target, "preset", seed, kills, plan, evidence, t0, marks)
 
 
 def verify_command(
@@ -233,6 +262,7 @@ def _finish(
     plan: list[KillPoint],
     evidence: Evidence,
     t0: float,
+    marks: dict[str, float] | None = None,
 ) -> DrillResult:
     analysis = analyse(evidence)
     stops = judge_stops(evidence, analysis)
@@ -242,7 +272,8 @@ def _finish(
         if analysis.exit_code == 0:
             analysis.verdict, analysis.exit_code = "fail", 1
     wall = time.monotonic() - t0
-    return DrillResult(target, mode, seed, kills, plan, evidence, analysis, t0, wall, stops)
+    phases = {**(marks or {}), "analysed": wall}
+    return DrillResult(target, mode, seed, kills, plan, evidence, analysis, t0, wall, stops, phases)
 
 
 def compare_bytes(ref_dir: Path, crash_dir: Path, names: list[str]) -> FinalParams:

@@ -116,6 +116,38 @@ def test_exit_codes_and_tracebacks_are_relayed(server: ForkServer, tmp_path: Pat
     assert code == 1 and b"ZeroDivisionError" in err
 
 
+LATE_WORK = """
+import atexit, sys, threading, time
+def later():
+    time.sleep(0.2)
+    print("thread done", flush=True)
+threading.Thread(target=later).start()
+atexit.register(lambda: print("atexit ran"))
+class Freed:
+    def __del__(self):
+        print("freed at teardown")
+kept = Freed()
+sys.stdout.write("buffered, never flushed by the module")
+sys.exit(sys.argv[1] if sys.argv[1:] else None)
+"""
+
+
+def test_a_child_ends_as_the_interpreter_would_without_its_teardown(
+    server: ForkServer, tmp_path: Path
+) -> None:
+    # The server ends a child with os._exit (no freeing of torch's objects): threads are
+    # joined, atexit handlers run and buffered output is flushed first, as at a normal end.
+    out, err, code = finish(server.spawn(module(tmp_path, "late", LATE_WORK), {}, str(tmp_path)))
+    assert code == 0 and err == b""
+    assert out.decode().splitlines() == [
+        "buffered, never flushed by the modulethread done",
+        "atexit ran",
+    ]  # and no "freed at teardown": the objects die with the process, unfreed
+    argv = [*module(tmp_path, "late", LATE_WORK), "the reason"]
+    out, err, code = finish(server.spawn(argv, {}, str(tmp_path)))
+    assert code == 1 and err == b"the reason\n" and b"atexit ran" in out
+
+
 def test_sigkill_is_reported_as_minus_9_and_poll_does_not_block(
     server: ForkServer, tmp_path: Path
 ) -> None:
