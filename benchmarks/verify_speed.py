@@ -4,6 +4,7 @@ starts included, and crash-to-first-resumed-step latency.
     python benchmarks/verify_speed.py                       # seeds 1 2 3
     python benchmarks/verify_speed.py --seeds 1 2 3 4 5 --preset quick --kills 2
     python benchmarks/verify_speed.py --starts both         # fork server vs exec, alternating
+    python benchmarks/verify_speed.py --phases --seeds 1    # where one drill's time goes
 
 For each seed it runs the real command in a subprocess (`python -m crashdrill verify …`,
 exactly what CI runs) and times it from outside, then reads the drill's JSON report for
@@ -12,7 +13,12 @@ step record of the restarted process (its interpreter start, imports, checkpoint
 first recomputed step). For scale it also times the pieces every trainer process pays:
 `import torch`, and one uninterrupted `crashdrill run` of the preset.
 
-Target (issue "crashdrill verify"): the quick drill with 2 kills under 10 s on the 2-core
+`--phases` runs each drill in this process instead (its imports are paid already) and
+prints its timeline: the fork server's start and imports, each trainer process from its
+start to its first step, its kill or its exit, the final comparison, the records, the
+report; with the CPU seconds of each process.
+
+Target (issue #17, item 5): the quick drill with 2 kills under 5 s median on the 2-core
 dev machine. The machine is shared: run it when it is otherwise idle, and read the load
 average it prints. `--starts both` runs every seed once with the fork server (the default)
 and once with `--no-fork-server`, one after the other, so both see the same load.
@@ -51,6 +57,42 @@ def _stats(xs: list[float]) -> str:
     )
 
 
+def phases(preset: str, kills: int, seed: int) -> None:
+    """One drill in this process, as a timeline of its phases (seconds after its start)."""
+    from crashdrill.drill.report import table
+    from crashdrill.drill.verify import verify_preset
+
+    cpu0 = _children_cpu()
+    result = verify_preset(preset, kills=kills, seed=seed)
+    t_report = time.monotonic()
+    table(result)
+    t_report = time.monotonic() - t_report
+    cpu = _children_cpu() - cpu0
+    t0, ev = result.t0, result.evidence
+    rows = [(t, name) for name, t in result.phases.items()]
+    segments = [("reference", ev.reference)] + [(f"crashed #{s.index}", s) for s in ev.crashed]
+    for name, seg in segments:
+        end = "killed" if seg.killed else f"exit {seg.exit_code}"
+        rows.append((seg.started - t0, f"{name}: asked to start"))
+        if seg.points:
+            p0, p1 = seg.points[0], seg.points[-1]
+            rows.append((p0.t - t0, f"{name}: first step {p0.step}"))
+            rows.append((p1.t - t0, f"{name}: last step {p1.step} ({len(seg.points)} steps)"))
+        rows.append((seg.ended - t0, f"{name}: {end}, {seg.cpu_s or 0:.2f} s CPU"))
+    print(f"seed {seed}: timeline (s after the drill's start), load {os.getloadavg()[0]:.2f}")
+    for t, name in sorted(rows):
+        print(f"  {t:6.2f}  {name}")
+    seg_cpu = sum(s.cpu_s or 0 for _, s in segments)
+    steps = sum(len(s.points) for _, s in segments[1:])
+    print(
+        f"  report table {t_report:.2f} s; CPU: trainer processes {seg_cpu:.2f} s "
+        f"(crashed chain {seg_cpu - (ev.reference.cpu_s or 0):.2f} s for {steps} steps, "
+        f"reference {ev.reference.cpu_s or 0:.2f} s for {len(ev.reference.points)}), "
+        f"fork server's imports + final comparison {cpu - seg_cpu:.2f} s, "
+        f"verdict {result.analysis.verdict}"
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="quick")
@@ -62,7 +104,16 @@ def main() -> int:
         default="fork",
         help="trainer processes forked from the fork server (default), exec'd, or both",
     )
+    ap.add_argument(
+        "--phases",
+        action="store_true",
+        help="run each drill in this process and print where its time went",
+    )
     args = ap.parse_args()
+    if args.phases:
+        for seed in args.seeds:
+            phases(args.preset, args.kills, seed)
+        return 0
     modes = ["fork", "exec"] if args.starts == "both" else [args.starts]
     py = sys.executable
     print(
