@@ -65,13 +65,15 @@ class Resources:
     num_gpus: float
 
     @classmethod
-    def of_preset(cls, preset_ref: str) -> Resources:
-        """A CUDA run asks for one GPU; any other run for its `threads` CPUs."""
+    def of_preset(cls, preset_ref: str, label: str = "A", *, gpus: bool = False) -> Resources:
+        """A CUDA run asks for one GPU; any other run for its `threads` CPUs. `gpus`: the
+        cluster has GPUs, so a run on device "auto" trains on one (with the preset's
+        [run.cuda] settings), as it would on a machine with a GPU."""
         try:
-            cfg = get_preset(preset_ref).config_for("A")
+            cfg = get_preset(preset_ref).config_for(label, cuda=gpus)
         except (PresetError, ValueError):
             return cls(1, 0)
-        if cfg.device == "cuda":
+        if cfg.device == "cuda" or (gpus and cfg.device == "auto"):
             return cls(1, 1)
         return cls(max(1, cfg.threads), 0)
 
@@ -320,7 +322,9 @@ class RayExecutor:
         """A new actor for the run, on a node with its resources (not `avoid`), seeded
         with the server's copies of the files the trainer appends to."""
         launch = self._launches.get(run_dir)
-        need = Resources.of_preset(launch.preset) if launch else Resources(1, 0)
+        gpus = ray.cluster_resources().get("GPU", 0) > 0
+        need = Resources.of_preset(launch.preset, launch.label, gpus=gpus) if launch else None
+        need = need or Resources(1, 0)
         attempt = int(_placement(run_dir).get("attempt", 0)) + 1
         name = f"crashdrill-{run_dir.name}-{attempt}"
         options: dict[str, Any] = {

@@ -21,7 +21,8 @@ def test_a_poll_ships_complete_lines_only_from_the_server_s_offset(tmp_path: Pat
     assert complete_lines(tmp_path / "missing.jsonl", 0) == b""
 
 
-def test_a_cuda_preset_asks_for_a_gpu_and_a_cpu_preset_for_its_threads(tmp_path: Path) -> None:
+def test_a_cuda_run_asks_for_a_gpu_and_a_cpu_run_for_its_threads(tmp_path: Path) -> None:
+    """quick is on device "auto": a GPU when the cluster has one."""
     ray_executor = pytest.importorskip("crashdrill.workers.ray_executor")
     resources = ray_executor.Resources
     assert resources.of_preset("quick") == resources(num_cpus=1, num_gpus=0)
@@ -29,6 +30,7 @@ def test_a_cuda_preset_asks_for_a_gpu_and_a_cpu_preset_for_its_threads(tmp_path:
     cuda = tmp_path / "cuda.toml"
     cuda.write_text(text.replace("threads = 1", 'threads = 1\ndevice = "cuda"'))
     assert resources.of_preset(str(cuda)) == resources(num_cpus=1, num_gpus=1)
+    assert resources.of_preset("quick", "B", gpus=True) == resources(num_cpus=1, num_gpus=1)
     four = tmp_path / "four.toml"
     four.write_text(text.replace("threads = 1", "threads = 4"))
     assert resources.of_preset(str(four)) == resources(num_cpus=4, num_gpus=0)
