@@ -192,7 +192,13 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = _Parser(prog="crashdrill", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    run = sub.add_parser("run", help="one headless training run (resumes when run again)")
+    run = sub.add_parser(
+        "run",
+        help="one headless training run (resumes when run again)",
+        epilog="exit status: 0 finished; 2 bad preset, setting or run dir; 3 no checkpoint"
+        " and --require-checkpoint; 75 stopped gracefully (SIGTERM, SIGINT or --stop-after)"
+        " with a complete checkpoint of its last step: run the same command to resume",
+    )
     run.add_argument("preset", help="a preset id (see `crashdrill presets list`) or a TOML file")
     run.add_argument("--run-dir", required=True, help="where checkpoints and records live")
     run.add_argument("--label", default="A", choices=["A", "B"], help="which run of the pair")
