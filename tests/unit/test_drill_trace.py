@@ -81,7 +81,9 @@ def test_nan_equals_nan_but_differs_from_a_number() -> None:
     ("text", "digits"),
     [("2.3411", 5), ("0.00120", 3), ("1e-05", 1), ("-3.25E+02", 3), ("100", 3), ("0.0", 1)],
 )
-def test_significant_digits_counts_the_digits_a_printed_loss_carries(text: str, digits: int) -> None:
+def test_significant_digits_counts_the_digits_a_printed_loss_carries(
+    text: str, digits: int
+) -> None:
     assert significant_digits(text) == digits
 
 
