@@ -32,9 +32,7 @@ class VanishingHost(LocalExecutor):
         self.trainer: Trainer | None = None
         self.relocated = 0
 
-    def start(
-        self, launch: Launch, env: Mapping[str, str], *, require_checkpoint: bool
-    ) -> Trainer:
+    def start(self, launch: Launch, env: Mapping[str, str], *, require_checkpoint: bool) -> Trainer:
         self.trainer = super().start(launch, env, require_checkpoint=require_checkpoint)
         return self.trainer
 
