@@ -39,6 +39,7 @@ from crashdrill.workers.mirror import MIRROR_LOG
 from crashdrill.workers.mirror_restore import MirrorPull, pull_for_restart
 from crashdrill.workers.process_tree import become_subreaper, tree_marker
 from crashdrill.workers.run_dir import RECORDS, RUN_JSON, RunDir
+from crashdrill.workers.trainer_env import GCS_ENV_NAMES, writes_gcs_mirror
 from crashdrill.workers.trainer_process import TrainerProcess
 
 SHIPPED = (RECORDS, MIRROR_LOG)  # the files the server keeps a copy of, by offset
@@ -77,6 +78,8 @@ class NodeRun:
         import ray
 
         self.node_id = ray.get_runtime_context().get_node_id()
+        # The GPUs Ray gave this placement ("" for a CPU run: it must not take one).
+        self.gpus = ",".join(str(g) for g in ray.get_gpu_ids())
         self.run_dir = RunDir(node_root(self.node_id) / run_id)
         self.run_dir.path.mkdir(parents=True, exist_ok=True)
         for name in SEEDED:  # what the server has; the trainer counts starts in run.json
@@ -98,6 +101,9 @@ class NodeRun:
     def start(self, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
         """Start the trainer (argv[0] None: this node's Python) in its own session."""
         argv = [sys.executable if a is None else a for a in argv]
+        env = {**env, "CUDA_VISIBLE_DEVICES": self.gpus}  # the node's say, not the server's
+        if writes_gcs_mirror(argv):  # it copies to GCS itself: the node's credentials
+            env.update({k: os.environ[k] for k in GCS_ENV_NAMES if k in os.environ})
         rd = self.run_dir
         with open(rd.stdout, "ab") as out, open(rd.stderr, "ab") as err:
             popen = subprocess.Popen(
