@@ -143,6 +143,7 @@ class Supervisor:
         self.launch = launch
         self._mirror = mirror  # checkpoint mirror URL: a restart with none on disk pulls one
         self.executor: Executor = executor or LocalExecutor()
+        self.executor.prepare(launch)  # what the run needs wherever it is placed
         self.run_dir = RunDir(launch.run_dir)  # the server's copy: records, mirror log
         self._on_change = on_change
         self._max_unrequested = max_unrequested_kills
@@ -478,7 +479,10 @@ class Supervisor:
             return False
         with self._lock:
             self._proc = proc
+            late = self._stop_requested  # a Stop while it started (or waited for a node)
         self._notify(Change("running", pid=proc.pid, pid_started=proc.started))
+        if late:
+            self.stop(late)
         return True
 
     # ---- endings --------------------------------------------------------------------
@@ -533,6 +537,11 @@ class Supervisor:
             return 0
 
     def _notify(self, change: Change) -> None:
+        if change.state in ("finished", "failed", "stopped"):
+            try:  # what held the run where it trained (a Ray node's actor) goes
+                self.executor.release(self.launch.run_dir)
+            except Exception:
+                log.exception("releasing %s failed", self.launch.run_dir)
         try:
             self._on_change(change)
         except Exception:
