@@ -24,14 +24,12 @@ checkpoint in the mirror, which is why a cluster needs one every node reaches.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,43 +37,30 @@ import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from crashdrill.trainer.presets import PresetError, get_preset
 from crashdrill.workers.executor import Host, Trainer
 from crashdrill.workers.mirror_restore import MirrorPull
 from crashdrill.workers.ray_node import SEEDED, SHIPPED, NodeRun
+from crashdrill.workers.ray_placement import (
+    TELL_S,
+    Resources,
+    alive_nodes,
+    place_s,
+    read_placement,
+    waiting_event,
+    write_placement,
+)
 from crashdrill.workers.run_dir import RUN_JSON, RunDir
 
 if TYPE_CHECKING:
     from crashdrill.workers.supervisor import Launch
 
 NAMESPACE = "crashdrill"
-PLACEMENT = "ray.json"  # in the server's copy of the run dir: the actor of its placement
 CALL_S = 30.0  # one call to an actor
-PLACE_S = 120.0  # a new actor waiting for a node with the resources its run needs
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 class ExecutorError(OSError):
     """The cluster cannot do what was asked (unreachable, no node with the resources)."""
-
-
-@dataclass(frozen=True)
-class Resources:
-    num_cpus: float
-    num_gpus: float
-
-    @classmethod
-    def of_preset(cls, preset_ref: str, label: str = "A", *, gpus: bool = False) -> Resources:
-        """A CUDA run asks for one GPU; any other run for its `threads` CPUs. `gpus`: the
-        cluster has GPUs, so a run on device "auto" trains on one (with the preset's
-        [run.cuda] settings), as it would on a machine with a GPU."""
-        try:
-            cfg = get_preset(preset_ref).config_for(label, cuda=gpus)
-        except (PresetError, ValueError):
-            return cls(1, 0)
-        if cfg.device == "cuda" or (gpus and cfg.device == "auto"):
-            return cls(1, 1)
-        return cls(max(1, cfg.threads), 0)
 
 
 def host_and_port(address: str) -> tuple[str, int] | None:
@@ -195,7 +180,7 @@ class RayExecutor:
 
     def adopt(self, run_dir: Path, pids: Iterable[int | None]) -> Trainer | None:
         """The run's actor, found by the name the server kept (None: it is gone)."""
-        name = _placement(run_dir).get("actor")
+        name = read_placement(run_dir).get("actor")
         if not name:
             return None
         try:
@@ -213,7 +198,7 @@ class RayExecutor:
         with self._lock:
             host = self._hosts.get(run_dir)
         if host is None:
-            kept = _placement(run_dir)
+            kept = read_placement(run_dir)
             if kept.get("node_id"):
                 host = Host(str(kept["node_id"]), str(kept.get("name", kept["node_id"])))
         return host
@@ -259,7 +244,7 @@ class RayExecutor:
         old = self.host(run_dir)
         with self._lock:
             actor = self._actors.get(run_dir)
-        others = [n for n in _alive_nodes() if old is None or n != old.node_id]
+        others = [n for n in alive_nodes() if old is None or n != old.node_id]
         if old is not None and not others:
             return None
         if actor is not None:
@@ -325,7 +310,7 @@ class RayExecutor:
         gpus = ray.cluster_resources().get("GPU", 0) > 0
         need = Resources.of_preset(launch.preset, launch.label, gpus=gpus) if launch else None
         need = need or Resources(1, 0)
-        attempt = int(_placement(run_dir).get("attempt", 0)) + 1
+        attempt = int(read_placement(run_dir).get("attempt", 0)) + 1
         name = f"crashdrill-{run_dir.name}-{attempt}"
         options: dict[str, Any] = {
             "name": name,
@@ -336,44 +321,44 @@ class RayExecutor:
             "max_restarts": 0,
         }
         if avoid is not None:
-            target = next((n for n in _alive_nodes(need) if n != avoid), None)
+            target = next((n for n in alive_nodes(need) if n != avoid), None)
             if target is not None:
                 options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(target, soft=False)
+        actor = self._remote.options(**options).remote(run_dir.name)
+        where = self._placed(actor, run_dir, need)
         seed = {n: (run_dir / n).read_bytes() for n in SEEDED if (run_dir / n).exists()}
-        actor = self._remote.options(**options).remote(run_dir.name, seed)
-        try:
-            where = ray.get(actor.where.remote(), timeout=PLACE_S)
-        except GetTimeoutError:
-            ray.kill(actor)
-            raise ExecutorError(
-                f"no node of the Ray cluster could take run {run_dir.name} within"
-                f" {PLACE_S:.0f}s (it needs {need.num_cpus:g} CPUs, {need.num_gpus:g} GPUs)"
-            ) from None
-        _write_placement(run_dir, {"actor": name, "attempt": attempt, **where["host"]})
+        self._call(actor, "seed", seed)  # after any waiting event: the copies agree
+        write_placement(run_dir, {"actor": name, "attempt": attempt, **where["host"]})
         with self._lock:
             self._actors[run_dir] = actor
             self._hosts[run_dir] = Host(**where["host"])
         return actor
 
+    def _placed(self, actor: Any, run_dir: Path, need: Resources) -> dict[str, Any]:
+        """Wait for the actor to be placed; past TELL_S the run's log says what it waits
+        for (a node that joins the cluster counts), and past place_s it fails."""
+        ref = actor.where.remote()
+        deadline = time.monotonic() + place_s()
+        told = False
+        while True:
+            ready, _ = ray.wait([ref], timeout=TELL_S)
+            if ready:
+                where: dict[str, Any] = ray.get(ready[0])
+                return where
+            if not told:
+                RunDir(run_dir).append_records([waiting_event(run_dir, need)])
+                told = True
+            if time.monotonic() > deadline:
+                ray.kill(actor)
+                raise ExecutorError(
+                    f"no node of the Ray cluster could take run {run_dir.name} within"
+                    f" {place_s():.0f}s (it needs {need.text()})"
+                )
+
     def _forget(self, run_dir: Path) -> None:
         with self._lock:
             self._actors.pop(run_dir, None)
             self._hosts.pop(run_dir, None)
-
-
-def _alive_nodes(need: Resources | None = None) -> list[str]:
-    """Ids of the live nodes (with at least `need` in total resources)."""
-    out = []
-    for node in ray.nodes():
-        if not node.get("Alive"):
-            continue
-        res = node.get("Resources", {})
-        if need is not None and (
-            res.get("CPU", 0) < need.num_cpus or res.get("GPU", 0) < need.num_gpus
-        ):
-            continue
-        out.append(str(node["NodeID"]))
-    return out
 
 
 def _size(path: Path) -> int:
@@ -401,18 +386,3 @@ def _replace_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
-
-
-def _placement(run_dir: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((run_dir / PLACEMENT).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _write_placement(run_dir: Path, data: dict[str, Any]) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / (PLACEMENT + ".tmp")
-    tmp.write_text(json.dumps(data), encoding="utf-8")
-    os.replace(tmp, run_dir / PLACEMENT)

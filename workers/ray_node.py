@@ -1,6 +1,7 @@
 """The cluster side of one run: a Ray actor that owns the run's trainer on its node.
 
-    actor = ray.remote(NodeRun).options(name=..., lifetime="detached").remote(run_id, seed)
+    actor = ray.remote(NodeRun).options(name=..., lifetime="detached").remote(run_id)
+    actor.seed.remote({"records.jsonl": b"...", ...})   # the server's copies, once placed
     actor.start.remote(argv, env)           # `crashdrill run …` in its own session, here
     actor.poll.remote({"records.jsonl": 1234, "mirror.jsonl": 0})   # status + new bytes
     actor.signal.remote(SIGKILL)            # the trainer's whole process group
@@ -74,7 +75,7 @@ def complete_lines(path: Path, offset: int, limit: int = MAX_CHUNK) -> bytes:
 class NodeRun:
     """One run's trainer on this node (one actor per placement of the run)."""
 
-    def __init__(self, run_id: str, seed: dict[str, bytes]) -> None:
+    def __init__(self, run_id: str) -> None:
         import ray
 
         self.node_id = ray.get_runtime_context().get_node_id()
@@ -82,15 +83,19 @@ class NodeRun:
         self.gpus = ",".join(str(g) for g in ray.get_gpu_ids())
         self.run_dir = RunDir(node_root(self.node_id) / run_id)
         self.run_dir.path.mkdir(parents=True, exist_ok=True)
-        for name in SEEDED:  # what the server has; the trainer counts starts in run.json
-            target = self.run_dir.path / name
-            if name in seed:
-                target.write_bytes(seed[name])
-            else:
-                target.unlink(missing_ok=True)
         self.proc: TrainerProcess | None = None
         self.code: int | None = None
         become_subreaper()  # the trainer's orphaned descendants stay findable for a kill
+
+    def seed(self, files: dict[str, bytes]) -> None:
+        """The server's copies, before anything else writes here (the trainer counts its
+        starts in run.json); a file the server has not is removed."""
+        for name in SEEDED:
+            target = self.run_dir.path / name
+            if name in files:
+                target.write_bytes(files[name])
+            else:
+                target.unlink(missing_ok=True)
 
     def where(self) -> dict[str, Any]:
         pid = self.proc.pid if self.proc is not None else None

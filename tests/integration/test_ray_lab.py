@@ -238,3 +238,38 @@ def test_the_node_running_b_is_removed_and_b_resumes_on_another_from_the_mirror(
         )
         [check] = client.get(f"/api/runs/{run_b}/resume-checks").json()["checks"]
         assert check["from_step"] == m and check["bit_identical"] is True and check["complete"]
+
+
+def test_a_run_no_node_can_take_waits_saying_so_and_a_node_that_joins_takes_it(
+    tmp_path: Path, cluster: Any
+) -> None:
+    """A CUDA preset on a cluster without GPUs: its placement waits with the reason in the
+    run's log, and a GPU node that joins takes it (Ray counts a declared GPU)."""
+    import threading
+
+    from crashdrill.trainer.presets import dump_preset, get_preset
+    from crashdrill.workers.ray_executor import RayExecutor
+    from crashdrill.workers.run_dir import RunDir
+    from crashdrill.workers.supervisor import Launch
+
+    executor = RayExecutor.connect(cluster.address, mirror=str(tmp_path / "mirror"))
+    preset = tmp_path / "gpu.toml"
+    text = dump_preset(get_preset("quick")).replace("threads = 1", 'threads = 1\ndevice = "cuda"')
+    preset.write_text(text)
+    run_dir = tmp_path / "runs" / "gpu-run"
+    executor.prepare(Launch(run_dir, str(preset), "A"))
+    found: dict[str, Any] = {}
+    placing = threading.Thread(target=lambda: found.update(step=executor.checkpoint_step(run_dir)))
+    placing.start()
+    deadline = time.monotonic() + 60
+    while not any(r.get("code") == "waiting_for_node" for r in RunDir(run_dir).tail_records()):
+        assert time.monotonic() < deadline and placing.is_alive(), "no waiting event"
+        time.sleep(0.2)
+    [waiting] = [r for r in RunDir(run_dir).tail_records() if r.get("code")]
+    assert waiting["text"].startswith("Waiting for a node of the Ray cluster with 1 GPU free")
+    node = cluster.add_node(**ray_cluster.node_args(num_cpus=1, num_gpus=1))
+    placing.join(120)
+    assert not placing.is_alive() and found == {"step": None}
+    host = executor.host(run_dir)
+    assert host is not None and host.node_id == node.node_id
+    executor.release(run_dir)

@@ -9,6 +9,7 @@ import pytest
 
 from crashdrill.trainer.presets import dump_preset, get_preset
 from crashdrill.workers.ray_node import complete_lines
+from crashdrill.workers.ray_placement import Resources
 
 
 def test_a_poll_ships_complete_lines_only_from_the_server_s_offset(tmp_path: Path) -> None:
@@ -23,8 +24,7 @@ def test_a_poll_ships_complete_lines_only_from_the_server_s_offset(tmp_path: Pat
 
 def test_a_cuda_run_asks_for_a_gpu_and_a_cpu_run_for_its_threads(tmp_path: Path) -> None:
     """quick is on device "auto": a GPU when the cluster has one."""
-    ray_executor = pytest.importorskip("crashdrill.workers.ray_executor")
-    resources = ray_executor.Resources
+    resources = Resources
     assert resources.of_preset("quick") == resources(num_cpus=1, num_gpus=0)
     text = dump_preset(get_preset("quick"))
     cuda = tmp_path / "cuda.toml"
