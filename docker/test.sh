@@ -195,7 +195,10 @@ export CRASHDRILL_RAY_CLIENT_PORT=$CLIENT_PORT CRASHDRILL_RAY_AGENT_PORT_HEAD=$A
 export CRASHDRILL_RAY_AGENT_PORT_1=$AGENT_1 CRASHDRILL_RAY_AGENT_PORT_2=$AGENT_2
 export CRASHDRILL_SERVER_IMAGE=$SERVER_IMAGE CRASHDRILL_WORKER_IMAGE=$WORKER_IMAGE
 export CRASHDRILL_POSTGRES_IMAGE=$POSTGRES_IMAGE CRASHDRILL_PYTHON_IMAGE=$PYTHON_IMAGE
-export CRASHDRILL_WORKER_CPUS=2 CRASHDRILL_MAX_CONCURRENT=2
+# 4 logical CPUs a worker: runs that ended still hold theirs on the cluster executor
+# (2026-11-30: the actors of finished runs stay, with their node dirs), and the second
+# check must find one free on the worker that survives.
+export CRASHDRILL_WORKER_CPUS=4 CRASHDRILL_MAX_CONCURRENT=2
 CRASHDRILL_POSTGRES_PASSWORD=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
 export CRASHDRILL_POSTGRES_PASSWORD
 COMPOSE+=(-p "$PROJECT" -f docker/compose.yaml -f docker/compose.hostnet.yaml)
