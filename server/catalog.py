@@ -227,6 +227,7 @@ class Catalog:
         header = f"# Duplicated from {preset_id!r} ({source.origin}).\n"
         text = set_top_level(source.text, "id", new_id)
         text = set_top_level(text, "published", False)
+        text = set_top_level(text, "title", f"{source.preset.title} ({new_id})")
         return self._write(new_id, header + text)
 
     def set_published(self, preset_id: str, published: bool) -> Lesson:

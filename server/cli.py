@@ -15,7 +15,10 @@ import gc
 import logging
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from crashdrill.server.settings import Settings
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -94,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"crashdrill: the lab is at http://{settings.host}:{settings.port}"
         f" (data in {settings.data_dir}; database: {app.state.lab.db.describe()};"
-        f" up to {settings.max_concurrent} runs at once)",
+        f" up to {settings.max_concurrent} runs at once; {instructor_mode(settings)})",
         file=sys.stderr,
         flush=True,
     )
@@ -110,6 +113,13 @@ def run(args: argparse.Namespace) -> int:
     )
     uvicorn.Server(config).run()
     return EXIT_OK
+
+
+def instructor_mode(settings: Settings) -> str:
+    """The start line's word on instructor mode: where to log in, or how to turn it on."""
+    if settings.instructor_token:
+        return f"instructor mode on: log in at http://{settings.host}:{settings.port}/instructor"
+    return "instructor mode off: python3 quickstart.py lab --instructor turns it on"
 
 
 def _port_problem(host: str, port: int) -> str | None:

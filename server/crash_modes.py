@@ -5,6 +5,9 @@ restarted run trains from step 0 again.
 - `preemption(preset_ref, label)`: the grace the lab gives a run between SIGTERM and
   SIGKILL when it preempts it (its config's `stop_grace`), and the lesson's session wall
   (`[crash] wall_step`, 0: none) at which it does so by itself.
+- `fresh_start_allowed(preset_ref, label)`: the run's config lets a restart that finds no
+  checkpoint train from scratch (on_missing_checkpoint = "fresh"; lesson 1.12's B), so its
+  restart event must not say that it requires one.
 - `launch_env(preset_ref, label, mode)`: "during_save" runs start with
   CRASHDRILL_CKPT_PAUSE holding each cadence checkpoint's write open, so that a crash test
   (which waits for the trainer to say it paused) lands inside the write.
@@ -56,6 +59,15 @@ def preemption(preset_ref: str, label: str) -> tuple[float, int]:
         return float(preset.config_for(label).stop_grace), preset.crash.wall_step
     except (PresetError, ConfigError):
         return PREEMPT_GRACE_S, 0  # the trainer itself reports an unreadable preset
+
+
+def fresh_start_allowed(preset_ref: str, label: str) -> bool:
+    """Whether the run trains from scratch when a restart finds no checkpoint (its config's
+    on_missing_checkpoint = "fresh") instead of refusing."""
+    try:
+        return get_preset(preset_ref).config_for(label).on_missing_checkpoint == "fresh"
+    except (PresetError, ConfigError):
+        return False  # the trainer itself reports an unreadable preset
 
 
 def launch_env(preset_ref: str, label: str, mode: str) -> dict[str, str]:

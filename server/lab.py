@@ -31,7 +31,12 @@ from typing import Any
 
 from crashdrill.server.catalog import check_corpora
 from crashdrill.server.cluster import executor_for
-from crashdrill.server.crash_modes import crash_mode, launch_env, preemption
+from crashdrill.server.crash_modes import (
+    crash_mode,
+    fresh_start_allowed,
+    launch_env,
+    preemption,
+)
 from crashdrill.server.db import Database, Row, open_database
 from crashdrill.server.errors import BadInput, Conflict, Forbidden, NotFound
 from crashdrill.server.fanout import Fanout, LocalFanout
@@ -240,6 +245,7 @@ class Lab:
                 CORPORA_DIR_VARIABLE: str(self.settings.corpora),
             },
             env_pass=self.settings.trainer_env_pass,
+            fresh_start_allowed=fresh_start_allowed(preset_ref, row["label"]),
         )
         grace, wall = preemption(preset_ref, row["label"])
         return Supervisor(

@@ -31,8 +31,11 @@ def restart_event(
     code: str,
     level: str,
     mode: str,
+    fresh: bool = False,
 ) -> dict[str, Any]:
-    """The event of a restart on the same machine (`ckpt`: the step it resumes from)."""
+    """The event of a restart on the same machine (`ckpt`: the step it resumes from;
+    `fresh`: the run is set to train from scratch when it finds no checkpoint, its config's
+    on_missing_checkpoint = "fresh", so it does not refuse whatever `require` says)."""
     lost_steps = None
     if ckpt is not None:
         lost = ""
@@ -45,6 +48,14 @@ def restart_event(
                 f"{lead}. No checkpoint on this machine; pulled step {ckpt} from"
                 f" {pulled.url} (verified) and resumed from it{lost}."
             )
+    elif fresh:
+        lost_steps = step or 0
+        text = (
+            f"{lead}. No checkpoint is left to resume from, and this run is set to start over"
+            ' when it finds none (on_missing_checkpoint = "fresh"): it trains a new model from'
+            f" step 0, and all {lost_steps} trained steps are lost."
+        )
+        level = "warn"
     elif require:
         text = (
             f"{lead}. No checkpoint is left to resume from; the restart requires one"

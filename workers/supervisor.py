@@ -99,6 +99,9 @@ class Launch:
     env: Mapping[str, str] = field(default_factory=dict)
     # Names or PREFIX* patterns the trainer inherits beyond the allowlist (workers/trainer_env.py).
     env_pass: tuple[str, ...] = field(default_factory=env_pass_from_environ)
+    # The run's config says on_missing_checkpoint = "fresh": a restart that finds no
+    # checkpoint trains from scratch instead of refusing (its restart event says so).
+    fresh_start_allowed: bool = False
 
     def argv(self, *, require_checkpoint: bool, run_dir: Path | None = None) -> list[str]:
         """The command line; `run_dir`: where the trainer keeps its files, when that is
@@ -421,7 +424,16 @@ class Supervisor:
             ckpt = pulled.step
         require = ckpt is not None or bool(had_checkpoint)
         event = restart_event(
-            lead, segment, step, ckpt, pulled, require, code=code, level=level, mode=mode
+            lead,
+            segment,
+            step,
+            ckpt,
+            pulled,
+            require,
+            code=code,
+            level=level,
+            mode=mode,
+            fresh=self.launch.fresh_start_allowed,
         )
         if stopped:
             event = count_the_cost(event)

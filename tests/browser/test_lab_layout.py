@@ -191,6 +191,13 @@ def test_lesson_1_12_labels_b_s_restart_a_fresh_start_and_a_s_refusal(
     assert "fresh start from step 0, not a resume" in fresh.inner_text()
     assert "since the checkpoint at step 0" not in fresh.inner_text()
 
+    # B's crash event does not claim a checkpoint is required: B is set to start over.
+    b_crash = page.locator("#events li.run-B[data-code=crash] .event-text").inner_text()
+    assert "--require-checkpoint" not in b_crash, b_crash
+    assert 'on_missing_checkpoint = "fresh"' in b_crash, b_crash
+    a_crash = page.locator("#events li.run-A[data-code=crash] .event-text").inner_text()
+    assert "--require-checkpoint" in a_crash, a_crash
+
     # The chart: a fresh start, not a dashed "recomputed" resume.
     legend = page.locator("#chart-loss .u-legend")
     legend.locator(".u-series", has_text="B fresh start 1").wait_for(timeout=RUN_MS)

@@ -80,3 +80,18 @@ def test_a_second_server_on_the_same_data_dir_is_refused(tmp_path: Path) -> None
     create_app(Settings(data_dir=tmp_path))
     with pytest.raises(SettingsError, match=f"another crashdrill server .* uses {tmp_path}"):
         create_app(Settings(data_dir=tmp_path))
+
+
+def test_with_a_token_the_start_line_says_instructor_mode_is_on_and_where(
+    tmp_path: Path,
+) -> None:
+    s = Settings(data_dir=tmp_path, instructor_token="a-long-enough-token-1234")
+    line = cli.instructor_mode(s)
+    assert line == f"instructor mode on: log in at http://{s.host}:{s.port}/instructor"
+    assert "a-long-enough-token" not in line  # the token itself is never printed here
+
+
+def test_without_a_token_the_start_line_says_off_and_how_to_turn_it_on(tmp_path: Path) -> None:
+    line = cli.instructor_mode(Settings(data_dir=tmp_path))
+    assert line.startswith("instructor mode off")
+    assert "quickstart.py lab --instructor" in line
