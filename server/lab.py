@@ -55,10 +55,11 @@ from crashdrill.server.views import pair_view, queue_positions
 from crashdrill.trainer.corpus_files import CORPORA_DIR_VARIABLE
 from crashdrill.trainer.presets import LABELS, Preset, PresetError, list_presets
 from crashdrill.workers.graceful_stop import Wall
+from crashdrill.workers.launch import Launch, NotRunning
 from crashdrill.workers.mirror import MIRROR_LOG, CheckpointMirror
 from crashdrill.workers.mirror_backends import MirrorError
 from crashdrill.workers.run_dir import RunDir
-from crashdrill.workers.supervisor import Launch, NotRunning, Supervisor
+from crashdrill.workers.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from crashdrill.server.ingest_loop import IngestLoop, run_message
 from crashdrill.server.outage import Outage
 from crashdrill.server.scheduler import on_signal
 from crashdrill.server.store import Store
-from crashdrill.workers.supervisor import Change
+from crashdrill.workers.launch import Change
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from crashdrill.server.db import check_postgres_url
 from crashdrill.server.settings_env import SettingsError, values_from_env
+from crashdrill.workers.launch import DEFAULT_COMMAND
 from crashdrill.workers.mirror_backends import MirrorURLError, parse_mirror_url
-from crashdrill.workers.supervisor import DEFAULT_COMMAND
 from crashdrill.workers.trainer_env import env_pass_from_environ
 
 MIN_TOKEN_CHARS = 16  # the instructor token: shorter ones are refused at startup

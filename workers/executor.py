@@ -32,7 +32,7 @@ from crashdrill.workers.run_dir import RunDir
 from crashdrill.workers.trainer_process import TrainerProcess, adopt_trainer
 
 if TYPE_CHECKING:
-    from crashdrill.workers.supervisor import Launch
+    from crashdrill.workers.launch import Launch
 
 
 @dataclass(frozen=True)

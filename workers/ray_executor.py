@@ -52,7 +52,7 @@ from crashdrill.workers.ray_placement import (
 from crashdrill.workers.run_dir import RUN_JSON, RunDir
 
 if TYPE_CHECKING:
-    from crashdrill.workers.supervisor import Launch
+    from crashdrill.workers.launch import Launch
 
 NAMESPACE = "crashdrill"
 CALL_S = 30.0  # one call to an actor

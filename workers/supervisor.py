@@ -1,5 +1,10 @@
 """Supervisor of one training run: start the trainer, restart it after SIGKILL.
 
+(Over 450 lines on purpose: the restart policy — crash modes, preemptions, lost hosts,
+stops, restarts and failures — is one state machine under one lock; its sentences are in
+workers/restart_events.py, its data in workers/launch.py, its process handling in the
+executor.)
+
     sup = Supervisor(Launch(run_dir, "quick", "A"), on_change=print)
     sup.start()          # trainer in its own session; stdout/stderr go to files in run_dir
     sup.crash()          # a crash test: SIGKILL, then a restart with --require-checkpoint
@@ -44,12 +49,9 @@ import logging
 import os
 import re
 import signal
-import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import psutil
 
@@ -64,6 +66,7 @@ from crashdrill.workers.graceful_stop import (
     is_stop,
     trainer_stop,
 )
+from crashdrill.workers.launch import Change, Launch, NotRunning
 from crashdrill.workers.mirror import Restored
 from crashdrill.workers.restart_events import (
     failure_text,
@@ -72,60 +75,16 @@ from crashdrill.workers.restart_events import (
 )
 from crashdrill.workers.run_dir import RunDir
 from crashdrill.workers.trainer_env import (
-    env_pass_from_environ,
     trainer_environment,
     writes_gcs_mirror,
 )
 
 log = logging.getLogger(__name__)
 
-DEFAULT_COMMAND = (sys.executable, "-m", "crashdrill", "run")
 EXIT_OK = 0
 STOP_GRACE_S = 5.0
 # What the trainer prints when CRASHDRILL_CKPT_PAUSE holds a checkpoint write open.
 _PAUSED = re.compile(rb"crashdrill: paused inside checkpoint write at step (\d+)")
-
-State = Literal["running", "restarting", "finished", "failed", "stopped"]
-
-
-@dataclass(frozen=True)
-class Launch:
-    """How to start the trainer of one run."""
-
-    run_dir: Path
-    preset: str
-    label: str
-    command: tuple[str, ...] = DEFAULT_COMMAND
-    env: Mapping[str, str] = field(default_factory=dict)
-    # Names or PREFIX* patterns the trainer inherits beyond the allowlist (workers/trainer_env.py).
-    env_pass: tuple[str, ...] = field(default_factory=env_pass_from_environ)
-    # The run's config says on_missing_checkpoint = "fresh": a restart that finds no
-    # checkpoint trains from scratch instead of refusing (its restart event says so).
-    fresh_start_allowed: bool = False
-
-    def argv(self, *, require_checkpoint: bool, run_dir: Path | None = None) -> list[str]:
-        """The command line; `run_dir`: where the trainer keeps its files, when that is
-        not the server's copy (a cluster node's own disk)."""
-        where = str(run_dir or self.run_dir)
-        args = [*self.command, self.preset, "--run-dir", where, "--label", self.label]
-        if require_checkpoint:
-            args.append("--require-checkpoint")
-        return args
-
-
-@dataclass(frozen=True)
-class Change:
-    """What the supervisor tells its owner, from whichever thread noticed it."""
-
-    state: State
-    pid: int | None = None
-    pid_started: float | None = None
-    exit_code: int | None = None
-    text: str = ""
-
-
-class NotRunning(RuntimeError):
-    """The run has no live trainer process to signal."""
 
 
 class Supervisor:

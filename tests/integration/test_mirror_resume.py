@@ -18,8 +18,9 @@ import psutil
 import pytest
 
 from crashdrill.server.resume_check import resume_checks
+from crashdrill.workers.launch import Launch
 from crashdrill.workers.mirror import CheckpointMirror
-from crashdrill.workers.supervisor import Launch, Supervisor
+from crashdrill.workers.supervisor import Supervisor
 from tests.support.gcs_emulator import BUCKET, gcs_emulator
 from tests.support.lab import lab_client
 from tests.unit.test_supervisor import Changes

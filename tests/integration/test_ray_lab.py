@@ -248,9 +248,9 @@ def test_a_run_no_node_can_take_waits_saying_so_and_a_node_that_joins_takes_it(
     import threading
 
     from crashdrill.trainer.presets import dump_preset, get_preset
+    from crashdrill.workers.launch import Launch
     from crashdrill.workers.ray_executor import RayExecutor
     from crashdrill.workers.run_dir import RunDir
-    from crashdrill.workers.supervisor import Launch
 
     executor = RayExecutor.connect(cluster.address, mirror=str(tmp_path / "mirror"))
     preset = tmp_path / "gpu.toml"

@@ -21,9 +21,10 @@ import pytest
 from crashdrill.drill.builtin import PresetTarget
 from crashdrill.trainer import checkpoint as ck
 from crashdrill.trainer import checkpoint_layout as layout
+from crashdrill.workers.launch import Launch
 from crashdrill.workers.mirror import newest_local, restore_latest
 from crashdrill.workers.run_dir import RunDir
-from crashdrill.workers.supervisor import Launch, Supervisor
+from crashdrill.workers.supervisor import Supervisor
 from tests.unit.test_supervisor import Changes, records
 
 pytestmark = pytest.mark.timeout(60)

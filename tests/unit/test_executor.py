@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from crashdrill.workers.executor import Host, LocalExecutor, Trainer
-from crashdrill.workers.supervisor import Launch, Supervisor
+from crashdrill.workers.launch import Launch
+from crashdrill.workers.supervisor import Supervisor
 from tests.support.lab import STAND_IN
 from tests.unit.test_supervisor import Changes, records, wait_for_step
 

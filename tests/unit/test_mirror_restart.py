@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from crashdrill.workers.launch import Launch
 from crashdrill.workers.run_dir import RunDir
-from crashdrill.workers.supervisor import Launch, Supervisor
+from crashdrill.workers.supervisor import Supervisor
 from tests.support.gcs_emulator import BUCKET, free_port, write_checkpoint
 from tests.support.lab import STAND_IN
 from tests.unit.test_supervisor import Changes, records

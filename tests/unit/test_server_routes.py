@@ -277,7 +277,7 @@ def test_a_run_that_ends_has_every_record_it_wrote_stored_before_it_says_so(
     import json
 
     from crashdrill.server.lab import Lab
-    from crashdrill.workers.supervisor import Change
+    from crashdrill.workers.launch import Change
 
     lab = Lab(settings, sampler_factory=FakeSampler)
     try:

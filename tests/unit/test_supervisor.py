@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from crashdrill.workers.launch import Change, Launch, NotRunning
 from crashdrill.workers.run_dir import RunDir
-from crashdrill.workers.supervisor import Change, Launch, NotRunning, Supervisor
+from crashdrill.workers.supervisor import Supervisor
 from tests.support.lab import STAND_IN
 
 pytestmark = pytest.mark.timeout(60)

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from crashdrill.workers.graceful_stop import Wall
+from crashdrill.workers.launch import NotRunning
 from crashdrill.workers.run_dir import RunDir
-from crashdrill.workers.supervisor import NotRunning
 from tests.unit.test_supervisor import records, supervise, wait_for_step
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,0 +1,57 @@
+"""How the lab starts one run's trainer (`Launch`), and what a supervisor tells its owner
+about the run (`Change`): the data both sides of the supervisor agree on, kept apart
+from its restart policy (workers/supervisor.py).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from crashdrill.workers.trainer_env import env_pass_from_environ
+
+DEFAULT_COMMAND = (sys.executable, "-m", "crashdrill", "run")
+State = Literal["running", "restarting", "finished", "failed", "stopped"]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start the trainer of one run."""
+
+    run_dir: Path
+    preset: str
+    label: str
+    command: tuple[str, ...] = DEFAULT_COMMAND
+    env: Mapping[str, str] = field(default_factory=dict)
+    # Names or PREFIX* patterns the trainer inherits beyond the allowlist (workers/trainer_env.py).
+    env_pass: tuple[str, ...] = field(default_factory=env_pass_from_environ)
+    # The run's config says on_missing_checkpoint = "fresh": a restart that finds no
+    # checkpoint trains from scratch instead of refusing (its restart event says so).
+    fresh_start_allowed: bool = False
+
+    def argv(self, *, require_checkpoint: bool, run_dir: Path | None = None) -> list[str]:
+        """The command line; `run_dir`: where the trainer keeps its files, when that is
+        not the server's copy (a cluster node's own disk)."""
+        where = str(run_dir or self.run_dir)
+        args = [*self.command, self.preset, "--run-dir", where, "--label", self.label]
+        if require_checkpoint:
+            args.append("--require-checkpoint")
+        return args
+
+
+@dataclass(frozen=True)
+class Change:
+    """What the supervisor tells its owner, from whichever thread noticed it."""
+
+    state: State
+    pid: int | None = None
+    pid_started: float | None = None
+    exit_code: int | None = None
+    text: str = ""
+
+
+class NotRunning(RuntimeError):
+    """The run has no live trainer process to signal."""
