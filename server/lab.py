@@ -38,7 +38,7 @@ from crashdrill.server.crash_modes import (
     preemption,
 )
 from crashdrill.server.db import Database, Row, open_database
-from crashdrill.server.errors import BadInput, Conflict, Forbidden, NotFound
+from crashdrill.server.errors import BadInput, NotFound
 from crashdrill.server.fanout import Fanout, LocalFanout
 from crashdrill.server.housekeeping import Housekeeping
 from crashdrill.server.ingest_loop import IngestLoop, resume_checks
@@ -47,6 +47,7 @@ from crashdrill.server.outage import Outage
 from crashdrill.server.quotas import check_new_pair
 from crashdrill.server.realtime import realtime_fanout
 from crashdrill.server.reports import SupervisorReports
+from crashdrill.server.run_control import RunControl
 from crashdrill.server.scheduler import Scheduler
 from crashdrill.server.settings import Settings, SettingsError, lock_data_dir
 from crashdrill.server.store import ACTIVE_STATES, TERMINAL_STATES, Store
@@ -55,7 +56,7 @@ from crashdrill.server.views import pair_view, queue_positions
 from crashdrill.trainer.corpus_files import CORPORA_DIR_VARIABLE
 from crashdrill.trainer.presets import LABELS, Preset, PresetError, list_presets
 from crashdrill.workers.graceful_stop import Wall
-from crashdrill.workers.launch import Launch, NotRunning
+from crashdrill.workers.launch import Launch
 from crashdrill.workers.mirror import MIRROR_LOG, CheckpointMirror
 from crashdrill.workers.mirror_backends import MirrorError
 from crashdrill.workers.run_dir import RunDir
@@ -73,7 +74,9 @@ def new_id() -> str:
     return secrets.token_urlsafe(12)
 
 
-class Lab:
+class Lab(RunControl):
+    """The lab facade; the requests that signal runs are RunControl's (server/run_control.py)."""
+
     def __init__(
         self,
         settings: Settings,
@@ -347,122 +350,6 @@ class Lab:
             host = self.executor.host(dirs[run["id"]]) if run["state"] != "queued" else None
             run["host"] = host.to_dict() if host is not None else None
         return view
-
-    def run_row(self, run_id: str) -> Row:
-        row = self.store.run(run_id)
-        if row is None:
-            raise NotFound(f"no run {run_id!r}")
-        return row
-
-    def check_may_control(self, run_id: str, session: str, instructor: bool) -> Row:
-        row = self.run_row(run_id)
-        if not instructor and self.store.owner_of_run(run_id) != session:
-            raise Forbidden(
-                "this run belongs to another browser: only its owner or an instructor"
-                " may crash or stop it"
-            )
-        return row
-
-    def _training(self, row: Row, verb: str) -> Supervisor:
-        """The supervisor of a run that is training now, which a crash test or a
-        preemption may hit; Conflict saying why not otherwise."""
-        run_id, state, stage = row["id"], row["state"], row["stage"]
-        if state != "running" or stage != "train":
-            why = {
-                "queued": "it is still queued",
-                "starting": "it is still starting",
-                "restarting": "it is resuming after a crash",
-                "running": f"it is in stage {stage!r}, not training yet",
-            }.get(state, f"it has {state}")
-            raise Conflict(f"cannot {verb} run {run_id}: {why}; {verb}s hit training runs")
-        sup = self.supervisors.get(run_id)
-        if sup is None:
-            raise Conflict(f"cannot {verb} run {run_id}: no trainer process is watched")
-        return sup
-
-    def preempt(self, run_id: str, session: str, instructor: bool) -> dict[str, Any]:
-        """Preempt a training run as a platform does: SIGTERM now, SIGKILL after the run's
-        grace unless it has stopped; it resumes from what it saved. The run stays
-        `running` until the trainer ends (the grace is its to use)."""
-        row = self.check_may_control(run_id, session, instructor)
-        sup = self._training(row, "preempt")
-        try:
-            pid = sup.preempt()
-        except NotRunning as e:
-            raise Conflict(f"cannot preempt run {run_id}: {e}") from None
-        return {
-            "run": run_id,
-            "signalled_pid": pid,
-            "at_step": row["step"],
-            "grace_s": sup.grace_s,
-            "state": row["state"],
-        }
-
-    def crash(self, run_id: str, session: str, instructor: bool) -> dict[str, Any]:
-        row = self.check_may_control(run_id, session, instructor)
-        sup = self._training(row, "crash")
-        mode = crash_mode(self.store.pair(row["pair_id"]))
-        try:
-            pid = sup.crash(mode)
-        except NotRunning as e:
-            raise Conflict(f"cannot crash run {run_id}: {e}") from None
-        self.store.update_run(
-            run_id, state="restarting", stage="restarting", crashes=row["crashes"] + 1
-        )
-        self.ingest.publish_run(run_id)
-        return {
-            "run": run_id,
-            "killed_pid": pid,
-            "at_step": row["step"],
-            "state": "restarting",
-            "crash_mode": mode,
-        }
-
-    def stop_run(self, run_id: str, session: str, instructor: bool) -> dict[str, Any]:
-        row = self.check_may_control(run_id, session, instructor)
-        who = (
-            "an instructor"
-            if instructor and self.store.owner_of_run(run_id) != session
-            else "its owner"
-        )
-        if row["state"] == "queued":
-            if not self.store.update_run_if(
-                run_id,
-                "queued",
-                state="stopped",
-                ended_at=time.time(),
-                message=f"Stopped by {who}.",
-            ):
-                raise Conflict(f"cannot stop run {run_id}: it is starting; try again in a moment")
-            self.schedule()
-        elif row["state"] in ACTIVE_STATES and run_id in self.supervisors:
-            self.supervisors[run_id].stop(who)
-        elif row["state"] == "starting":
-            # Taken off the queue, its supervisor not registered yet: stop it once it is.
-            self._stop_when_started[run_id] = who
-            sup = self.supervisors.get(run_id)
-            if sup is not None and self._stop_when_started.pop(run_id, None) is not None:
-                sup.stop(who)
-        else:
-            raise Conflict(f"cannot stop run {run_id}: it has {row['state']}")
-        self.ingest.publish_run(run_id)
-        return {"run": run_id, "state": self.run_row(run_id)["state"], "stopping": True}
-
-    def stop_pair(self, pair_id: str, who: str) -> None:
-        """Stop the pair's queued and active runs, "Stopped by WHO." (on the loop: the
-        housekeeping's stop of a pair nobody watches)."""
-        for row in self.store.runs_of_pair(pair_id):
-            if row["state"] == "queued":
-                message = f"Stopped by {who}."
-                fields = {"state": "stopped", "ended_at": time.time(), "message": message}
-                if not self.store.update_run_if(row["id"], "queued", **fields):
-                    continue
-            elif row["state"] in ACTIVE_STATES and row["id"] in self.supervisors:
-                self.supervisors[row["id"]].stop(who)
-            else:
-                continue
-            self.ingest.publish_run(row["id"])
-        self.schedule()
 
     # ---- reads ----------------------------------------------------------------------
 

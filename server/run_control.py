@@ -1,0 +1,144 @@
+"""The lab's requests that signal runs: Crash test, Preempt, Stop, and who may ask.
+A part of the Lab facade (server/lab.py), which holds the state these use.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from crashdrill.server.crash_modes import crash_mode
+from crashdrill.server.db import Row
+from crashdrill.server.errors import Conflict, Forbidden, NotFound
+from crashdrill.server.ingest_loop import IngestLoop
+from crashdrill.server.store import ACTIVE_STATES, Store
+from crashdrill.workers.launch import NotRunning
+from crashdrill.workers.supervisor import Supervisor
+
+
+class RunControl:
+    """Crash, preempt and stop runs (the Lab's state: its store, its supervisors by run,
+    its ingest loop, its scheduling signal, and the stops asked for while starting)."""
+
+    store: Store
+    supervisors: dict[str, Supervisor]
+    ingest: IngestLoop
+    _stop_when_started: dict[str, str]
+    schedule: Callable[[], None]
+
+    def run_row(self, run_id: str) -> Row:
+        row = self.store.run(run_id)
+        if row is None:
+            raise NotFound(f"no run {run_id!r}")
+        return row
+
+    def check_may_control(self, run_id: str, session: str, instructor: bool) -> Row:
+        row = self.run_row(run_id)
+        if not instructor and self.store.owner_of_run(run_id) != session:
+            raise Forbidden(
+                "this run belongs to another browser: only its owner or an instructor"
+                " may crash or stop it"
+            )
+        return row
+
+    def _training(self, row: Row, verb: str) -> Supervisor:
+        """The supervisor of a run that is training now, which a crash test or a
+        preemption may hit; Conflict saying why not otherwise."""
+        run_id, state, stage = row["id"], row["state"], row["stage"]
+        if state != "running" or stage != "train":
+            why = {
+                "queued": "it is still queued",
+                "starting": "it is still starting",
+                "restarting": "it is resuming after a crash",
+                "running": f"it is in stage {stage!r}, not training yet",
+            }.get(state, f"it has {state}")
+            raise Conflict(f"cannot {verb} run {run_id}: {why}; {verb}s hit training runs")
+        sup = self.supervisors.get(run_id)
+        if sup is None:
+            raise Conflict(f"cannot {verb} run {run_id}: no trainer process is watched")
+        return sup
+
+    def preempt(self, run_id: str, session: str, instructor: bool) -> dict[str, Any]:
+        """Preempt a training run as a platform does: SIGTERM now, SIGKILL after the run's
+        grace unless it has stopped; it resumes from what it saved. The run stays
+        `running` until the trainer ends (the grace is its to use)."""
+        row = self.check_may_control(run_id, session, instructor)
+        sup = self._training(row, "preempt")
+        try:
+            pid = sup.preempt()
+        except NotRunning as e:
+            raise Conflict(f"cannot preempt run {run_id}: {e}") from None
+        return {
+            "run": run_id,
+            "signalled_pid": pid,
+            "at_step": row["step"],
+            "grace_s": sup.grace_s,
+            "state": row["state"],
+        }
+
+    def crash(self, run_id: str, session: str, instructor: bool) -> dict[str, Any]:
+        row = self.check_may_control(run_id, session, instructor)
+        sup = self._training(row, "crash")
+        mode = crash_mode(self.store.pair(row["pair_id"]))
+        try:
+            pid = sup.crash(mode)
+        except NotRunning as e:
+            raise Conflict(f"cannot crash run {run_id}: {e}") from None
+        self.store.update_run(
+            run_id, state="restarting", stage="restarting", crashes=row["crashes"] + 1
+        )
+        self.ingest.publish_run(run_id)
+        return {
+            "run": run_id,
+            "killed_pid": pid,
+            "at_step": row["step"],
+            "state": "restarting",
+            "crash_mode": mode,
+        }
+
+    def stop_run(self, run_id: str, session: str, instructor: bool) -> dict[str, Any]:
+        row = self.check_may_control(run_id, session, instructor)
+        who = (
+            "an instructor"
+            if instructor and self.store.owner_of_run(run_id) != session
+            else "its owner"
+        )
+        if row["state"] == "queued":
+            if not self.store.update_run_if(
+                run_id,
+                "queued",
+                state="stopped",
+                ended_at=time.time(),
+                message=f"Stopped by {who}.",
+            ):
+                raise Conflict(f"cannot stop run {run_id}: it is starting; try again in a moment")
+            self.schedule()
+        elif row["state"] in ACTIVE_STATES and run_id in self.supervisors:
+            self.supervisors[run_id].stop(who)
+        elif row["state"] == "starting":
+            # Taken off the queue, its supervisor not registered yet: stop it once it is.
+            self._stop_when_started[run_id] = who
+            sup = self.supervisors.get(run_id)
+            if sup is not None and self._stop_when_started.pop(run_id, None) is not None:
+                sup.stop(who)
+        else:
+            raise Conflict(f"cannot stop run {run_id}: it has {row['state']}")
+        self.ingest.publish_run(run_id)
+        return {"run": run_id, "state": self.run_row(run_id)["state"], "stopping": True}
+
+    def stop_pair(self, pair_id: str, who: str) -> None:
+        """Stop the pair's queued and active runs, "Stopped by WHO." (on the loop: the
+        housekeeping's stop of a pair nobody watches)."""
+        for row in self.store.runs_of_pair(pair_id):
+            if row["state"] == "queued":
+                message = f"Stopped by {who}."
+                fields = {"state": "stopped", "ended_at": time.time(), "message": message}
+                if not self.store.update_run_if(row["id"], "queued", **fields):
+                    continue
+            elif row["state"] in ACTIVE_STATES and row["id"] in self.supervisors:
+                self.supervisors[row["id"]].stop(who)
+            else:
+                continue
+            self.ingest.publish_run(row["id"])
+        self.schedule()
