@@ -90,9 +90,9 @@ RUN set -e; \
 
 # ---- the image ------------------------------------------------------------------------
 FROM ${BASE}
-# tini as PID 1: it hands SIGTERM to the server and reaps what the trainers leave behind;
-# -e 143: a server that ended on SIGTERM (uvicorn re-raises it after a clean shutdown) is a
-# clean exit, 0.
+# tini as PID 1: it hands SIGTERM to the server and reaps what the trainers leave behind.
+# After a clean shutdown uvicorn re-raises the SIGTERM: the server then ends by the signal
+# (143), or with `--ray` by sys.exit(15) (Ray's handler in a driver); both are exit 0.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends tini \
     && rm -rf /var/lib/apt/lists/* \
@@ -115,5 +115,5 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
 # as `crashdrill serve` does; the container's end kills those trainers, and the next
 # start resumes each from its last checkpoint (--stop-runs-on-exit: stop them instead).
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["tini", "-e", "143", "--", "crashdrill", "serve"]
+ENTRYPOINT ["tini", "-e", "143", "-e", "15", "--", "crashdrill", "serve"]
 CMD ["--host", "0.0.0.0", "--port", "8000"]
