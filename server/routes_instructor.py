@@ -9,7 +9,6 @@ run.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -250,11 +249,6 @@ async def set_published(preset: str, body: Published, request: Request) -> dict[
 # ---- the class ----------------------------------------------------------------------
 
 
-def owner_tag(owner: str) -> str:
-    """A short stable name for a browser session (the session id itself stays private)."""
-    return "browser " + hashlib.sha256(owner.encode()).hexdigest()[:6]
-
-
 @router.get(
     "/class",
     summary="A page of the class's pairs, live ones first, then newest: owner, preset, runs",
@@ -275,13 +269,15 @@ def class_view(
         by_pair[row["pair_id"]].append(row)
     positions = queue_positions(lab.store.runs_in(["queued"]))
     stored = lab.store.pairs_by_id(ids)
+    numbers = lab.store.student_numbers([p["owner"] for p in stored.values()])
     pairs = []
     for pair_id, rows in by_pair.items():
         pair = stored.get(pair_id)
         if pair is None or not rows:
             continue
         view = pair_view(pair, sorted(rows, key=lambda r: r["label"]), positions, is_owner=False)
-        view["owner_tag"] = "you" if pair["owner"] == me_ else owner_tag(pair["owner"])
+        mine = pair["owner"] == me_
+        view["owner_tag"] = "you" if mine else f"student {numbers.get(pair['owner'], '?')}"
         view["preset_id"] = pair["preset"]
         view["active"] = any(r["state"] == "queued" or r["state"] in ACTIVE_STATES for r in rows)
         pairs.append(view)

@@ -147,6 +147,20 @@ class Store:
         )
         return page, int(row["n"]) if row else 0
 
+    def student_numbers(self, owners: Sequence[str]) -> dict[str, int]:
+        """Each owner's number in this lab's class: 1 for the browser whose first pair came
+        first, 2 for the next, … (stable; the session id itself stays private)."""
+        if not owners:
+            return {}
+        rows = self.db.run(
+            "SELECT p.owner AS owner, MIN(p.created_at) AS first FROM pairs p"
+            " WHERE p.id IN (SELECT DISTINCT pair_id FROM runs WHERE lab = ?)"
+            " GROUP BY p.owner ORDER BY first, p.owner",
+            (self.lab,),
+        )
+        wanted = set(owners)
+        return {r["owner"]: i for i, r in enumerate(rows, 1) if r["owner"] in wanted}
+
     def runs_of_pairs(self, pair_ids: Sequence[str]) -> list[Row]:
         """The runs of these pairs (one statement per 500 pairs)."""
         rows: list[Row] = []
