@@ -43,7 +43,7 @@ import dataclasses
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -305,22 +305,25 @@ def config_problems(preset: Preset, where: str) -> list[str]:
     configs: dict[tuple[str, bool], dict[str, Any]] = {}
     for on_cuda in (False, True):
         for label in LABELS:
-            try:
-                configs[label, on_cuda] = preset.config_for(label, cuda=on_cuda).to_dict()
-            except ConfigError as e:
-                if where:
-                    place = f"[{where}]"
-                elif e.field == preset.knob.name:
-                    place = f"[knob] {label.lower()}"
-                elif e.field in (preset.a if label == "A" else preset.b):
-                    place = f"[{label.lower()}]"
-                elif on_cuda and e.field in preset.cuda:
-                    place = "[run.cuda]"
+            # Every bad value, not just the first: a value found bad is set aside (its
+            # default stands in) and the config is built again, at most once per field.
+            tried, clean = preset, True
+            for _ in range(len(preset.run) + len(preset.cuda) + len(preset.a) + len(preset.b)):
+                try:
+                    config = tried.config_for(label, cuda=on_cuda).to_dict()
+                except ConfigError as e:
+                    clean = False
+                    place, tried_next = _where_and_without(tried, e.field, label, on_cuda)
+                    msg = f"[{where}] {e}" if where else f"{place} {e}"
+                    if msg not in problems:
+                        problems.append(msg)
+                    if tried_next is None:
+                        break
+                    tried = tried_next
                 else:
-                    place = "[run]"
-                msg = f"{place} {e}"
-                if msg not in problems:
-                    problems.append(msg)
+                    if clean:
+                        configs[label, on_cuda] = config
+                    break
         if ("A", on_cuda) in configs and ("B", on_cuda) in configs:
             a, b = configs["A", on_cuda], configs["B", on_cuda]
             for name in sorted(k for k in a if a[k] != b[k] and k != preset.knob.name):
@@ -331,6 +334,29 @@ def config_problems(preset: Preset, where: str) -> list[str]:
                 if msg not in problems:
                     problems.append(msg)
     return problems
+
+
+def _where_and_without(
+    preset: Preset, name: str, label: str, on_cuda: bool
+) -> tuple[str, Preset | None]:
+    """Where run `label`'s value of `name` came from, and the preset without it there
+    (None when it cannot be set aside: the knob's own value, or a cross-field rule)."""
+    if name == preset.knob.name:
+        return f"[knob] {label.lower()}", None
+    side = preset.a if label == "A" else preset.b
+    if name in side:
+        return f"[{label.lower()}]", replace(preset, **{label.lower(): _without(side, name)})
+    if on_cuda and name in preset.cuda:
+        return "[run.cuda]", replace(
+            preset, cuda={k: v for k, v in preset.cuda.items() if k != name}
+        )
+    if name in preset.run:
+        return "[run]", replace(preset, run={k: v for k, v in preset.run.items() if k != name})
+    return "[run]", None
+
+
+def _without(table: Mapping[str, Any], name: str) -> dict[str, Any]:
+    return {k: v for k, v in table.items() if k != name}
 
 
 def parse_preset_text(text: str, source: str = "<text>") -> Preset:

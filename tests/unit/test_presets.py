@@ -152,3 +152,15 @@ def test_presets_cli_validate_prints_every_problem(tmp_path):
     good.write_text(dump_preset(get_preset("lesson-1.10")).replace("lesson-1.10", "mine"))
     proc = run_cli("presets", "validate", str(good))
     assert proc.returncode == 0 and "ok — mine" in proc.stdout and "during_save" in proc.stdout
+
+
+def test_every_bad_value_of_a_section_is_named_not_just_the_first() -> None:
+    from crashdrill.trainer.presets import dump_preset, parse_preset_text
+
+    text = dump_preset(get_preset("quick"))
+    text = text.replace("lr = 0.003\n", "lr = 0.003\ndropout = 2.0\nweight_decay = -1.0\n", 1)
+    text = text.replace("threads = 1", "threads = 0")
+    with pytest.raises(PresetError) as e:
+        parse_preset_text(text)
+    for name in ("threads = 0", "dropout = 2.0", "weight_decay = -1.0"):
+        assert f"[run] {name} is not allowed" in str(e.value), str(e.value)
