@@ -31,6 +31,7 @@ ID="$(date +%s)-$$"
 WORK="$(mktemp -d /tmp/crashdrill-docker-test.XXXXXX)"
 STEP="start"
 DOCKERD_PID=""
+DANGLING_BEFORE=""
 COMPOSE=()
 PROJECT="crashdrilltest$$"
 BUILT_IMAGES=()
@@ -53,6 +54,10 @@ teardown() {
         "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1
     fi
     for image in "${BUILT_IMAGES[@]}"; do docker rmi -f "$image" >/dev/null 2>&1; done
+    if [ -n "$DANGLING_BEFORE" ]; then  # the build stages' images (untagged, no children)
+        docker images -q -f dangling=true | grep -vxF -f "$DANGLING_BEFORE" \
+            | xargs -r docker rmi >/dev/null 2>&1
+    fi
     if [ "${CRASHDRILL_DOCKER_CLEAN:-0}" = 1 ]; then
         docker images -q 'crashdrill-local/*' | xargs -r docker rmi -f >/dev/null 2>&1
     fi
@@ -138,7 +143,7 @@ echo "   python: $PYTHON_IMAGE ($(docker run --rm --network host "$PYTHON_IMAGE"
 
 # Build-only inputs (docker/local/README.md): this machine's CA bundle, and a CPU torch
 # wheel when pip here has one (no download.pytorch.org needed then).
-mkdir -p docker/local/wheels
+[ -d docker/local/wheels ] || { mkdir -p docker/local/wheels && LOCAL_FILES+=(docker/local/wheels); }
 if [ -f /etc/ssl/certs/ca-certificates.crt ] && [ ! -e docker/local/ca.crt ]; then
     cp /etc/ssl/certs/ca-certificates.crt docker/local/ca.crt && LOCAL_FILES+=(docker/local/ca.crt)
 fi
@@ -152,6 +157,9 @@ for dir in ${PIP_FIND_LINKS:-} /opt/wheels; do
 done
 
 # ---- 3. builds --------------------------------------------------------------------------
+DANGLING_BEFORE="$WORK/dangling-before"
+docker images -q -f dangling=true >"$DANGLING_BEFORE"
+echo "not-an-image-id" >>"$DANGLING_BEFORE"  # grep -f with an empty file would match nothing
 SERVER_IMAGE="${CRASHDRILL_TEST_SERVER_IMAGE:-}"
 WORKER_IMAGE="${CRASHDRILL_TEST_WORKER_IMAGE:-}"
 size() { docker image inspect -f '{{.Size}}' "$1" | awk '{printf "%.0f MB", $1/1e6}'; }
