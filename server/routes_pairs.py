@@ -105,6 +105,11 @@ def query_overrides(params: dict[str, str]) -> dict[str, Any]:
             value = raw
         if isinstance(value, (dict, list)):
             value = raw
+        if key == KNOB:
+            raise BadInput(
+                f"{KNOB} = {raw!r} is not allowed in a query: set each run's value as"
+                f" {KNOB}.a=… or {KNOB}.b=…"
+            )
         if key.startswith(f"{KNOB}."):
             out.setdefault(KNOB, {})[key[len(KNOB) + 1 :]] = value
         else:
