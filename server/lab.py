@@ -205,13 +205,28 @@ class Lab(RunControl):
                 self.ingest.tail(row["id"])  # mirror.jsonl's offset is not kept: read it again
 
     def _started(self, run_id: str, sup: Supervisor) -> None:
-        """The scheduler took the run off the queue: watch it, read its files, start it."""
+        """The scheduler took the run off the queue: watch it, read its files, start it.
+        The start runs on a thread of its own: on a cluster it places an actor and waits
+        for its node (seconds, more on a loaded cluster), which must not stall the loop
+        that answers every request. A Stop before the trainer exists is kept by the
+        supervisor and carried out when it does."""
         self.supervisors[run_id] = sup
         self.ingest.tail(run_id)
-        sup.start()
         who = self._stop_when_started.pop(run_id, None)
         if who is not None:
             sup.stop(who)
+
+        def start() -> None:
+            try:
+                sup.start()
+            except Exception as e:  # the executor's own failure (OSError is the supervisor's)
+                log.exception("could not start run %s", run_id)
+                message = f"Could not start the trainer: {e}"
+                self.store.update_run(run_id, state="failed", ended_at=time.time(), message=message)
+                self.supervisors.pop(run_id, None)
+                self.schedule()
+
+        threading.Thread(target=start, name=f"start-{run_id}", daemon=True).start()
 
     def _ended(self, run_id: str, row: Row) -> None:
         """A supervisor's report that the run ended is stored: its slot is free."""
