@@ -40,12 +40,11 @@ def node_ids(cluster: Any) -> set[str]:
     return {n.node_id for n in ray_cluster.worker_nodes(cluster)}
 
 
-def test_a_pair_on_the_cluster_is_crash_tested_and_resumes_bit_identically(
-    tmp_path: Path, cluster: Any
-) -> None:
+def lab_on(cluster: Any, tmp_path: Path) -> Any:
+    """Settings of a lab whose runs go to `cluster`, its mirror a shared directory."""
     from crashdrill.server.settings import Settings
 
-    settings = Settings(
+    return Settings(
         data_dir=tmp_path / "lab",
         port=free_port(),
         max_concurrent=2,
@@ -54,6 +53,12 @@ def test_a_pair_on_the_cluster_is_crash_tested_and_resumes_bit_identically(
         ray=cluster.address,
         mirror=str(tmp_path / "mirror"),
     )
+
+
+def test_a_pair_on_the_cluster_is_crash_tested_and_resumes_bit_identically(
+    tmp_path: Path, cluster: Any
+) -> None:
+    settings = lab_on(cluster, tmp_path)
     with serving(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
         created = client.post("/api/pairs", json={"preset": "quick"}).json()
         pair = created["pair"]
@@ -141,17 +146,7 @@ def test_a_server_killed_mid_run_re_attaches_to_the_actors_and_loses_no_record(
 def test_lesson_1_15_on_the_cluster_moves_both_runs_and_only_the_mirrored_one_resumes(
     tmp_path: Path, cluster: Any
 ) -> None:
-    from crashdrill.server.settings import Settings
-
-    settings = Settings(
-        data_dir=tmp_path / "lab",
-        port=free_port(),
-        max_concurrent=2,
-        stop_runs_on_exit=True,
-        telemetry=False,
-        ray=cluster.address,
-        mirror=str(tmp_path / "mirror"),
-    )
+    settings = lab_on(cluster, tmp_path)
     with serving(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
         created = client.post("/api/pairs", json={"preset": "lesson-1.15"}).json()
         pair = created["pair"]
@@ -196,17 +191,7 @@ def test_the_node_running_b_is_removed_and_b_resumes_on_another_from_the_mirror(
     tmp_path: Path, cluster: Any
 ) -> None:
     """Last in the module: it takes a node away for good."""
-    from crashdrill.server.settings import Settings
-
-    settings = Settings(
-        data_dir=tmp_path / "lab",
-        port=free_port(),
-        max_concurrent=2,
-        stop_runs_on_exit=True,
-        telemetry=False,
-        ray=cluster.address,
-        mirror=str(tmp_path / "mirror"),
-    )
+    settings = lab_on(cluster, tmp_path)
     with serving(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
         created = client.post("/api/pairs", json={"preset": "quick"}).json()
         pair = created["pair"]
