@@ -277,7 +277,13 @@ KINDS: tuple[Kind, ...] = (
         "telemetry",
         ("sampler",),
         "a machine sample (psutil + NVML), every few seconds, not per run",
-        (),
+        (
+            Field(
+                "node",
+                "object or absent",
+                '{"node_id", "name"}: the Ray node that sampled itself (absent: the server)',
+            ),
+        ),
         more_fields="the fields of crashdrill.workers.telemetry.TelemetrySample",
     ),
 )

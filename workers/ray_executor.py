@@ -16,6 +16,10 @@ in one write each. A copy's size is its offset, so a server killed at any point 
 loses nor repeats a line. A new placement is seeded with the server's copies (the node's
 files are always the server's copy plus what is not shipped yet).
 
+Every call to an actor tells `health` (workers/cluster_health.py) whether the cluster
+answered; each poll may carry the node's own telemetry sample (workers/node_telemetry.py),
+of which `node_samples` keeps the newest per node and `on_node_sample` is told.
+
 A node that dies takes the actor and its trainer with it: the next `wait` reports the host
 lost, and the supervisor restarts the run elsewhere (`relocate`), from the newest verified
 checkpoint in the mirror, which is why a cluster needs one every node reaches.
@@ -29,7 +33,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +41,8 @@ import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from crashdrill.workers.executor import Host, Trainer
+from crashdrill.workers.cluster_health import ClusterHealth
+from crashdrill.workers.executor import Host, StartCancelled, Trainer
 from crashdrill.workers.mirror_restore import MirrorPull
 from crashdrill.workers.ray_node import SEEDED, SHIPPED, NodeRun
 from crashdrill.workers.ray_placement import (
@@ -56,6 +61,7 @@ if TYPE_CHECKING:
 
 NAMESPACE = "crashdrill"
 CALL_S = 30.0  # one call to an actor
+CANCEL_POLL_S = 0.5  # a placement that waits looks this often for a Stop
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -132,12 +138,19 @@ class RayExecutor:
 
     name = "ray"
 
-    def __init__(self, mirror: str) -> None:
+    def __init__(self, mirror: str, address: str | None = None) -> None:
         self.mirror = mirror
+        self.health = ClusterHealth("ray", address)
+        # What a node samples of itself ({"interval_s", "price_per_kwh", "rent_per_hour"});
+        # None: nodes sample nothing. The server sets it and `on_node_sample`.
+        self.telemetry: dict[str, float] | None = {"interval_s": 2.0}
+        self.on_node_sample: Callable[[dict[str, Any]], None] | None = None
+        self.node_samples: dict[str, dict[str, Any]] = {}  # node id -> newest sample
         self._lock = threading.Lock()
         self._actors: dict[Path, Any] = {}  # run dir -> actor handle of its placement
         self._hosts: dict[Path, Host] = {}
         self._launches: dict[Path, Launch] = {}
+        self._cancelled: set[Path] = set()  # runs stopped while their start waits (cancel)
         self._ship_locks: dict[Path, threading.Lock] = {}
         self._remote = ray.remote(NodeRun)
 
@@ -158,7 +171,7 @@ class RayExecutor:
                 ray.init(address=address, **kwargs)
         except Exception as e:
             raise ExecutorError(f"cannot connect to the Ray cluster at {address}: {e}") from None
-        return cls(mirror)
+        return cls(mirror, address)
 
     # ---- the Executor protocol ------------------------------------------------------
 
@@ -257,6 +270,7 @@ class RayExecutor:
     def release(self, run_dir: Path) -> None:
         """The run ended: its last lines shipped, its actor (and node dir) gone."""
         with self._lock:
+            self._cancelled.discard(run_dir)
             actor = self._actors.get(run_dir)
         if actor is None:
             return
@@ -278,7 +292,8 @@ class RayExecutor:
         with lock:
             while True:
                 offsets = {name: _size(run_dir / name) for name in SHIPPED}
-                answer: dict[str, Any] = self._call(actor, "poll", offsets)
+                answer: dict[str, Any] = self._call(actor, "poll", offsets, self.telemetry)
+                self._took_sample(answer.get("telemetry"))
                 got = False
                 if answer.get("run_json"):
                     _replace_bytes(run_dir / RUN_JSON, answer["run_json"])
@@ -289,12 +304,35 @@ class RayExecutor:
                 if not got:
                     return answer
 
+    def runs_on(self, node_id: str) -> list[str]:
+        """The runs (their run dirs' names) placed on that node now."""
+        with self._lock:
+            return [d.name for d, h in self._hosts.items() if h.node_id == node_id]
+
+    def _took_sample(self, record: dict[str, Any] | None) -> None:
+        node = (record or {}).get("node") or {}
+        if not record or not node.get("node_id"):
+            return
+        with self._lock:
+            newest = self.node_samples.get(node["node_id"])
+            if newest is not None and newest.get("t", 0) >= record.get("t", 0):
+                return
+            self.node_samples[node["node_id"]] = record
+        if self.on_node_sample is not None:
+            self.on_node_sample(record)
+
     def call(self, run_dir: Path, method: str, *args: Any) -> Any:
         """Call the run's actor (placing one when it has none)."""
         return self._call(self._actor(run_dir), method, *args)
 
     def _call(self, actor: Any, method: str, *args: Any) -> Any:
-        return ray.get(getattr(actor, method).remote(*args), timeout=CALL_S)
+        try:
+            answer = ray.get(getattr(actor, method).remote(*args), timeout=CALL_S)
+        except (GetTimeoutError, ActorUnavailableError) as e:
+            self.health.failed(f"{type(e).__name__}: {e}"[:300])
+            raise
+        self.health.ok()
+        return answer
 
     def _actor(self, run_dir: Path, avoid: str | None = None) -> Any:
         with self._lock:
@@ -338,14 +376,18 @@ class RayExecutor:
         """Wait for the actor to be placed; past TELL_S the run's log says what it waits
         for (a node that joins the cluster counts), and past place_s it fails."""
         ref = actor.where.remote()
-        deadline = time.monotonic() + place_s()
+        start = time.monotonic()
+        deadline = start + place_s()
         told = False
         while True:
-            ready, _ = ray.wait([ref], timeout=TELL_S)
+            ready, _ = ray.wait([ref], timeout=CANCEL_POLL_S)
             if ready:
                 where: dict[str, Any] = ray.get(ready[0])
                 return where
-            if not told:
+            if self._take_cancel(run_dir):  # a Stop while it waits: no node is taken
+                ray.kill(actor)
+                raise StartCancelled(f"run {run_dir.name} was stopped while it waited for a node")
+            if not told and time.monotonic() - start >= TELL_S:
                 RunDir(run_dir).append_records([waiting_event(run_dir, need)])
                 told = True
             if time.monotonic() > deadline:
@@ -354,6 +396,18 @@ class RayExecutor:
                     f"no node of the Ray cluster could take run {run_dir.name} within"
                     f" {place_s():.0f}s (it needs {need.text()})"
                 )
+
+    def cancel(self, run_dir: Path) -> None:
+        """A Stop before the trainer exists: a placement waiting for a node gives up."""
+        with self._lock:
+            self._cancelled.add(run_dir)
+
+    def _take_cancel(self, run_dir: Path) -> bool:
+        with self._lock:
+            if run_dir in self._cancelled:
+                self._cancelled.discard(run_dir)
+                return True
+            return False
 
     def _forget(self, run_dir: Path) -> None:
         with self._lock:

@@ -3,7 +3,8 @@
     actor = ray.remote(NodeRun).options(name=..., lifetime="detached").remote(run_id)
     actor.seed.remote({"records.jsonl": b"...", ...})   # the server's copies, once placed
     actor.start.remote(argv, env)           # `crashdrill run …` in its own session, here
-    actor.poll.remote({"records.jsonl": 1234, "mirror.jsonl": 0})   # status + new bytes
+    actor.poll.remote({"records.jsonl": 1234, "mirror.jsonl": 0}, {"interval_s": 2.0})
+                                            # status + new bytes (+ the node's telemetry)
     actor.signal.remote(SIGKILL)            # the trainer's whole process group
     actor.wipe.remote()                     # its checkpoints on this node's disk
 
@@ -13,7 +14,9 @@ node's own disk (CRASHDRILL_NODE_DIR, else the temp dir, then the node id: nodes
 one machine in a test keep separate "disks"). A new placement is seeded with the server's
 copy of records.jsonl, mirror.jsonl and run.json, so the node's files are always that copy
 followed by what is not shipped yet: the server asks for bytes from its copy's sizes
-(`poll`), which makes shipping idempotent across a server or actor restart.
+(`poll`), which makes shipping idempotent across a server or actor restart. A poll's answer
+also carries this node's telemetry sample when one is due (workers/node_telemetry.py:
+one sampler per node, at most one sample per interval, whatever the number of actors).
 
 A crash test's SIGKILL takes the trainer's whole process tree on the node, whatever
 sessions its children made (the same kill as on one machine: workers/trainer_process.py).
@@ -36,8 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from crashdrill.trainer.checkpoint_layout import ckpt_root
+from crashdrill.workers.executor import Host
 from crashdrill.workers.mirror import MIRROR_LOG
 from crashdrill.workers.mirror_restore import MirrorPull, pull_for_restart
+from crashdrill.workers.node_telemetry import NodeTelemetry
 from crashdrill.workers.process_tree import become_subreaper, tree_marker
 from crashdrill.workers.run_dir import RECORDS, RUN_JSON, RunDir
 from crashdrill.workers.trainer_env import GCS_ENV_NAMES, writes_gcs_mirror
@@ -83,6 +88,8 @@ class NodeRun:
         self.gpus = ",".join(str(g) for g in ray.get_gpu_ids())
         self.run_dir = RunDir(node_root(self.node_id) / run_id)
         self.run_dir.path.mkdir(parents=True, exist_ok=True)
+        self.host = Host(self.node_id, f"{socket.gethostname()}/{self.node_id[:8]}")
+        self.telemetry = NodeTelemetry(node_root(self.node_id), self.host)
         self.proc: TrainerProcess | None = None
         self.code: int | None = None
         become_subreaper()  # the trainer's orphaned descendants stay findable for a kill
@@ -100,7 +107,7 @@ class NodeRun:
     def where(self) -> dict[str, Any]:
         pid = self.proc.pid if self.proc is not None else None
         started = self.proc.started if self.proc is not None else None
-        host = {"node_id": self.node_id, "name": f"{socket.gethostname()}/{self.node_id[:8]}"}
+        host = self.host.to_dict()
         return {"host": host, "run_dir": str(self.run_dir.path), "pid": pid, "started": started}
 
     def start(self, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
@@ -124,10 +131,13 @@ class NodeRun:
         self.code = None
         return self.where()
 
-    def poll(self, offsets: dict[str, int]) -> dict[str, Any]:
+    def poll(
+        self, offsets: dict[str, int], telemetry: dict[str, float] | None = None
+    ) -> dict[str, Any]:
         """Whether the trainer runs, its exit status once it ended, and each shipped file's
         complete lines after the server's offset (read after the status: an ended
-        trainer's last lines are in the answer), and run.json as it is now."""
+        trainer's last lines are in the answer), and run.json as it is now; `telemetry`
+        (the node sampler's settings) asks for this node's sample when one is due."""
         running = False
         if self.proc is not None and self.code is None:
             try:
@@ -139,7 +149,14 @@ class NodeRun:
             run_json: bytes | None = (self.run_dir.path / RUN_JSON).read_bytes()
         except OSError:
             run_json = None
-        return {"running": running, "code": self.code, "chunks": chunks, "run_json": run_json}
+        sample = self.telemetry.due(**telemetry) if telemetry else None
+        return {
+            "running": running,
+            "code": self.code,
+            "chunks": chunks,
+            "run_json": run_json,
+            "telemetry": sample,
+        }
 
     def signal(self, sig: int) -> bool:
         """SIGKILL: the trainer's whole process tree (workers/process_tree.py), as on the
@@ -173,6 +190,7 @@ class NodeRun:
 
         if self.proc is not None and self.code is None:
             self.signal(signal.SIGKILL)
+        self.telemetry.close()  # another run's actor on this node samples it from now on
         shutil.rmtree(self.run_dir.path, ignore_errors=True)
 
     def stderr_size(self) -> int:
