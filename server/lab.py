@@ -59,14 +59,12 @@ from crashdrill.workers.graceful_stop import Wall
 from crashdrill.workers.launch import Launch
 from crashdrill.workers.mirror import MIRROR_LOG, CheckpointMirror
 from crashdrill.workers.mirror_backends import MirrorError
-from crashdrill.workers.run_dir import RunDir
+from crashdrill.workers.run_dir import FROZEN_PRESET, RunDir
 from crashdrill.workers.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
 LIVE_STATES = ("queued", *ACTIVE_STATES)
-# A run whose dir holds this file trains that preset text (see create_pair).
-FROZEN_PRESET = "preset.toml"
 
 
 def new_id() -> str:

@@ -96,6 +96,15 @@ class Executor(Protocol):
 
     def release(self, run_dir: Path) -> None: ...
 
+    def cancel(self, run_dir: Path) -> None:
+        """A Stop before the trainer exists: a start still waiting (for a node) gives up
+        with StartCancelled; a start that comes later is not affected."""
+        ...
+
+
+class StartCancelled(OSError):
+    """The run's start gave up because the run was stopped while it waited."""
+
 
 class LocalTrainer:
     """A trainer on this machine: its host never vanishes while the server watches."""
@@ -168,6 +177,9 @@ class LocalExecutor:
     def relocate(self, run_dir: Path) -> Host | None:
         """Move the run to another machine: there is none here (the caller says so)."""
         return None
+
+    def cancel(self, run_dir: Path) -> None:
+        """A local start never waits: nothing to give up."""
 
     def release(self, run_dir: Path) -> None:
         """The run ended: nothing is held for it here."""

@@ -34,9 +34,14 @@ class Launch:
 
     def argv(self, *, require_checkpoint: bool, run_dir: Path | None = None) -> list[str]:
         """The command line; `run_dir`: where the trainer keeps its files, when that is
-        not the server's copy (a cluster node's own disk)."""
-        where = str(run_dir or self.run_dir)
-        args = [*self.command, self.preset, "--run-dir", where, "--label", self.label]
+        not the server's copy (a cluster node's own disk). A preset file kept in the run
+        dir (a frozen preset) is named at that place too: it travels with the run dir."""
+        where = run_dir or self.run_dir
+        preset = self.preset
+        kept = Path(preset)
+        if run_dir is not None and kept.is_absolute() and kept.parent == self.run_dir:
+            preset = str(run_dir / kept.name)
+        args = [*self.command, preset, "--run-dir", str(where), "--label", self.label]
         if require_checkpoint:
             args.append("--require-checkpoint")
         return args

@@ -44,12 +44,12 @@ from crashdrill.workers.mirror import MIRROR_LOG
 from crashdrill.workers.mirror_restore import MirrorPull, pull_for_restart
 from crashdrill.workers.node_telemetry import NodeTelemetry
 from crashdrill.workers.process_tree import become_subreaper, tree_marker
-from crashdrill.workers.run_dir import RECORDS, RUN_JSON, RunDir
+from crashdrill.workers.run_dir import FROZEN_PRESET, RECORDS, RUN_JSON, RunDir
 from crashdrill.workers.trainer_env import GCS_ENV_NAMES, writes_gcs_mirror
 from crashdrill.workers.trainer_process import TrainerProcess
 
 SHIPPED = (RECORDS, MIRROR_LOG)  # the files the server keeps a copy of, by offset
-SEEDED = (*SHIPPED, RUN_JSON)
+SEEDED = (*SHIPPED, RUN_JSON, FROZEN_PRESET)  # the preset text a frozen run trains
 MAX_CHUNK = 1 << 20  # bytes of one file in one poll
 _PR_SET_PDEATHSIG = 1
 

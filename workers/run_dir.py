@@ -27,6 +27,9 @@ RECORDS = "records.jsonl"
 RUN_JSON = "run.json"
 STDOUT = "stdout.log"
 STDERR = "stderr.log"
+# A run whose dir holds this file trains that preset text (an instructor's preset, a
+# student's settings): it lives with the run, so it travels wherever the run dir does.
+FROZEN_PRESET = "preset.toml"
 
 
 @dataclass(frozen=True)

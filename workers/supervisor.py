@@ -232,7 +232,10 @@ class Supervisor:
             self._stop_requested = who
             proc = self._proc
         if proc is None:
-            return  # between a death and a restart: the restart sees the flag
+            # Starting (maybe waiting for a node) or between a death and a restart: a
+            # start that waits gives up, and the next one sees the flag.
+            self.executor.cancel(self.launch.run_dir)
+            return
         with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
             proc.signal(signal.SIGTERM)
 
@@ -445,6 +448,11 @@ class Supervisor:
             self._stderr_since = self._stderr_size()
             proc = self.executor.start(self.launch, env, require_checkpoint=require_checkpoint)
         except OSError as e:
+            with self._lock:
+                stop = self._stop_requested
+            if stop:  # stopped while the start waited (StartCancelled, or a failure then)
+                self._stopped(stop, self.run_dir.last_seen()[0])
+                return False
             what = self.launch.command[0]
             self._fail(f"Could not start the trainer ({what}): {e}.", exit_code=None)
             return False

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import signal
+import threading
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
 
-from crashdrill.workers.executor import Host, LocalExecutor, Trainer
+from crashdrill.workers.executor import Host, LocalExecutor, StartCancelled, Trainer
 from crashdrill.workers.launch import Launch
 from crashdrill.workers.supervisor import Supervisor
 from tests.support.lab import STAND_IN
@@ -96,3 +98,68 @@ def test_a_lost_host_restarts_the_run_on_another_one_with_the_event_line(
     assert lost["host"] == {"node_id": "n2", "name": "node-two"}
     resume = next(r for r in recs if r["kind"] == "resume")
     assert resume["segment"] == 1 and resume["from_step"] == m
+
+
+def test_a_preset_kept_in_the_run_dir_is_named_where_the_run_dir_is_on_a_node(
+    tmp_path: Path,
+) -> None:
+    """A frozen preset (a student's settings) lives in the run dir: a node trains its own
+    copy; a built-in preset name or a file elsewhere is passed as it is."""
+    server_dir, node_dir = tmp_path / "server" / "r1", tmp_path / "node" / "r1"
+    frozen = Launch(run_dir=server_dir, preset=str(server_dir / "preset.toml"), label="A")
+    here = frozen.argv(require_checkpoint=False)
+    assert here[-5:] == [
+        str(server_dir / "preset.toml"),
+        "--run-dir",
+        str(server_dir),
+        "--label",
+        "A",
+    ]
+    on_node = frozen.argv(require_checkpoint=True, run_dir=node_dir)
+    assert on_node[-6:-1] == [
+        str(node_dir / "preset.toml"),
+        "--run-dir",
+        str(node_dir),
+        "--label",
+        "A",
+    ]
+    assert on_node[-1] == "--require-checkpoint"
+    for preset in ("quick", str(tmp_path / "presets" / "mine.toml")):
+        built_in = Launch(run_dir=server_dir, preset=preset, label="B")
+        assert built_in.argv(require_checkpoint=False, run_dir=node_dir)[-5] == preset
+
+
+class WaitsForANode(LocalExecutor):
+    """A start that waits for a node no cluster has, until the run is cancelled."""
+
+    def __init__(self) -> None:
+        self.waiting = threading.Event()
+        self.cancelled = threading.Event()
+
+    def start(self, launch: Launch, env: Mapping[str, str], *, require_checkpoint: bool) -> Trainer:
+        self.waiting.set()
+        if not self.cancelled.wait(20):
+            raise AssertionError("the Stop never reached the waiting start")
+        raise StartCancelled(f"run {launch.run_dir.name} was stopped while it waited for a node")
+
+    def cancel(self, run_dir: Path) -> None:
+        self.cancelled.set()
+
+
+def test_a_stop_while_the_start_waits_for_a_node_ends_the_run_stopped_at_once(
+    tmp_path: Path,
+) -> None:
+    changes = Changes()
+    executor = WaitsForANode()
+    launch = Launch(tmp_path / "run", "quick", "A", command=STAND_IN)
+    sup = Supervisor(launch, changes, poll_s=0.05, executor=executor)
+    starting = threading.Thread(target=sup.start)
+    starting.start()
+    assert executor.waiting.wait(10)
+    t0 = time.monotonic()
+    sup.stop("the instructor")
+    stopped = changes.wait_for("stopped", timeout=10)
+    starting.join(10)
+    assert time.monotonic() - t0 < 5
+    assert "the instructor" in stopped.text
+    assert "failed" not in changes.states() and "running" not in changes.states()
