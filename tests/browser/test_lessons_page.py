@@ -53,6 +53,32 @@ def stop_both(page: Any) -> None:
     )
 
 
+def wait_check(page: Any, lab_server: Any, label: str, identical: bool) -> Any:
+    """The run's resume check with the given verdict, once shown; on a timeout, fail with
+    what the page, the API and the server's log said (a flake must leave its cause)."""
+    value = "true" if identical else "false"
+    check = page.locator(f"#resume-checks li.run-{label}[data-bit-identical={value}]")
+    try:
+        check.wait_for(timeout=RUN_MS)
+    except Exception as e:  # Playwright's TimeoutError
+        state = page.evaluate(
+            """async () => {
+                const pair = new URLSearchParams(location.search).get('pair');
+                const view = await (await fetch(`/api/pairs/${pair}`)).json();
+                const checks = {};
+                for (const r of view.runs) {
+                    checks[r.label] = await (await fetch(`/api/runs/${r.id}/resume-checks`)).json();
+                }
+                return {view, checks, shown: document.querySelector('#resume-checks').innerText};
+            }"""
+        )
+        pytest.fail(
+            f"no {value} resume check for run {label}: {e}\n{state}\n"
+            f"--- server log ---\n{lab_server.output()}"
+        )
+    return check
+
+
 def max_delta(check: Any) -> float:
     m = re.search(r"max \|Δloss\| ([-+.\de]+)", check.locator(".check-line").inner_text())
     assert m, check.inner_text()
@@ -117,8 +143,7 @@ def test_quick_from_its_link_resumes_bit_identical_and_the_calculator_measures_i
     assert panel.locator(".cadence-worst").inner_text().startswith("50 steps")
 
     crash(page, "A", 70)
-    check = page.locator("#resume-checks li.run-A[data-bit-identical=true]")
-    check.wait_for(timeout=RUN_MS)
+    check = wait_check(page, lab_server, "A", identical=True)
     assert "Bit-identical" in check.inner_text() and max_delta(check) == 0.0
     panel.locator(".cadence-source").filter(has_text="seconds per save from its ckpt").wait_for()
     stop_both(page)
@@ -132,12 +157,10 @@ def test_weights_only_checkpoints_resume_to_a_different_run(
     assert "weights" in page.locator("#lesson-knob").inner_text()
     crash(page, "B", 130)
     crash(page, "A", 130)
-    different = page.locator("#resume-checks li.run-B[data-bit-identical=false]")
-    different.wait_for(timeout=RUN_MS)
+    different = wait_check(page, lab_server, "B", identical=False)
     assert max_delta(different) > 0
     assert "Not bit-identical" in different.inner_text()
-    same = page.locator("#resume-checks li.run-A[data-bit-identical=true]")
-    same.wait_for(timeout=RUN_MS)
+    same = wait_check(page, lab_server, "A", identical=True)
     assert max_delta(same) == 0.0
     stop_both(page)
     assert page.errors == []
