@@ -8,11 +8,18 @@ exits 2 with it: Ray not installed, nothing listening at the address, or a clust
 refuses the connection. Ray is imported only here and only then: the default lab needs
 none of it. How runs live on the cluster is workers/ray_executor.py; docs/cluster.md says
 how to point a lab at a real cluster.
+
+`watch_cluster` wires a Ray executor to the lab's telemetry feed: the nodes' own samples
+and the cluster's reachability (`cluster_status`, also in GET /api/health).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from crashdrill.server.settings import Settings, SettingsError
+from crashdrill.server.telemetry_feed import TelemetryFeed
+from crashdrill.workers.cluster_health import LOCAL
 from crashdrill.workers.executor import Executor, LocalExecutor
 
 
@@ -35,3 +42,32 @@ def executor_for(settings: Settings) -> Executor:
     except ExecutorError as e:
         where = "--ray, CRASHDRILL_RAY_ADDRESS"
         raise SettingsError(f"ray = {settings.ray!r} ({where}): {e}") from None
+
+
+def cluster_status(executor: Executor) -> dict[str, Any]:
+    """{"kind", "address", "reachable", "since", "last_ok", "error"}: the local executor's
+    machine is always reachable."""
+    health = getattr(executor, "health", None)
+    return health.status() if health is not None else dict(LOCAL)
+
+
+def watch_cluster(executor: Executor, feed: TelemetryFeed, settings: Settings) -> None:
+    """Nodes sample themselves as often as the server's own sampler, and what they send
+    and each change of reachability reach the feed (nothing to do on the local one)."""
+    feed.cluster = lambda: cluster_status(executor)
+    health = getattr(executor, "health", None)
+    if health is not None:
+        health.on_change = feed.cluster_changed_threadsafe
+    if hasattr(executor, "on_node_sample"):
+        on = settings.telemetry
+        executor.telemetry = (  # type: ignore[attr-defined]
+            {
+                "interval_s": settings.telemetry_interval_s,
+                "price_per_kwh": settings.price_per_kwh,
+                "rent_per_hour": settings.rent_per_hour,
+            }
+            if on
+            else None
+        )
+        executor.on_node_sample = feed.node_sample_threadsafe  # type: ignore[attr-defined]
+        feed.runs_on = executor.runs_on  # type: ignore[attr-defined]

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from crashdrill.server.catalog import check_corpora
-from crashdrill.server.cluster import executor_for
+from crashdrill.server.cluster import executor_for, watch_cluster
 from crashdrill.server.crash_modes import (
     crash_mode,
     fresh_start_allowed,
@@ -108,6 +108,7 @@ class Lab(RunControl):
             log.info("%d run(s) from before schema 2 now belong to this lab", claimed)
         self.fanout: Fanout = fanout or LocalFanout(settings.stream_max_pending_records)
         self.telemetry = TelemetryFeed(settings, self.store, self.fanout, sampler_factory)
+        watch_cluster(self.executor, self.telemetry, settings)  # nodes' samples, reachability
         self.supervisors: dict[str, Supervisor] = {}  # runs whose trainer is watched
         # Stops asked for while the scheduler was starting a run (state "starting", no
         # supervisor yet): whoever of the Stop and _started comes second carries it out.

@@ -7,6 +7,11 @@ HEALTHCHECK (docker/server.Dockerfile):
 adopted or resumed, queue and ingest running) and its database answers a query; 503 with
 `Retry-After` while the database is unreachable (the same answer every route gives then).
 It reads nothing a student could not see, and needs no cookie.
+
+`cluster` says where runs execute and whether that answers (server/cluster.py): the
+local executor is always reachable; on a Ray cluster that stops answering the lab stays
+ready (200, `reachable: false`): its runs keep training on their nodes and their records
+catch up when it is back.
 """
 
 from __future__ import annotations
@@ -17,10 +22,20 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 import crashdrill
+from crashdrill.server.cluster import cluster_status
 from crashdrill.server.lab import Lab
 from crashdrill.server.schemas import problems
 
 router = APIRouter(prefix="/api", tags=["health"])
+
+
+class Cluster(BaseModel):
+    kind: str = Field(description="local (this machine) or ray")
+    address: str | None = Field(description="the Ray cluster's address; null on local")
+    reachable: bool = Field(description="false while calls to the cluster fail")
+    since: float | None = Field(description="unix time the cluster stopped answering")
+    last_ok: float | None = Field(description="unix time of the last call that answered")
+    error: str | None = Field(description="the last failed call's error, while unreachable")
 
 
 class Health(BaseModel):
@@ -28,6 +43,7 @@ class Health(BaseModel):
     version: str = Field(description="the crashdrill release")
     database: str = Field(description="sqlite or postgres (never the URL: it may hold a password)")
     schema_version: int = Field(description="the database schema the lab migrated to")
+    cluster: Cluster = Field(description="where runs execute, and whether it answers")
 
 
 @router.get(
@@ -47,4 +63,5 @@ def health(request: Request) -> dict[str, Any]:
         "version": crashdrill.__version__,
         "database": lab.db.dialect,
         "schema_version": int(row["v"]) if row and row["v"] is not None else 0,
+        "cluster": cluster_status(lab.executor),
     }

@@ -1,14 +1,17 @@
 """Live data: the machine's latest telemetry and one SSE stream per browser tab.
 
 The stream of a pair carries, as SSE events:
-- `hello` once: {"pair": <the pair's state>, "machine": <latest sample or null>};
+- `hello` once: {"pair": <the pair's state>, "machine": <latest sample or null>,
+  "nodes": [the newest sample of each Ray node its runs are on], "cluster": <reachability>};
 - `records`: {"run", "gap", "records": [...]} — new records of one run, each with its
   `id`; `gap: true` when the client was too slow and older ones were dropped (refetch
   with /api/runs/{run}/records?after=…). The SSE `id` is the newest record id, so a
   reconnecting EventSource (Last-Event-ID) gets what it missed;
 - `run`: one run's state (as in /api/pairs/{pair}), latest value only;
 - `resume_checks`: {"run", "checks": [...]}, latest value only;
-- `telemetry`: the machine sample, latest value only;
+- `telemetry`: the machine sample, latest value only; on a Ray cluster also a node's
+  sample (with `node`, one per node its runs are on) and `{"cluster": …}` when the
+  cluster's reachability changes;
 - a `: ping` comment when nothing happened for a while.
 
 Open streams are bounded per client address and in all (server/stream_slots.py): 429
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
@@ -40,8 +44,22 @@ router = APIRouter(prefix="/api", tags=["live"])
 
 
 @router.get("/machine", response_model=Machine, summary="The newest machine telemetry sample")
-async def machine(request: Request) -> dict[str, Any]:
-    return {"sample": lab_of(request).telemetry.latest}
+def machine(
+    request: Request,
+    pair: str | None = Query(default=None, description="also the samples of its runs' nodes"),
+) -> dict[str, Any]:
+    # A plain def: the pair's view reads the database, on a worker thread.
+    lab = lab_of(request)
+    nodes: list[dict[str, Any]] = []
+    if pair is not None and lab.telemetry.nodes:
+        runs = [{"host": _host(lab, r)} for r in lab.store.runs_of_pair(pair)]
+        nodes = lab.telemetry.for_pair(runs)
+    return {"sample": lab.telemetry.latest, "nodes": nodes, "cluster": lab.telemetry.cluster()}
+
+
+def _host(lab: Lab, run: Any) -> dict[str, str] | None:
+    host = lab.executor.host(Path(run["run_dir"]))
+    return host.to_dict() if host is not None else None
 
 
 @router.get(
@@ -73,7 +91,15 @@ async def stream(
         lab.fanout.unsubscribe(sub)
         slot.release()
         raise
-    hello = json.dumps({"pair": view, "machine": lab.telemetry.latest}, separators=(",", ":"))
+    hello = json.dumps(
+        {
+            "pair": view,
+            "machine": lab.telemetry.latest,
+            "nodes": lab.telemetry.for_pair(view["runs"]),
+            "cluster": lab.telemetry.cluster(),
+        },
+        separators=(",", ":"),
+    )
 
     async def body() -> AsyncIterator[bytes]:
         try:

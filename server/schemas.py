@@ -220,6 +220,13 @@ class RecordKinds(BaseModel):
 
 class Machine(BaseModel):
     sample: dict[str, Any] | None = Field(description="the newest telemetry record, or null")
+    nodes: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="with ?pair=: the newest record of each Ray node the pair's runs are on",
+    )
+    cluster: dict[str, Any] | None = Field(
+        default=None, description="the cluster's reachability, as in GET /api/health"
+    )
 
 
 def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:

@@ -33,6 +33,14 @@ def test_health_says_ready_with_the_database_kind_and_schema_once_the_lab_starte
     assert body["ready"] is True and body["version"] == crashdrill.__version__
     assert body["database"] == "sqlite"
     assert body["schema_version"] == migrated > 0
+    assert body["cluster"] == {  # runs are subprocesses here: always reachable
+        "kind": "local",
+        "address": None,
+        "reachable": True,
+        "since": None,
+        "last_ok": None,
+        "error": None,
+    }
 
 
 def test_health_answers_503_with_retry_after_while_the_database_is_unreachable(

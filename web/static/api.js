@@ -47,7 +47,8 @@ export const api = {
   crash: (run) => request("POST", `/api/runs/${enc(run)}/crash`),
   preempt: (run) => request("POST", `/api/runs/${enc(run)}/preempt`),
   resumeChecks: (run) => request("GET", `/api/runs/${enc(run)}/resume-checks`),
-  machine: () => request("GET", "/api/machine"),
+  /** The server's machine sample; with a pair, also its Ray nodes' and the cluster's state. */
+  machine: (pairId) => request("GET", pairId ? `/api/machine?pair=${enc(pairId)}` : "/api/machine"),
   /** The run-record contract (every kind and its fields); asked once a page. */
   recordKinds: () => (recordKinds ||= request("GET", "/api/record-kinds").catch((e) => {
     recordKinds = null;

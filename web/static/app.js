@@ -12,6 +12,7 @@ import { uPlotLoaded } from "./charts.js";
 import { renderEvents } from "./events.js";
 import { renderHeader, renderProbes, renderResumeChecks, renderSamples } from "./lesson.js";
 import { LessonSettings, ShareLink, lessonFromPath } from "./lesson_link.js";
+import { clusterBanner, pairNodes } from "./cluster.js";
 import { EnergyLedger, MachinePanel } from "./machine.js";
 import { PairModel } from "./model.js";
 import { followLive } from "./realtime.js";
@@ -30,6 +31,7 @@ const page = {
   stages: [],
   charts: null,
   machine: null,
+  nodes: new Map(), // Ray node id -> its newest telemetry sample (none on one machine)
   ledger: null,
   stream: null,
   dirty: false,
@@ -72,6 +74,7 @@ function render() {
   if (!pair) return;
   for (const c of page.cards) c.update(pair, page.ledger.forRun(c.run.id));
   for (const s of page.stages) s.update();
+  page.machine.updateNodes(pairNodes(page.nodes, pair.ordered().map((r) => r.host())));
   page.machine.update(pair.machine, page.ledger);
   const runs = pair.ordered();
   once("probes", runs.map((r) => `${r.probe?.id}:${r.probe?.step}`).join(), () => renderProbes(pair));
@@ -211,6 +214,7 @@ async function openPair(pairId) {
   document.body.dataset.view = "pair";
   const pair = new PairModel(view, contract);
   page.pair = pair;
+  page.nodes = new Map();
   page.ledger = new EnergyLedger(pair.id);
   renderHeader(view.preset, view.knob?.text);
   if (view.preset?.id) page.share.show(view.preset.id);
@@ -236,6 +240,8 @@ async function openPair(pairId) {
     hello: (d) => {
       if (d.pair) pair.setView(d.pair);
       if (d.machine) onTelemetry(d.machine);
+      for (const s of d.nodes || []) onTelemetry(s);
+      if (d.cluster) onTelemetry({ cluster: d.cluster });
       scheduleRender();
     },
     records: (d) => onRecords(d),
@@ -270,7 +276,11 @@ async function loadHistory(pair) {
     });
     pair.checks.set(run.id, (await api.resumeChecks(run.id)).checks);
   });
-  jobs.push(api.machine().then((m) => m.sample && onTelemetry(m.sample)).catch(() => {}));
+  jobs.push(api.machine(pair.id).then((m) => {
+    if (m.sample) onTelemetry(m.sample);
+    for (const s of m.nodes || []) onTelemetry(s);
+    if (m.cluster) onTelemetry({ cluster: m.cluster });
+  }).catch(() => {}));
   try {
     await Promise.all(jobs);
   } catch (e) {
@@ -313,9 +323,24 @@ function onRecords(d) {
   scheduleRender();
 }
 
+/** A `telemetry` message: the server's machine sample, a Ray node's (with `node`), or the
+ * cluster's reachability (`{"cluster": …}`, the banner). */
 function onTelemetry(sample) {
+  if (sample.cluster) {
+    const text = clusterBanner(sample.cluster);
+    const banner = $("#cluster-banner");
+    banner.textContent = text || "";
+    banner.hidden = !text;
+    return;
+  }
   const pair = page.pair;
   if (!pair) return;
+  if (sample.node) {
+    const newest = page.nodes.get(sample.node.node_id);
+    if (!newest || sample.t > newest.t) page.nodes.set(sample.node.node_id, sample);
+    scheduleRender();
+    return;
+  }
   pair.addTelemetry(sample);
   page.ledger.add(sample, pair);
   scheduleRender();

@@ -1,6 +1,8 @@
 // "The machine, live": the newest telemetry sample as tiles, each with a line saying what
 // moves it; a last-5-minutes sparkline; and this experiment's energy, split between the
 // runs that were active, kept per pair in localStorage so that a reload keeps counting.
+// On a Ray cluster, one block per node the pair's runs are on, labelled by the node's
+// name, with the same tiles (each node samples itself: workers/node_telemetry.py).
 
 import * as f from "./format.js";
 
@@ -105,6 +107,8 @@ export class MachinePanel {
     this.sparkNote = root.querySelector(".spark-note");
     this.energy = root.querySelector(".experiment-energy");
     this.energyNote = root.querySelector(".experiment-cost");
+    this.nodes = root.querySelector(".node-blocks");
+    this.nodesDrawn = "";
     this.tiles = new Map();
     for (const t of TILES) {
       const div = document.createElement("div");
@@ -119,6 +123,19 @@ export class MachinePanel {
     }
   }
 
+  /** The samples of the nodes this pair trains on ([] on one machine: no blocks). */
+  updateNodes(samples) {
+    this.root.dataset.nodes = String(samples.length);
+    const signature = samples.map((s) => `${s.node.node_id}:${s.t}`).join();
+    if (signature === this.nodesDrawn) {
+      for (const [i, s] of samples.entries()) this.nodes.children[i].querySelector(".node-ago").textContent = f.ago(s.t);
+      return;
+    }
+    this.nodesDrawn = signature;
+    this.nodes.hidden = !samples.length;
+    this.nodes.replaceChildren(...samples.map((s) => nodeBlock(s)));
+  }
+
   update(sample, ledger) {
     if (!sample) {
       this.head.textContent = "Waiting for the first machine sample (every 2 s)…";
@@ -127,7 +144,8 @@ export class MachinePanel {
     const gpuOk = sample.gpu_state === "ok";
     this.root.dataset.gpu = sample.gpu_state || "no_gpu";
     const who = gpuOk ? sample.gpu_name || "NVIDIA GPU" : "no GPU on this machine";
-    this.head.textContent = `${who} · sampled ${f.ago(sample.t)}`;
+    const where = this.root.dataset.nodes > 0 ? "The server: " : "";
+    this.head.textContent = `${where}${who} · sampled ${f.ago(sample.t)}`;
     this.noGpu.hidden = gpuOk;
     if (!gpuOk) {
       this.noGpu.textContent = sample.gpu_state === "nvml_error"
@@ -170,4 +188,41 @@ export class MachinePanel {
       ? `Last 5 minutes of ${usePower ? "power" : "CPU use"}: ${pts.length} samples, now ${usePower ? f.watts(lastV) : f.pct(lastV)}`
       : "No samples yet");
   }
+}
+
+/** One node's block: its name, its GPU, and the tiles' values (the "why" lines are the
+ * server's tiles above). */
+function nodeBlock(sample) {
+  const gpuOk = sample.gpu_state === "ok";
+  const div = document.createElement("div");
+  div.className = "node-block";
+  div.dataset.node = sample.node.node_id;
+  const h = document.createElement("h3");
+  h.className = "node-name";
+  h.textContent = `Node ${sample.node.name}`;
+  const head = document.createElement("p");
+  head.className = "node-head";
+  head.append(`${gpuOk ? sample.gpu_name || "NVIDIA GPU" : "no GPU on this node"} · sampled `);
+  const ago = document.createElement("span");
+  ago.className = "node-ago";
+  ago.textContent = f.ago(sample.t);
+  head.append(ago);
+  const grid = document.createElement("div");
+  grid.className = "tiles";
+  for (const t of TILES) {
+    if (t.gpu && !gpuOk) continue;
+    const tile = document.createElement("div");
+    tile.className = "tile";
+    tile.dataset.tile = t.key;
+    const name = document.createElement("span");
+    name.className = "tile-name";
+    name.textContent = t.name;
+    const value = document.createElement("span");
+    value.className = "tile-value";
+    value.textContent = t.value(sample);
+    tile.append(name, value);
+    grid.append(tile);
+  }
+  div.append(h, head, grid);
+  return div;
 }
