@@ -5,6 +5,7 @@ the module (a head that takes no runs, two worker nodes)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -58,7 +59,7 @@ def lab_on(cluster: Any, tmp_path: Path) -> Any:
 def test_a_pair_on_the_cluster_is_crash_tested_and_resumes_bit_identically(
     tmp_path: Path, cluster: Any
 ) -> None:
-    settings = lab_on(cluster, tmp_path)
+    settings = dataclasses.replace(lab_on(cluster, tmp_path), telemetry=True)  # nodes sample
     with serving(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
         created = client.post("/api/pairs", json={"preset": "quick"}).json()
         pair = created["pair"]
@@ -70,6 +71,8 @@ def test_a_pair_on_the_cluster_is_crash_tested_and_resumes_bit_identically(
             "A past its first checkpoint",
         )
         assert all(r["host"]["node_id"] in node_ids(cluster) for r in runs)
+        hosts = {r["host"]["node_id"]: r["host"]["name"] for r in runs}
+        assert_telemetry_names_the_nodes(client, pair, hosts)
         assert not (tmp_path / "lab" / "runs" / run_a / "ckpt").exists()  # on the node
         crash = client.post(f"/api/runs/{run_a}/crash")
         assert crash.status_code == 202, crash.text
@@ -79,6 +82,29 @@ def test_a_pair_on_the_cluster_is_crash_tested_and_resumes_bit_identically(
         assert [(r["segment"], r["step"]) for r in runs] == [(1, 300), (0, 300)]
         [check] = client.get(f"/api/runs/{run_a}/resume-checks").json()["checks"]
         assert check["bit_identical"] is True and check["points"] > 0
+
+
+def assert_telemetry_names_the_nodes(
+    client: httpx.Client, pair: str, hosts: dict[str, str]
+) -> None:
+    """Each node a run trains on sampled itself, and the pair's telemetry (its stream's
+    hello, /api/machine?pair=) is those nodes' samples, labelled by their names."""
+    deadline = time.monotonic() + 30
+    while True:
+        machine = client.get("/api/machine", params={"pair": pair}).json()
+        named = {s["node"]["node_id"]: s["node"]["name"] for s in machine["nodes"]}
+        if named == hosts or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert named == hosts, machine["nodes"]
+    assert all(s["kind"] == "telemetry" and s["ram_total_bytes"] > 0 for s in machine["nodes"])
+    assert machine["cluster"]["kind"] == "ray" and machine["cluster"]["reachable"] is True
+    with client.stream("GET", "/api/stream", params={"pair": pair}) as stream:
+        hello = next(line for line in stream.iter_lines() if line.startswith("data:"))
+    pushed = json.loads(hello.removeprefix("data:"))
+    assert {s["node"]["node_id"]: s["node"]["name"] for s in pushed["nodes"]} == hosts
+    health = client.get("/api/health").json()["cluster"]
+    assert health["kind"] == "ray" and health["reachable"] is True and health["error"] is None
 
 
 def file_records(run_dir: Path) -> list[dict[str, Any]]:
