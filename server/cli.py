@@ -37,7 +37,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, help="port to listen on (default 8000)")
     p.add_argument("--data-dir", help="database, run dirs and keys (default: user data dir)")
     p.add_argument(
-        "--max-concurrent", type=int, help="runs that train at once (default: from cores/GPUs)"
+        "--max-concurrent",
+        type=int,
+        help="runs that train at once (default: from cores/GPUs; with --ray, the cluster's"
+        " nodes decide)",
     )
     p.add_argument(
         "--stop-runs-on-exit",
@@ -58,6 +61,12 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         " crashdrill[ray] and --mirror; default: subprocesses on this machine)",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def run_limit_text(settings: Settings) -> str:
+    if settings.max_concurrent is None:
+        return "as many runs at once as the cluster's nodes take"
+    return f"up to {settings.max_concurrent} runs at once"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"crashdrill: the lab is at http://{settings.host}:{settings.port}"
         f" (data in {settings.data_dir}; database: {app.state.lab.db.describe()};"
-        f" up to {settings.max_concurrent} runs at once; {instructor_mode(settings)})",
+        f" {run_limit_text(settings)}; {instructor_mode(settings)})",
         file=sys.stderr,
         flush=True,
     )

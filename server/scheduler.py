@@ -6,9 +6,13 @@
     await scheduler.stop() # no new starts from now on
 
 At most `max_concurrent` runs are starting/running/restarting; the rest wait in FIFO
-order, a pair's two runs together. A pass's database work (the queue, marking runs
-starting, every queued run's new place) runs on a worker thread: a remote database's
-round trips would stall the loop, and a long queue means a view to push for each run.
+order, a pair's two runs together. On a Ray cluster with no `max_concurrent` given, every
+queued run starts at once and waits for a node with the resources its preset needs: the
+queue and the limit are then the cluster's (its log says what it waits for).
+
+A pass's database work (the queue, marking runs starting, every queued run's new place)
+runs on a worker thread: a remote database's round trips would stall the loop, and a
+long queue means a view to push for each run.
 A queued run is taken with UPDATE … WHERE state = 'queued', so a run a Stop click stopped
 while a pass planned it is not started anyway.
 """
@@ -126,11 +130,14 @@ class Scheduler:
         supervisors built, not started), and the views to push (theirs, and every queued
         run's new place in the queue)."""
         plan = StartPlan()
-        limit = self.settings.max_concurrent
-        free = limit - len(self.store.runs_in(ACTIVE_STATES))
         queued = self.store.runs_in(["queued"])
         if not queued:
             return plan
+        active = len(self.store.runs_in(ACTIVE_STATES))
+        limit = self.settings.max_concurrent
+        if limit is None:  # on a cluster: each run starts and waits for a node of its own
+            limit = active + len(queued)
+        free = limit - active
         started: list[Row] = []
         while queued and free > 0:
             group = [r for r in queued if r["pair_id"] == queued[0]["pair_id"]]

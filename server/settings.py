@@ -64,7 +64,9 @@ class Settings:
     data_dir: Path = field(default_factory=default_data_dir)
     host: str = "127.0.0.1"
     port: int = 8000
-    max_concurrent: int = field(default_factory=default_max_concurrent)
+    # Runs training at once. None: from this machine (default_max_concurrent); with `ray`
+    # it stays None: every run waits for a node with its resources (the cluster's queue).
+    max_concurrent: int | None = None
     instructor_token: str | None = None
     max_wrong_tokens: int = 10  # per client address per minute; 0: no limit
     secret_key: str | None = None  # None: generated once and kept in data_dir/secret_key
@@ -127,7 +129,9 @@ class Settings:
         self._check_hardening()
         if not 1 <= self.port <= 65535:
             raise SettingsError(f"port = {self.port}: a number in 1..65535")
-        if self.max_concurrent < 1:
+        if self.max_concurrent is None and self.ray is None:
+            object.__setattr__(self, "max_concurrent", default_max_concurrent())
+        if self.max_concurrent is not None and self.max_concurrent < 1:
             raise SettingsError(f"max_concurrent = {self.max_concurrent}: a whole number ≥ 1")
         if self.max_pairs_per_session < 1 or self.max_queued_runs < 2:
             raise SettingsError("max_pairs_per_session must be ≥ 1 and max_queued_runs ≥ 2")

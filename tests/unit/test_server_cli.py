@@ -95,3 +95,17 @@ def test_without_a_token_the_start_line_says_off_and_how_to_turn_it_on(tmp_path:
     line = cli.instructor_mode(Settings(data_dir=tmp_path))
     assert line.startswith("instructor mode off")
     assert "quickstart.py lab --instructor" in line
+
+
+def test_on_a_cluster_the_nodes_decide_how_many_runs_train_unless_a_limit_is_given(
+    tmp_path: Path,
+) -> None:
+    from crashdrill.server.cli import run_limit_text
+
+    mirror = str(tmp_path / "mirror")
+    assert Settings().max_concurrent == default_max_concurrent()
+    on_cluster = Settings(ray="127.0.0.1:6379", mirror=mirror)
+    assert on_cluster.max_concurrent is None
+    assert run_limit_text(on_cluster) == "as many runs at once as the cluster's nodes take"
+    capped = Settings(ray="127.0.0.1:6379", mirror=mirror, max_concurrent=4)
+    assert capped.max_concurrent == 4 and run_limit_text(capped) == "up to 4 runs at once"
