@@ -112,8 +112,9 @@ class RayTrainer:
         try:
             answer = self._executor.ship(self._run_dir, self._actor)
         except (GetTimeoutError, ActorUnavailableError):
-            # The cluster is slow or unreachable for now: the trainer keeps training on
-            # its node, and its records catch up when the actor answers again.
+            # The cluster is slow or unreachable for now (`_call` told `health`, which the
+            # page shows): the trainer keeps training on its node, and its records catch
+            # up when the actor answers again.
             time.sleep(max(0.0, deadline - time.monotonic()))
             raise TimeoutError from None
         except RayActorError:
