@@ -48,7 +48,6 @@ def lab_on(cluster: Any, tmp_path: Path) -> Any:
     return Settings(
         data_dir=tmp_path / "lab",
         port=free_port(),
-        max_concurrent=2,
         stop_runs_on_exit=True,
         telemetry=False,
         ray=cluster.address,
@@ -59,9 +58,14 @@ def lab_on(cluster: Any, tmp_path: Path) -> Any:
 def test_a_pair_on_the_cluster_is_crash_tested_and_resumes_bit_identically(
     tmp_path: Path, cluster: Any
 ) -> None:
+    """With a student's setting, so the runs train a frozen preset: each node trains its
+    own copy of it, never a path under the server's data dir (a node on another machine
+    cannot read that)."""
     settings = dataclasses.replace(lab_on(cluster, tmp_path), telemetry=True)  # nodes sample
     with serving(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
-        created = client.post("/api/pairs", json={"preset": "quick"}).json()
+        created = client.post(
+            "/api/pairs", json={"preset": "quick", "overrides": {"steps": 240}}
+        ).json()
         pair = created["pair"]
         run_a = created["runs"][0]["id"]
         runs = wait_for_pair(
@@ -74,12 +78,15 @@ def test_a_pair_on_the_cluster_is_crash_tested_and_resumes_bit_identically(
         hosts = {r["host"]["node_id"]: r["host"]["name"] for r in runs}
         assert_telemetry_names_the_nodes(client, pair, hosts)
         assert not (tmp_path / "lab" / "runs" / run_a / "ckpt").exists()  # on the node
+        trained = trained_preset(run_a)
+        assert trained.name == "preset.toml" and trained.is_file(), trained
+        assert not trained.is_relative_to(tmp_path / "lab"), f"the server's copy: {trained}"
         crash = client.post(f"/api/runs/{run_a}/crash")
         assert crash.status_code == 202, crash.text
         runs = wait_for_pair(
             client, pair, lambda rs: all(r["state"] == "finished" for r in rs), "the end"
         )
-        assert [(r["segment"], r["step"]) for r in runs] == [(1, 300), (0, 300)]
+        assert [(r["segment"], r["step"]) for r in runs] == [(1, 240), (0, 240)]
         [check] = client.get(f"/api/runs/{run_a}/resume-checks").json()["checks"]
         assert check["bit_identical"] is True and check["points"] > 0
 
@@ -105,6 +112,18 @@ def assert_telemetry_names_the_nodes(
     assert {s["node"]["node_id"]: s["node"]["name"] for s in pushed["nodes"]} == hosts
     health = client.get("/api/health").json()["cluster"]
     assert health["kind"] == "ray" and health["reachable"] is True and health["error"] is None
+
+
+def trained_preset(run_id: str) -> Path:
+    """The preset argument of the live trainer of `run_id` (its command line: --run-dir
+    names the node's copy of the run dir)."""
+    import psutil
+
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "--run-dir" in cmd and Path(cmd[cmd.index("--run-dir") + 1]).name == run_id:
+            return Path(cmd[cmd.index("--run-dir") - 1])
+    raise AssertionError(f"no live trainer of run {run_id}")
 
 
 def file_records(run_dir: Path) -> list[dict[str, Any]]:
@@ -259,6 +278,7 @@ def test_a_run_no_node_can_take_waits_saying_so_and_a_node_that_joins_takes_it(
     import threading
 
     from crashdrill.trainer.presets import dump_preset, get_preset
+    from crashdrill.workers.executor import StartCancelled
     from crashdrill.workers.launch import Launch
     from crashdrill.workers.ray_executor import RayExecutor
     from crashdrill.workers.run_dir import RunDir
@@ -278,6 +298,27 @@ def test_a_run_no_node_can_take_waits_saying_so_and_a_node_that_joins_takes_it(
         time.sleep(0.2)
     [waiting] = [r for r in RunDir(run_dir).tail_records() if r.get("code")]
     assert waiting["text"].startswith("Waiting for a node of the Ray cluster with 1 GPU free")
+
+    # A second one is stopped while it waits: its start gives up at once, no node taken.
+    stopped_dir = tmp_path / "runs" / "gpu-stopped"
+    stopped = Launch(stopped_dir, str(preset), "A")
+    outcome: dict[str, Any] = {}
+
+    def start_stopped() -> None:
+        try:
+            executor.start(stopped, {}, require_checkpoint=False)
+        except StartCancelled as e:
+            outcome["cancelled"] = str(e)
+
+    starting = threading.Thread(target=start_stopped)
+    starting.start()
+    time.sleep(1.5)
+    t0 = time.monotonic()
+    executor.cancel(stopped_dir)
+    starting.join(10)
+    assert not starting.is_alive() and "stopped while it waited" in outcome["cancelled"]
+    assert time.monotonic() - t0 < 3
+    assert executor.host(stopped_dir) is None
     node = cluster.add_node(**ray_cluster.node_args(num_cpus=1, num_gpus=1))
     placing.join(120)
     assert not placing.is_alive() and found == {"step": None}
