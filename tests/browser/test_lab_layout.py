@@ -8,14 +8,14 @@ entry in the resume check."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pytest
 
+from tests.support.browser_lab import RUN_MS, crash, start, stop_both, wait_step
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(300)]
 
-RUN_MS = 180_000
 LAPTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 
@@ -29,44 +29,6 @@ def sized_page(browser: Any, size: dict[str, int]) -> Any:
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.errors = errors
     return page
-
-
-def wait_step(page: Any, label: str, at_least: int) -> None:
-    page.wait_for_function(
-        """([label, n]) => {
-            const e = document.querySelector(`.run-${label} .steps`);
-            return e && parseInt(e.textContent.replace(/,/g, ''), 10) >= n;
-        }""",
-        arg=[label, at_least],
-        timeout=RUN_MS,
-    )
-
-
-def start(page: Any, url: str) -> None:
-    page.goto(url)
-    page.locator("#start:not([disabled])").click()
-    page.wait_for_url(re.compile(r"\?pair="))
-    page.locator(".run-card.run-B").wait_for()
-
-
-def crash(page: Any, label: str, after_step: int) -> None:
-    wait_step(page, label, after_step)
-    page.wait_for_function(
-        "(l) => !document.querySelector(`.run-${l} .crash`).disabled", arg=label, timeout=RUN_MS
-    )
-    page.locator(f".run-{label} .crash").click()
-    page.locator(f".run-{label} .crash-why").filter(has_text="Killed process").wait_for()
-
-
-def stop_both(page: Any) -> None:
-    """Stop the pair's runs so that they do not keep two cores busy after the test."""
-    page.evaluate(
-        """async () => {
-            const pair = new URLSearchParams(location.search).get('pair');
-            const view = await (await fetch(`/api/pairs/${pair}`)).json();
-            for (const r of view.runs) await fetch(`/api/runs/${r.id}/stop`, {method: 'POST'});
-        }"""
-    )
 
 
 def in_viewport(page: Any, selector: str) -> bool:
@@ -180,7 +142,7 @@ def test_lesson_1_12_labels_b_s_restart_a_fresh_start_and_a_s_refusal(
     lab_server: Any, page: Any, vendor_built: None
 ) -> None:
     start(page, lab_server.url + "/lesson/lesson-1.12")
-    crash(page, "A", 150)
+    crash(page, "A", 150, recompute=False)  # A refuses to restart: there is no check
     crash(page, "B", 150)
 
     refused = page.locator("#resume-checks li.run-A.check-refused")

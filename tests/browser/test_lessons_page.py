@@ -10,73 +10,10 @@ from typing import Any
 
 import pytest
 
+from tests.support.browser_lab import RUN_MS, crash, stop_both, wait_check, wait_step
+from tests.support.browser_lab import start as start_from_link
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(300)]
-
-RUN_MS = 180_000
-
-
-def wait_step(page: Any, label: str, at_least: int) -> None:
-    page.wait_for_function(
-        """([label, n]) => {
-            const e = document.querySelector(`.run-${label} .steps`);
-            return e && parseInt(e.textContent.replace(/,/g, ''), 10) >= n;
-        }""",
-        arg=[label, at_least],
-        timeout=RUN_MS,
-    )
-
-
-def crash(page: Any, label: str, after_step: int) -> None:
-    wait_step(page, label, after_step)
-    page.wait_for_function(
-        "(l) => !document.querySelector(`.run-${l} .crash`).disabled", arg=label, timeout=RUN_MS
-    )
-    page.locator(f".run-{label} .crash").click()
-    page.locator(f".run-{label} .crash-why").filter(has_text="Killed process").wait_for()
-
-
-def start_from_link(page: Any, url: str) -> None:
-    page.goto(url)
-    page.locator("#start:not([disabled])").click()
-    page.wait_for_url(re.compile(r"\?pair="))
-    page.locator(".run-card.run-B").wait_for()
-
-
-def stop_both(page: Any) -> None:
-    """Stop the pair's runs so that they do not keep two cores busy after the test."""
-    page.evaluate(
-        """async () => {
-            const pair = new URLSearchParams(location.search).get('pair');
-            const view = await (await fetch(`/api/pairs/${pair}`)).json();
-            for (const r of view.runs) await fetch(`/api/runs/${r.id}/stop`, {method: 'POST'});
-        }"""
-    )
-
-
-def wait_check(page: Any, lab_server: Any, label: str, identical: bool) -> Any:
-    """The run's resume check with the given verdict, once shown; on a timeout, fail with
-    what the page, the API and the server's log said (a flake must leave its cause)."""
-    value = "true" if identical else "false"
-    check = page.locator(f"#resume-checks li.run-{label}[data-bit-identical={value}]")
-    try:
-        check.wait_for(timeout=RUN_MS)
-    except Exception as e:  # Playwright's TimeoutError
-        state = page.evaluate(
-            """async () => {
-                const pair = new URLSearchParams(location.search).get('pair');
-                const view = await (await fetch(`/api/pairs/${pair}`)).json();
-                const checks = {};
-                for (const r of view.runs) {
-                    checks[r.label] = await (await fetch(`/api/runs/${r.id}/resume-checks`)).json();
-                }
-                return {view, checks, shown: document.querySelector('#resume-checks').innerText};
-            }"""
-        )
-        pytest.fail(
-            f"no {value} resume check for run {label}: {e}\n{state}\n"
-            f"--- server log ---\n{lab_server.output()}"
-        )
-    return check
 
 
 def max_delta(check: Any) -> float:

@@ -61,7 +61,10 @@ def test_a_quick_pair_on_postgres_resumes_bit_identically(
             assert [(r["crashes"], r["step"]) for r in runs] == [(1, 300), (0, 300)]
             [check] = client.get(f"/api/runs/{run_a}/resume-checks").json()["checks"]
             assert check["bit_identical"] is True and check["max_abs_delta"] == 0.0, check
-            assert check["complete"] and check["from_step"] == 50, check
+            # From the newest checkpoint before the kill (50 or later: quick is fast).
+            hi = check["steps"][1]
+            start = check["from_step"]
+            assert check["complete"] and start % 50 == 0 and 50 <= start < hi <= start + 50, check
             params: dict[str, Any] = {"kind": "step", "limit": 20000}
             served = client.get(f"/api/runs/{run_a}/records", params=params).json()["records"]
     finally:
