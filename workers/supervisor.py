@@ -252,8 +252,10 @@ class Supervisor:
         self._detached = True
 
     def join(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
+        with self._lock:
+            thread = self._thread  # set only once started (a start may be on its way)
+        if thread is not None:
+            thread.join(timeout)
 
     # ---- the watcher ----------------------------------------------------------------
 
@@ -261,8 +263,10 @@ class Supervisor:
         if self._thread is not None and self._thread.is_alive():
             return
         name = f"supervisor-{self.launch.run_dir.name}-{self.launch.label}"
-        self._thread = threading.Thread(target=self._watch, name=name, daemon=True)
-        self._thread.start()
+        thread = threading.Thread(target=self._watch, name=name, daemon=True)
+        thread.start()
+        with self._lock:  # a join (the lab stopping) may come from another thread
+            self._thread = thread
 
     def _watch(self) -> None:
         while not self._detached:
