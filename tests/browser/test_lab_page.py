@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.browser_lab import crash, wait_step
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(300)]
 
 LESSON_S = 180_000  # ms: the whole lesson, both runs, on two busy cores
@@ -18,24 +20,6 @@ LESSON_S = 180_000  # ms: the whole lesson, both runs, on two busy cores
 def step_of(page: Any, label: str) -> int:
     text = page.locator(f".run-{label} .steps").inner_text()
     return int(text.split("/")[0].replace(",", "").strip() or 0)
-
-
-def wait_step(page: Any, label: str, at_least: int, timeout: int = LESSON_S) -> None:
-    page.wait_for_function(
-        """([label, n]) => {
-            const e = document.querySelector(`.run-${label} .steps`);
-            return e && parseInt(e.textContent.replace(/,/g, ''), 10) >= n;
-        }""",
-        arg=[label, at_least],
-        timeout=timeout,
-    )
-
-
-def crash(page: Any, label: str) -> None:
-    button = page.locator(f".run-{label} .crash")
-    page.wait_for_function("(l) => !document.querySelector(`.run-${l} .crash`).disabled", arg=label)
-    button.click()
-    page.locator(f".run-{label} .crash-why").filter(has_text="Killed process").wait_for()
 
 
 def event_texts(page: Any, label: str) -> list[str]:
@@ -74,24 +58,21 @@ def test_a_lesson_with_a_crash_per_run_resumes_bit_identical_and_survives_reload
     wait_step(page, "B", first[1] + 20)
     assert page.locator(".run-A .shape").inner_text().startswith("builtin · 2L·64d")
 
-    # Crash test A after step 120: it loses the steps since its checkpoint at a multiple of 50.
-    wait_step(page, "A", 120)
-    crash(page, "A")
-    page.locator("#events li.run-A .event-text").filter(has_text="Crash test").wait_for(
-        timeout=LESSON_S
-    )
-    page.locator("#events li.run-A .event-text").filter(has_text=re.compile("Resum")).wait_for(
-        timeout=LESSON_S
-    )
+    # Crash test A after step 120: it loses the steps since its checkpoint at a multiple of 50
+    # (pressed again should a kill land just after a checkpoint and cost none).
+    crash(page, "A", 120)
+    events = page.locator("#events li.run-A .event-text")
+    events.filter(has_text="Crash test").first.wait_for(timeout=LESSON_S)
+    events.filter(has_text=re.compile("^Resumed at step")).first.wait_for(timeout=LESSON_S)
     check_line(page, "A").filter(has_text="Bit-identical").wait_for(timeout=LESSON_S)
-    line = check_line(page, "A").inner_text()
-    expected = r"A · resume 1 steps \d[\d,]*–\d[\d,]* \(\d+ points\): max \|Δloss\| 0\.0e\+0, "
+    line = check_line(page, "A").filter(has_text="Bit-identical").inner_text()
+    expected = r"A · resume \d+ steps \d[\d,]*–\d[\d,]* \(\d+ points\): max \|Δloss\| 0\.0e\+0, "
     assert re.search(expected + r"mean 0\.0e\+0", line), line
     assert "the resume reproduced the lost steps exactly" in line
     assert re.search(r"\nloss and \d+ other metrics: bit-identical", line), line  # every field
 
     # The recomputed segment is drawn dashed over the original, with its data in the table.
-    legend = page.locator("#chart-loss .u-legend .u-series", has_text="A resume 1")
+    legend = page.locator("#chart-loss .u-legend .u-series", has_text=re.compile(r"A resume \d"))
     legend.wait_for()
     assert "dashed" in legend.locator(".u-marker").get_attribute("style")
     table = page.locator("#chart-loss table.chart-table")
@@ -99,7 +80,7 @@ def test_a_lesson_with_a_crash_per_run_resumes_bit_identical_and_survives_reload
         """() => {
             const t = document.querySelector('#chart-loss table.chart-table');
             const heads = [...t.querySelectorAll('thead th')].map(th => th.textContent);
-            const col = heads.indexOf('A resume 1');
+            const col = heads.findIndex(h => /^A resume \\d+$/.test(h));
             return col > 0 && [...t.querySelectorAll('tbody tr')].some(
                 tr => tr.children[col] && /\\d/.test(tr.children[col].textContent));
         }"""
@@ -107,8 +88,7 @@ def test_a_lesson_with_a_crash_per_run_resumes_bit_identical_and_survives_reload
     assert "crash test at step" in table.inner_text()
 
     # Crash test B too, then reload while the runs still train: the history comes back.
-    wait_step(page, "B", 250)
-    crash(page, "B")
+    crash(page, "B", 250)
     check_line(page, "B").filter(has_text="Bit-identical").wait_for(timeout=LESSON_S)
     before = {label: step_of(page, label) for label in "AB"}
     events_before = len(event_texts(page, "A")) + len(event_texts(page, "B"))
@@ -122,7 +102,7 @@ def test_a_lesson_with_a_crash_per_run_resumes_bit_identical_and_survives_reload
         check_line(page, label).filter(has_text="Bit-identical").wait_for()
         assert any("Crash test" in t for t in event_texts(page, label))
     assert len(event_texts(page, "A")) + len(event_texts(page, "B")) >= events_before
-    page.locator("#chart-loss .u-legend .u-series", has_text="B resume 1").wait_for()
+    page.locator("#chart-loss .u-legend .u-series", has_text=re.compile(r"B resume \d")).wait_for()
 
     # And it keeps going live after the reload, to the end.
     page.wait_for_function("() => document.body.dataset.pairState === 'done'", timeout=LESSON_S)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import LabServer, start_server, stop_server
+from tests.support.browser_lab import wait_step
 from tests.support.fake_realtime import ANON_KEY, SERVICE_KEY, FakeRealtime
 from tests.support.lab import STAND_IN, free_port
 
@@ -50,17 +51,6 @@ def start_lesson(page: Any, server: LabServer, streams: list[str]) -> str:
     page.locator("#start:not([disabled])").click()
     page.wait_for_url(re.compile(r"\?pair="))
     return str(page.url.split("pair=")[1].split("&")[0])
-
-
-def wait_step(page: Any, label: str, at_least: int, timeout: int = 60_000) -> None:
-    page.wait_for_function(
-        """([label, n]) => {
-            const e = document.querySelector(`.run-${label} .steps`);
-            return e && parseInt(e.textContent.replace(/,/g, ''), 10) >= n;
-        }""",
-        arg=[label, at_least],
-        timeout=timeout,
-    )
 
 
 def test_the_page_follows_the_runs_through_realtime_not_sse(
