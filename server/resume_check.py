@@ -10,7 +10,8 @@ comparison each, see trainer/resume_compare.py). `first_divergent_step` is the f
 recomputed step whose loss bits differ; `differing` names every field that differs;
 `missing` names what the resumed checkpoint did not hold (from the trainer's `resume`
 record), so a check that is not bit-identical can say why; `started_over` marks a
-segment that trained from step 0 again (no checkpoint was resumed).
+segment that trained from step 0 again without a checkpoint (`from_step` null); a resume
+of the step-0 checkpoint is a resume (`from_step` 0), compared like any other.
 
 This module pairs the rows; what a pair is worth (equal bits, |Δ|, the first divergence)
 is `crashdrill.trainer.resume_compare`, the comparison `crashdrill verify` uses too.
@@ -149,7 +150,8 @@ def _check(
     from_step: int | None,
 ) -> ResumeCheck:
     steps = [s for kind, s in rows if kind == "step"]
-    if from_step == -1:  # no resume record: infer from the first recomputed step
+    inferred = from_step == -1
+    if inferred:  # no resume record: infer from the first recomputed step
         from_step = min(steps) - 1 if steps else None
     reached = max((s for kind, s in original if kind == "step"), default=0)
     start = (from_step or 0) + 1
@@ -161,7 +163,11 @@ def _check(
         from_step=from_step,
         expected_points=max(0, reached - start + 1),
         loss=loss,
-        started_over=from_step in (0, None) and bool(steps) and min(steps) == 1,
+        # Trained step 1 again without resuming a checkpoint (a resume of the step-0
+        # checkpoint is a resume: it is compared like any other).
+        started_over=bool(steps)
+        and min(steps) == 1
+        and (from_step is None or (inferred and from_step == 0)),
         fields=fields,
     )
 
@@ -182,7 +188,7 @@ def checks_from_rows(
         segment = data.get("segment", row.get("segment"))
         from_step = data.get("from_step")
         if isinstance(segment, int) and segment > 0:
-            if data.get("path") is None and not isinstance(from_step, int):
+            if data.get("path") is None:  # it named no checkpoint: it resumed nothing
                 from_step = None
             resumes[segment] = from_step if isinstance(from_step, int) else None
             parts = data.get("missing")

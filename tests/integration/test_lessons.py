@@ -369,6 +369,7 @@ def test_lesson_1_14_at_the_wall_the_graceful_run_loses_nothing_and_the_other_al
     assert not [e for e in events["B"] if e.get("code") == "stopped_gracefully"]
     (check_b,) = pair.checks("B")
     assert check_b["from_step"] == 0 and check_b["bit_identical"] is True and check_b["complete"]
+    assert check_b["started_over"] is False  # it resumed its step-0 checkpoint
     report(
         "lesson-1.14",
         A={"stopped_at": a["at_step"], "save_s": saved["save_seconds"], "steps_lost": 0},

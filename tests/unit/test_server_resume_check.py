@@ -73,9 +73,13 @@ def test_checks_from_database_rows_use_the_resume_records() -> None:
         for seg, rng in ((0, range(1, 9)), (1, range(1, 12)))
         for s in rng
     ]
-    resume_rows = [{"segment": 1, "data": json.dumps({"from_step": 0, "segment": 1, "path": None})}]
-    [check] = checks_from_rows(step_rows, resume_rows)
-    assert check.from_step == 0 and check.steps == (1, 8) and check.bit_identical
+    fresh = {"from_step": 0, "segment": 1, "path": None}  # a fresh start: no checkpoint
+    [check] = checks_from_rows(step_rows, [{"segment": 1, "data": json.dumps(fresh)}])
+    assert check.from_step is None and check.started_over and check.steps == (1, 8)
+    assert check.bit_identical  # same seed, same data: the fresh start retraced the steps
+    resumed = {**fresh, "path": "ckpt/step-00000000"}  # the step-0 checkpoint, resumed
+    [check] = checks_from_rows(step_rows, [{"segment": 1, "data": json.dumps(resumed)}])
+    assert check.from_step == 0 and not check.started_over and check.steps == (1, 8)
 
 
 def test_a_resume_with_equal_losses_but_a_different_val_train_loss_is_not_bit_identical() -> None:
