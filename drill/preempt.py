@@ -2,12 +2,15 @@
 save within the grace, how many steps did the stop lose, how long did it take?
 
     stops = judge_stops(evidence, analysis)   # one StopVerdict per SIGTERM that landed
-    findings = stop_findings(stops)           # a failing finding per stop that lost steps
+    findings = stop_findings(stops)           # a failing finding per failed stop
 
 A correct handler finishes its step, writes a checkpoint and exits within the grace, and
 its restart resumes from the last step it printed: 0 steps lost. A stop that loses steps
-fails the drill, because the script could have saved them. What went wrong, from what the
-drill saw between the SIGTERM and the end of the process:
+fails the drill, because the script could have saved them; so does one the grace ran out
+on (SIGKILLed) even when it lost nothing, because that was luck: its last checkpoint
+happened to be of the last step it printed, and a stop a step later would have lost
+steps. What went wrong, from what the drill saw between the SIGTERM and the end of the
+process:
 
   ignores-sigterm       it trained on (or sat) until the SIGKILL at the grace
   saves-too-slowly      a write began after the SIGTERM and was not done at the grace
@@ -110,7 +113,15 @@ def _judge(
         else "the restart resumed from nothing it printed"
     )
     diagnosis = None
-    if lost == 0:
+    if lost == 0 and seg.grace_expired:
+        # Nothing lost only because its last checkpoint was of the last step it printed:
+        # the handler still failed (the SIGKILL came), and a stop one step later would
+        # lose steps. Judged like any stop the grace ran out on.
+        after = (
+            f"resumed from step {resumed}: 0 steps lost, but only by luck (its last"
+            " checkpoint was of that step)"
+        )
+    if lost == 0 and not seg.grace_expired:
         text = f"{head}; it saved step {last} and resumed there: 0 steps lost"
     elif seg.grace_expired and changed and not _trained_on(sigterm_step, last):
         diagnosis = "saves-too-slowly"
