@@ -69,14 +69,32 @@ def tree_marker(token: str) -> dict[str, str]:
 
 def _stat(pid: int) -> tuple[str, int] | None:
     """(state, parent pid) of a process, None when it is gone."""
+    fields = _stat_fields(pid)
+    return (fields[0].decode(), int(fields[1])) if fields else None
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """/proc/PID/stat after the command name: state, ppid, …, starttime (index 19)."""
     try:
         with open(f"{_PROC}/{pid}/stat", "rb") as f:
             data = f.read()
     except OSError:
         return None
     # pid (comm) state ppid …: comm may hold spaces and parentheses, so split at the last ')'
-    fields = data[data.rfind(b")") + 2 :].split()
-    return fields[0].decode(), int(fields[1])
+    return data[data.rfind(b")") + 2 :].split()
+
+
+def _started_ticks(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (None: gone)."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields and len(fields) > 19 else None
+
+
+def _now_ticks() -> int:
+    """Now, in the clock ticks since boot that /proc/PID/stat's starttime counts."""
+    with open(f"{_PROC}/uptime", "rb") as f:
+        uptime = float(f.read().split()[0])
+    return int(uptime * os.sysconf("SC_CLK_TCK")) + 1  # /proc/uptime is rounded down
 
 
 def _has_marker(pid: int, entry: bytes) -> bool:
@@ -91,9 +109,11 @@ def _all_pids() -> list[int]:
     return [int(n) for n in os.listdir(_PROC) if n.isdigit()]
 
 
-def members(pid: int, marker: str | None = None) -> set[int]:
+def members(pid: int, marker: str | None = None, born_by: int | None = None) -> set[int]:
     """The live (not zombie) processes of the tree now: `pid`, its descendants, and with
-    `marker` every process carrying it."""
+    `marker` every process carrying it (with `born_by`, only those started by then, in
+    clock ticks since boot: a new process of the run, started after a kill began, is not
+    part of the tree that kill takes down)."""
     parents: dict[int, list[int]] = {}
     live: set[int] = set()
     entry = f"{MARKER_VAR}={marker}".encode() if marker is not None else None
@@ -106,7 +126,9 @@ def members(pid: int, marker: str | None = None) -> set[int]:
         live.add(p)
         parents.setdefault(st[1], []).append(p)
         if entry is not None and p != me and _has_marker(p, entry):
-            marked.add(p)
+            born = _started_ticks(p) if born_by is not None else None
+            if born is None or born_by is None or born <= born_by:
+                marked.add(p)
     found: set[int] = set()
     stack = [pid, *marked]
     while stack:
@@ -134,12 +156,16 @@ def kill_tree(pid: int, *, marker: str | None = None, timeout: float = 5.0) -> i
             os.killpg(pid, signal.SIGKILL)
         return 1
     me = os.getpid()
+    # Marked processes started after this instant are not this tree's: the run's next
+    # trainer, which a supervisor may start (same marker) while this kill still walks.
+    # Forks of the tree during the kill are found by parentage, not by the marker.
+    born_by = _now_ticks() if marker is not None else None
     killed: set[int] = set()
     deadline = time.monotonic() + timeout
     while True:
         stopped: set[int] = set()
         while True:  # freeze: a stopped process cannot fork, so the walk converges
-            found = members(pid, marker) - {me} - stopped
+            found = members(pid, marker, born_by) - {me} - stopped
             if not found:
                 break
             _signal(found, signal.SIGSTOP)
@@ -150,7 +176,7 @@ def kill_tree(pid: int, *, marker: str | None = None, timeout: float = 5.0) -> i
         killed |= stopped
         _wait_gone(stopped, deadline)
         if time.monotonic() > deadline:
-            left = members(pid, marker) - {me}
+            left = members(pid, marker, born_by) - {me}
             if left:
                 raise ProcessTreeError(f"still alive after SIGKILL: {sorted(left)}")
             break

@@ -120,3 +120,30 @@ print(json.dumps({"ok": ok, "orphan": orphan, "found": found, "killed": killed,
     r = json.loads(out.stdout)
     assert r["ok"] and r["found"] == [r["orphan"]]
     assert r["killed"] == 1 and r["left"] == [] and r["gone"]  # killed and reaped
+
+
+def test_a_process_of_the_run_started_after_the_kill_began_is_not_part_of_its_tree() -> None:
+    """A supervisor restarts a run's trainer (same marker) as soon as the old one dies,
+    while the kill may still walk /proc: the new trainer must not be taken down too (a
+    lost-host test saw its restarts killed one after another until the run failed).
+    kill_tree walks with born_by = the instant it began."""
+    token = f"run-{uuid.uuid4()}"
+    env = {**os.environ, **tree_marker(token)}
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    old = subprocess.Popen(sleep, env=env, start_new_session=True)
+    try:
+        time.sleep(0.05)
+        began = process_tree._now_ticks()
+        time.sleep(0.1)  # several clock ticks later: the run's next trainer
+        new = subprocess.Popen(sleep, env=env, start_new_session=True)
+        try:
+            assert {old.pid, new.pid} <= members(old.pid, token)
+            walked = members(old.pid, token, born_by=began)
+            assert old.pid in walked and new.pid not in walked
+            assert members(new.pid, token, born_by=began) == {old.pid, new.pid}  # its root
+        finally:
+            new.kill()
+            new.wait()
+    finally:
+        old.kill()
+        old.wait()
