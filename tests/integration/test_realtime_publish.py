@@ -65,12 +65,16 @@ def run_pair(api: httpx.Client, timeout: float = 60) -> tuple[str, dict[str, lis
 def wait_for_records(
     fake: FakeRealtime, topic: str, stored: dict[str, list[dict[str, Any]]], timeout: float = 20
 ) -> list[Broadcast]:
+    """The batches once every stored record has come through, and every run's view saying
+    it finished (that view can come a tick after the last records)."""
     want = {rec["id"] for recs in stored.values() for rec in recs}
     deadline = time.monotonic() + timeout
     while True:
         got = fake.broadcasts(topic)
         ids = {rec["id"] for b in got for run in b.payload["runs"] for rec in run["records"]}
-        if want <= ids or time.monotonic() > deadline:
+        views = [r["view"] for b in got for r in b.payload["runs"] if "view" in r]
+        finished = {v["id"] for v in views if v["state"] == "finished"}
+        if (want <= ids and set(stored) <= finished) or time.monotonic() > deadline:
             return got
         time.sleep(0.1)
 
