@@ -17,7 +17,8 @@
 #      (kept then);
 #   4. docker/compose.yaml + docker/compose.hostnet.yaml up on free loopback ports: Postgres,
 #      a Ray head, two CPU workers, the lab (SIGTERM-clean, healthy);
-#   5. through the API (docker/lab_check.py): a quick pair, run A crash-tested, its resume
+#   5. through the API (docker/lab_check.py): a quick pair with a student's setting (a
+#      frozen preset each worker trains its own copy of), run A crash-tested, its resume
 #      check bit-identical; then a longer pair whose run A loses its worker container
 #      (docker kill) and resumes on the other worker from the mirror, bit-identically;
 #   6. tears down what it made: the stack, its volumes, the images it built, the daemon it
@@ -203,10 +204,10 @@ export CRASHDRILL_RAY_CLIENT_PORT=$CLIENT_PORT CRASHDRILL_RAY_AGENT_PORT_HEAD=$A
 export CRASHDRILL_RAY_AGENT_PORT_1=$AGENT_1 CRASHDRILL_RAY_AGENT_PORT_2=$AGENT_2
 export CRASHDRILL_SERVER_IMAGE=$SERVER_IMAGE CRASHDRILL_WORKER_IMAGE=$WORKER_IMAGE
 export CRASHDRILL_POSTGRES_IMAGE=$POSTGRES_IMAGE CRASHDRILL_PYTHON_IMAGE=$PYTHON_IMAGE
-# 4 logical CPUs a worker: runs that ended still hold theirs on the cluster executor
-# (2026-11-30: the actors of finished runs stay, with their node dirs), and the second
-# check must find one free on the worker that survives.
-export CRASHDRILL_WORKER_CPUS=4 CRASHDRILL_MAX_CONCURRENT=2
+# 2 CPUs a worker (the compose default) and no run limit of the lab's own: the cluster's
+# nodes decide how many runs train (the Ray queue). The lost-worker check needs the
+# surviving worker to have room for A beside B.
+export CRASHDRILL_WORKER_CPUS=2 CRASHDRILL_MAX_CONCURRENT=
 CRASHDRILL_POSTGRES_PASSWORD=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
 export CRASHDRILL_POSTGRES_PASSWORD
 COMPOSE+=(-p "$PROJECT" -f docker/compose.yaml -f docker/compose.hostnet.yaml)
