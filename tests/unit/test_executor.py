@@ -56,6 +56,13 @@ class VanishingHost(LocalExecutor):
         self.trainer.signal(signal.SIGKILL)
 
 
+def supervised(tmp_path: Path, executor: LocalExecutor) -> tuple[Supervisor, Changes]:
+    """A stand-in run of quick, label A, supervised on `executor` (not started)."""
+    changes = Changes()
+    launch = Launch(tmp_path / "run", "quick", "A", command=STAND_IN)
+    return Supervisor(launch, changes, poll_s=0.05, executor=executor), changes
+
+
 def test_crash_mode_host_without_a_cluster_restarts_here_like_wipe_and_says_so(
     tmp_path: Path,
 ) -> None:
@@ -76,10 +83,8 @@ def test_crash_mode_host_without_a_cluster_restarts_here_like_wipe_and_says_so(
 def test_a_lost_host_restarts_the_run_on_another_one_with_the_event_line(
     tmp_path: Path,
 ) -> None:
-    changes = Changes()
     executor = VanishingHost()
-    launch = Launch(tmp_path / "run", "quick", "A", command=STAND_IN)
-    sup = Supervisor(launch, changes, poll_s=0.05, executor=executor)
+    sup, changes = supervised(tmp_path, executor)
     sup.start()
     wait_for_step(sup.run_dir, 25)
     executor.vanish()
@@ -149,10 +154,8 @@ class WaitsForANode(LocalExecutor):
 def test_a_stop_while_the_start_waits_for_a_node_ends_the_run_stopped_at_once(
     tmp_path: Path,
 ) -> None:
-    changes = Changes()
     executor = WaitsForANode()
-    launch = Launch(tmp_path / "run", "quick", "A", command=STAND_IN)
-    sup = Supervisor(launch, changes, poll_s=0.05, executor=executor)
+    sup, changes = supervised(tmp_path, executor)
     starting = threading.Thread(target=sup.start)
     starting.start()
     assert executor.waiting.wait(10)
