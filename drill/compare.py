@@ -14,6 +14,7 @@ from crashdrill.drill.engine import (
     Snapshot,
     Target,
     appeared_incomplete,
+    last_step_trained,
     modified_in_place,
 )
 from crashdrill.drill.plan import KillPoint
@@ -193,11 +194,12 @@ def analyse(ev: Evidence) -> Analysis:
 
     last = segs[-1] if segs else None
     if last is not None and last.exit_code == 0 and not last.killed:
-        if last.last_step is None or last.last_step < (ref.last_step or 0):
+        end = last_step_trained(segs)
+        if end is None or end < (ref.last_step or 0):
             findings.append(
                 Finding(
                     "incomplete",
-                    f"the crashed run finished at step {last.last_step}, the reference at "
+                    f"the crashed run finished at step {end}, the reference at "
                     f"{ref.last_step}: the resumed run did not train to the end",
                 )
             )

@@ -239,6 +239,13 @@ _LIVE: dict[Child, str] = {}  # started and not yet reaped → the marker of its
 _MARKERS = itertools.count(1)
 
 
+def last_step_trained(segments: list[Segment]) -> int | None:
+    """The step a chain of segments got to: the last step printed by the last segment that
+    printed one. A restart after a stop that had already saved the final step resumes,
+    finds nothing left to train and prints no step: the run still ended there."""
+    return next((s.last_step for s in reversed(segments) if s.points), None)
+
+
 def _kill_tree(proc: Child) -> int:
     """SIGKILL the process and everything it started, whatever session or process group
     they made (torchrun's ranks make their own): how many processes that took down."""

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from crashdrill.drill.compare import ResumeVerdict
+from crashdrill.drill.engine import last_step_trained
 from crashdrill.drill.record_fields import fields_summary
 from crashdrill.drill.verify import DrillResult
 from crashdrill.trainer.resume_compare import differing
@@ -102,7 +103,7 @@ def to_json(result: DrillResult) -> dict[str, Any]:
         "crashed": {
             "segments": len(segs),
             "exit_code": segs[-1].exit_code if segs else None,
-            "last_step": segs[-1].last_step if segs else None,
+            "last_step": last_step_trained(segs),
             "seconds": _num(segs[-1].ended - segs[0].started, 3) if segs else None,
             "cpu_seconds": _num(sum(s.cpu_s or 0.0 for s in segs), 3) if segs else None,
         },

@@ -36,7 +36,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,6 +70,10 @@ class Database:
     """One SQLite connection shared by the server's threads, one statement at a time."""
 
     dialect = "sqlite"
+    # Called after every statement that reached the database (any thread): the lab's
+    # outage tracker learns the end of an outage from whichever caller gets through first,
+    # not only from the ingest loop (which may be sleeping its backoff meanwhile).
+    reached: Callable[[], None] | None = None
 
     def __init__(self, path: Path | str) -> None:
         self.path = str(path)
@@ -287,9 +291,13 @@ class PostgresDatabase(Database):
                     with conn.cursor() as cur:
                         if many:
                             cur.executemany(query, [_without_nul(p) for p in params])
-                            return []
-                        cur.execute(query, _without_nul(params))
-                        return cur.fetchall() if cur.description is not None else []
+                            rows: list[Row] = []
+                        else:
+                            cur.execute(query, _without_nul(params))
+                            rows = cur.fetchall() if cur.description is not None else []
+                    if self.reached is not None:
+                        self.reached()
+                    return rows
                 except psycopg.OperationalError as e:
                     retry = attempt == 1 and conn.broken and not self._in_transaction
                     if retry and is_read(sql):

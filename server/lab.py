@@ -114,6 +114,7 @@ class Lab(RunControl):
         # supervisor yet): whoever of the Stop and _started comes second carries it out.
         self._stop_when_started: dict[str, str] = {}
         self.outage = Outage(log)  # the database unreachable: said once, and its end
+        self.db.reached = self.outage.ok  # whoever reaches it first ends the outage
         self.ingest = IngestLoop(
             settings, self.store, self.fanout, self.outage, self.mirror, self.supervisors
         )

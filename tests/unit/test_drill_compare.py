@@ -209,6 +209,16 @@ def test_a_run_that_stops_early_is_incomplete() -> None:
     assert "incomplete" in _codes(_analyse(segs))
 
 
+def test_a_restart_with_nothing_left_to_train_ends_where_the_stop_saved() -> None:
+    """A preemption whose SIGTERM came as the last step was trained: the script saved it
+    and exited, the restart resumed there and printed no step. The run is complete."""
+    segs = [_seg(0, range(1, 41), killed=True, before=CKPT), _seg(1, range(0))]
+    assert "incomplete" not in _codes(_analyse(segs))
+    short = [_seg(0, range(1, 31), killed=True, before=CKPT), _seg(1, range(0))]
+    (found,) = [f for f in _analyse(short).findings if f.code == "incomplete"]
+    assert "finished at step 30, the reference at 40" in found.text
+
+
 def test_final_state_that_differs_fails() -> None:
     segs = [_seg(0, range(1, 23), killed=True, before=CKPT), _seg(1, range(16, 41))]
     an = _analyse(segs, final_params=FinalParams(False, 3, ["lm_head.weight"]))

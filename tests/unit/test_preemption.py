@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,18 @@ def test_no_budget_and_no_signal_never_stops() -> None:
     assert not stop.due() and stop.budget_left_s() is None
 
 
+@pytest.fixture
+def sigint_default() -> Iterator[None]:
+    """SIGINT as in a foreground Python process, whatever this one inherited (a background
+    job of a shell starts with it ignored); put back afterwards."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.usefixtures("sigint_default")
 def test_a_second_signal_while_stopping_keeps_the_first_reason_and_its_grace() -> None:
     clock = Clock()
     stop = GracefulStop(grace_s=10, clock=clock, started=clock())
@@ -94,12 +107,28 @@ def test_a_second_signal_while_stopping_keeps_the_first_reason_and_its_grace() -
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+@pytest.mark.usefixtures("sigint_default")
 def test_graceful_stop_off_installs_no_handler() -> None:
     before = signal.getsignal(signal.SIGTERM)  # another library's (ray.init sets one)
     stop = GracefulStop(grace_s=10, enabled=False)
     assert not stop.install()
     assert signal.getsignal(signal.SIGTERM) is before
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_process_started_with_sigint_ignored_gets_it_back_ignored() -> None:
+    """`crashdrill run … &` in a script: SIGINT is ignored from the start. The stop handles
+    it while installed, and restores what the process was started with."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        stop = GracefulStop(grace_s=10, clock=Clock())
+        assert stop.install()
+        os.kill(os.getpid(), signal.SIGINT)
+        stop.restore()
+        assert stop.due() and stop.reason == "SIGINT"
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_a_stop_killed_inside_its_save_is_said_at_the_next_start(tmp_path: Path) -> None:

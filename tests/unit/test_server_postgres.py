@@ -3,6 +3,7 @@ connection, and the API end to end on a real Postgres (tests/support/postgres.py
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,7 @@ from fastapi.testclient import TestClient
 from crashdrill.server import cli
 from crashdrill.server.app import create_app
 from crashdrill.server.db import Database, DatabaseUnavailable, PostgresDatabase, open_database
+from crashdrill.server.outage import Outage
 from crashdrill.server.settings import Settings, SettingsError
 from tests.conftest import run_cli
 from tests.support.lab import STAND_IN, free_port
@@ -128,6 +130,28 @@ def test_a_connection_the_server_drops_is_replaced(
     assert [r["t"] for r in db.run("SELECT t FROM telemetry ORDER BY id")] == [2.0]
     db.close()
     killer.close()
+
+
+def test_the_end_of_an_outage_is_said_by_whichever_statement_gets_through_first(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The ingest loop may sleep its backoff while a supervisor's report or a request
+    reaches the database first: that statement ends the outage, and the log says so."""
+    caplog.set_level(logging.INFO, logger="crashdrill.test-outage")
+    outage = Outage(logging.getLogger("crashdrill.test-outage"))
+    db = PostgresDatabase(postgres_url)
+    db.reached = outage.ok
+    outage.failed(DatabaseUnavailable("the connection was lost"))
+    outage.failed(DatabaseUnavailable("the connection was lost"))  # said once
+    assert db.one("SELECT 1 AS one") == {"one": 1}
+    assert db.one("SELECT 1 AS one") == {"one": 1}  # the end said once too
+    said = [r.getMessage() for r in caplog.records]
+    assert [m.split(" (")[0].split(" after")[0] for m in said] == [
+        "the database is unreachable",
+        "the database is reachable again",
+    ]
+    assert "(2 failed attempts)" in said[1] and outage.failures == 0
+    db.close()
 
 
 # ---- the lab on Postgres, played by the stand-in trainer ------------------------------
