@@ -2,10 +2,13 @@
 
     python benchmarks/abuse.py                 # every attack, a few hundred requests each
     python benchmarks/abuse.py --rounds 2      # twice as many
+    python benchmarks/abuse.py --smoke         # CI size: every attack, a few requests each
 
 A fresh `python -m crashdrill.server` on loopback (the real trainer, an instructor token,
-its own data dir). An honest browser starts a `quick` pair, and once run A has passed its
-checkpoint at step 50 it presses Crash test on it. Meanwhile, from the same machine (one
+its own data dir). An honest browser starts a `quick` pair (steps = `--steps`, a student's
+override, so it still trains when the crash comes), and once run A has written a checkpoint
+past step 0 with at least 100 steps still to train, it presses Crash test on it (a crash
+the lab refuses is printed with its reason). Meanwhile, from the same machine (one
 address, as a class behind a NAT would be), the attacker plays, one after the other:
 - cookie-less pair floods: POST /api/pairs with no cookie, again and again;
 - oversized overrides: steps, vocab, keep, ckpt_every beyond bounds, wrong types, a body
@@ -17,7 +20,9 @@ All the while a poller reads GET /api/pairs/{honest pair} every 0.1 s. It prints
 the requests sent and how they were answered (refused with 4xx, 5xx, or got through), then
 whether the honest pair finished with a bit-identical resume and the p50/p99/max of the
 poller's latency during the attack. Run-time numbers vary with the machine; the tests
-assert the behaviour (tests/integration/test_server_hardening.py).
+assert the behaviour (tests/integration/test_server_hardening.py). Exit 1 when the
+honest pair did not finish with a bit-identical resume, a request got a 5xx, or the
+poller measured nothing.
 """
 
 from __future__ import annotations
@@ -45,6 +50,11 @@ from tests.support.lab import free_port, spawn_server  # noqa: E402
 TOKEN = "abuse-benchmark-instructor-token"
 EVIL = "https://evil.example"
 FINISH_TIMEOUT_S = 600
+ENDED = ("finished", "failed", "stopped")  # server/schemas.py RunState
+CRASH_MARGIN = 100  # steps run A must have left when it is crashed
+# Requests per attack and round: (full, --smoke). The smoke sizes still pass every limit
+# they probe: 3 pairs per address, 10 wrong tokens a minute, 64 streams per address.
+SIZES = {"pairs": (40, 8), "tokens": (40, 12), "streams": (100, 70), "origins": (20, 8)}
 
 
 class Poller(threading.Thread):
@@ -221,7 +231,13 @@ def pct(values: list[float], q: float) -> float:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=1, help="multiply every attack's requests")
+    p.add_argument("--steps", type=int, default=1200, help="steps of the honest runs (quick: 300)")
+    p.add_argument("--smoke", action="store_true", help="CI size: fewer requests, 400 steps")
     args = p.parse_args()
+    if args.smoke:
+        args.steps = 400
+    if args.rounds < 1 or args.steps <= CRASH_MARGIN:
+        p.error(f"--rounds ≥ 1, --steps > {CRASH_MARGIN}")
     with tempfile.TemporaryDirectory(prefix="crashdrill-abuse-") as tmp:
         port = free_port()
         env = {**os.environ, "CRASHDRILL_INSTRUCTOR_TOKEN": TOKEN, "CRASHDRILL_TELEMETRY": "0"}
@@ -229,15 +245,21 @@ def main() -> int:
         server = spawn_server(port, env, log, "--data-dir", str(Path(tmp) / "lab"))
         base = f"http://127.0.0.1:{port}"
         try:
-            return run_attacks(base, args.rounds)
+            return run_attacks(base, args.rounds, args.steps, args.smoke)
         finally:
             server.terminate()
             server.wait(30)
 
 
-def run_attacks(base: str, rounds: int) -> int:
+def checkpoints_past_zero(c: httpx.Client, run: str) -> bool:
+    page = c.get(f"/api/runs/{run}/records", params={"limit": 5000}).json()["records"]
+    return any(r["kind"] == "ckpt" and (r.get("step") or 0) > 0 for r in page)
+
+
+def run_attacks(base: str, rounds: int, steps: int, smoke: bool) -> int:
+    size = {name: n[1] if smoke else n[0] for name, n in SIZES.items()}
     honest = httpx.Client(base_url=base, timeout=30)  # its cookie: the honest browser
-    made = honest.post("/api/pairs", json={"preset": "quick"})
+    made = honest.post("/api/pairs", json={"preset": "quick", "overrides": {"steps": steps}})
     made.raise_for_status()
     pair = made.json()["pair"]
     run_a = made.json()["runs"][0]["id"]
@@ -245,24 +267,40 @@ def run_attacks(base: str, rounds: int) -> int:
     poller.start()
     rows: list[tuple[str, Counter[str], Counter[int], str]] = []
     crashed = threading.Event()
+    crash_note: list[str] = []  # why there was no crash test, when there was none
 
     def crash_when_ready() -> None:
-        wait_runs(honest, pair, lambda rs: rs[0]["stage"] == "train" and rs[0]["step"] > 60, "A")
-        r = honest.post(f"/api/runs/{run_a}/crash")
-        crashed.set() if r.status_code == 202 else None
+        deadline = time.monotonic() + FINISH_TIMEOUT_S
+        while time.monotonic() < deadline:
+            a = honest.get(f"/api/pairs/{pair}").json()["runs"][0]
+            if a["state"] in ENDED:
+                crash_note.append(f"run A ended ({a['state']}) before a checkpoint past 0")
+                return
+            if a["stage"] == "train" and checkpoints_past_zero(honest, run_a):
+                if (a["step"] or 0) > steps - CRASH_MARGIN:
+                    crash_note.append(f"run A was at step {a['step']} of {steps}: too late")
+                    return
+                r = honest.post(f"/api/runs/{run_a}/crash")
+                if r.status_code == 202:
+                    crashed.set()
+                else:
+                    crash_note.append(f"refused ({r.status_code}): {r.text[:200]}")
+                return
+            time.sleep(0.1)
+        crash_note.append(f"run A wrote no checkpoint past 0 within {FINISH_TIMEOUT_S} s")
 
     crasher = threading.Thread(target=crash_when_ready, daemon=True)
     crasher.start()
     t0 = time.monotonic()
-    o, c = flood_pairs(base, 40 * rounds)
+    o, c = flood_pairs(base, size["pairs"] * rounds)
     rows.append(("cookie-less pair flood", o, c, ""))
     o, c = oversized_overrides(base, rounds)
     rows.append(("oversized overrides", o, c, ""))
-    o, c, note = guess_tokens(base, 40 * rounds)
+    o, c, note = guess_tokens(base, size["tokens"] * rounds)
     rows.append(("token guessing", o, c, note))
-    o, c = flood_streams(base, pair, 100 * rounds)
+    o, c = flood_streams(base, pair, size["streams"] * rounds)
     rows.append(("SSE flood (one address)", o, c, ""))
-    o, c = cross_origin(base, run_a, 20 * rounds)
+    o, c = cross_origin(base, run_a, size["origins"] * rounds)
     rows.append(("cross-origin posts", o, c, ""))
     attack_s = time.monotonic() - t0
     attack_latencies = list(poller.latencies)
@@ -282,7 +320,8 @@ def run_attacks(base: str, rounds: int) -> int:
         )
     identical = bool(checks) and all(ch["bit_identical"] is True for ch in checks)
     print()
-    print(f"honest pair: {[r['state'] for r in runs]}, crash test on A: {crashed.is_set()},")
+    crash = "pressed" if crashed.is_set() else f"none: {'; '.join(crash_note) or 'not yet'}"
+    print(f"honest pair: {[r['state'] for r in runs]}, crash test on A: {crash},")
     print(f"  resume checks of A: {len(checks)}, bit-identical: {identical}")
     ms = [x * 1000 for x in attack_latencies]
     print(
@@ -292,6 +331,9 @@ def run_attacks(base: str, rounds: int) -> int:
         + (f", mean {statistics.fmean(ms):.0f} ms" if ms else "")
     )
     five_xx = sum(o["5xx"] for _, o, _, _ in rows)
+    if not ms:
+        print("the poller took no sample during the attack: nothing measured")
+        return 1
     ok = identical and all(r["state"] == "finished" for r in runs) and five_xx == 0
     return 0 if ok else 1
 

@@ -2,12 +2,14 @@
 
     python benchmarks/ray_cluster.py                 # both executors, 3 quick pairs each
     python benchmarks/ray_cluster.py --executors ray --pairs 2
+    python benchmarks/ray_cluster.py --smoke         # CI size: 1 pair, 2 nodes, short runs
 
 For each executor a fresh server subprocess (`python -m crashdrill.server`, telemetry off,
-`--max-concurrent` = 2 × pairs) and the same load: `--pairs` pairs of `quick` (6 runs by
-default, the real trainer). For Ray, a cluster on 127.0.0.1 started here with
-ray.cluster_utils.Cluster (a head with no CPUs, 3 worker nodes of 2 CPUs) and a mirror
-directory. It measures, for one run each:
+`--max-concurrent` = 2 × pairs) and the same load: `--pairs` pairs of `quick` with
+steps = `--steps` (a student's override, so the runs are still training when the crash
+and the host loss come; 6 runs by default, the real trainer). For Ray, a cluster on
+127.0.0.1 started here with ray.cluster_utils.Cluster (a head with no CPUs, `--nodes`
+worker nodes of 2 CPUs) and a mirror directory. It measures, for one run each:
 - record written → visible in GET /api/runs/{run}/records: polled every 20 ms, per step
   record the time it was first seen minus the `t` the trainer wrote (p50/p99);
 - crash → first recomputed step: from POST …/crash to the `t` of the first step record
@@ -15,8 +17,14 @@ directory. It measures, for one run each:
 - host lost → first recomputed step on the new node (Ray only): from remove_node of the
   run's node to the `t` of its next segment's first step;
 - the server's CPU (100 % = one core) over `--cpu-window-s` once every run trains.
-It prints one row per executor. On a 2-core machine 6 runs share 2 cores: the numbers
-are for comparing the executors on the same load, not for a real cluster.
+The crash and the host loss are timed from the run's own progress, not at fixed steps:
+each comes once the run has written a checkpoint past step 0 and still has at least
+`--margin` steps to train. A crash the lab refuses, or a run that ended first, is
+printed with the reason and its figure stays empty.
+`--smoke` stops the runs once they are measured instead of training them to the end.
+It prints one row per executor, and exits 1 when a figure could not be measured. On a
+2-core machine the runs share 2 cores: the numbers are for comparing the executors on the
+same load, not for a real cluster.
 """
 
 from __future__ import annotations
@@ -40,6 +48,13 @@ sys.path.insert(0, str(ROOT))  # tests.support is not installed
 
 from tests.support.lab import free_port, spawn_server  # noqa: E402
 
+ENDED = ("finished", "failed", "stopped")  # server/schemas.py RunState
+WAIT_S = 300  # for the runs to reach a state; each wait says what it waited for
+
+
+class NotMeasured(Exception):
+    """A figure that could not be taken; the message says why."""
+
 
 def pct(values: list[float], q: float) -> float:
     if not values:
@@ -49,7 +64,8 @@ def pct(values: list[float], q: float) -> float:
 
 
 class RecordWatch(threading.Thread):
-    """Polls one run's records; notes when each step record was first seen."""
+    """Polls one run's records; notes when each step record was first seen, and the
+    steps of its checkpoint records."""
 
     def __init__(self, client: httpx.Client, run: str) -> None:
         super().__init__(daemon=True)
@@ -57,6 +73,7 @@ class RecordWatch(threading.Thread):
         self.after = 0
         self.delays: list[float] = []
         self.steps: list[dict[str, Any]] = []
+        self.ckpt_steps: list[int] = []
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -65,7 +82,7 @@ class RecordWatch(threading.Thread):
                 page = self.client.get(
                     f"/api/runs/{self.run_id}/records", params={"after": self.after, "limit": 5000}
                 ).json()
-            except httpx.HTTPError:
+            except (httpx.HTTPError, ValueError):
                 time.sleep(0.05)
                 continue
             now = time.time()
@@ -73,6 +90,8 @@ class RecordWatch(threading.Thread):
                 if rec["kind"] == "step":
                     self.delays.append(now - rec["t"])
                     self.steps.append(rec)
+                elif rec["kind"] == "ckpt" and rec.get("step") is not None:
+                    self.ckpt_steps.append(int(rec["step"]))
             if page["records"]:
                 self.after = page["next_after"]
             time.sleep(0.02)
@@ -84,70 +103,157 @@ class RecordWatch(threading.Thread):
                 if rec["segment"] == segment:
                     return rec
             time.sleep(0.02)
-        raise TimeoutError(f"no step of segment {segment} in {timeout:.0f}s")
+        raise NotMeasured(f"no step of segment {segment} within {timeout:.0f} s")
 
 
-def wait_runs(client: httpx.Client, pair: str, ok: Any, timeout: float = 300) -> list[Any]:
-    deadline = time.monotonic() + timeout
+def run_of(client: httpx.Client, pair: str, index: int) -> dict[str, Any]:
+    return dict(client.get(f"/api/pairs/{pair}").json()["runs"][index])
+
+
+def wait_runs(client: httpx.Client, pair: str, ok: Any, what: str) -> list[Any]:
+    deadline = time.monotonic() + WAIT_S
     while True:
         runs = client.get(f"/api/pairs/{pair}").json()["runs"]
         if ok(runs):
             return runs
         if time.monotonic() > deadline:
-            raise TimeoutError(str([(r["state"], r["step"]) for r in runs]))
+            states = [(r["state"], r["step"]) for r in runs]
+            raise NotMeasured(f"timed out waiting for {what}: {states}")
         time.sleep(0.1)
 
 
-def measure(
-    executor: str, pairs: int, work: Path, cluster: Any, cpu_window_s: float
-) -> dict[str, Any]:
+def wait_crash_moment(
+    client: httpx.Client, pair: str, index: int, watch: RecordWatch, steps: int, margin: int
+) -> None:
+    """Returns once the run has a checkpoint past step 0 and at least `margin` steps left
+    to train; raises NotMeasured naming why when the run ends or runs past that first."""
+    label = "AB"[index]
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        run = run_of(client, pair, index)
+        step = run["step"] or 0
+        if run["state"] in ENDED:
+            raise NotMeasured(f"run {label} ended ({run['state']}) before a checkpoint past 0")
+        if any(s > 0 for s in watch.ckpt_steps):
+            if run["stage"] == "train" and step <= steps - margin:
+                return
+            if step > steps - margin:
+                raise NotMeasured(
+                    f"run {label} was at step {step} of {steps} when its first checkpoint"
+                    f" past 0 was seen: fewer than {margin} steps left (raise --steps)"
+                )
+        time.sleep(0.02)
+    raise NotMeasured(f"run {label} wrote no checkpoint past step 0 within {WAIT_S} s")
+
+
+def crash_latency(client: httpx.Client, run: str, watch: RecordWatch) -> float:
+    t0 = time.time()
+    r = client.post(f"/api/runs/{run}/crash")
+    if r.status_code != 202:
+        try:
+            detail = r.json().get("detail", r.text)
+        except ValueError:
+            detail = r.text
+        raise NotMeasured(f"the lab refused the crash test ({r.status_code}): {detail}")
+    return float(watch.first_step_of(1)["t"] - t0)
+
+
+def host_loss_latency(client: httpx.Client, pair: str, cluster: Any, watch: RecordWatch) -> float:
+    host = run_of(client, pair, 1)["host"]
+    node = next((n for n in cluster.worker_nodes if n.node_id == (host or {}).get("node_id")), None)
+    if node is None:
+        raise NotMeasured(f"run B's host {host} is no worker node of the cluster")
+    t0 = time.time()
+    cluster.remove_node(node)
+    return float(watch.first_step_of(1)["t"] - t0)
+
+
+def measure(executor: str, args: argparse.Namespace, work: Path, cluster: Any) -> dict[str, Any]:
     port = free_port()
     env = {
         **os.environ,
         "CRASHDRILL_DATA_DIR": str(work / executor / "lab"),
         "CRASHDRILL_TELEMETRY": "0",
-        "CRASHDRILL_MAX_CONCURRENT": str(2 * pairs),
+        "CRASHDRILL_MAX_CONCURRENT": str(2 * args.pairs),
         "CRASHDRILL_MIRROR": str(work / executor / "mirror"),
     }
     if cluster is not None:
         env["CRASHDRILL_RAY_ADDRESS"] = cluster.address
     log = work / f"{executor}.log"
     server = spawn_server(port, env, log, start_timeout=120)
-    out: dict[str, Any] = {"executor": executor}
+    out: dict[str, Any] = {"executor": executor, "why": {}}
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            created = [
-                client.post("/api/pairs", json={"preset": "quick"}).json() for _ in range(pairs)
-            ]
+            created = []
+            for _ in range(args.pairs):
+                r = client.post(
+                    "/api/pairs", json={"preset": "quick", "overrides": {"steps": args.steps}}
+                )
+                if r.status_code != 201:
+                    raise SystemExit(f"the lab refused a pair ({r.status_code}): {r.text}")
+                created.append(r.json())
             first = created[0]
             run_a, run_b = (r["id"] for r in first["runs"])
             watch_a, watch_b = RecordWatch(client, run_a), RecordWatch(client, run_b)
             watch_a.start()
             watch_b.start()
-            for c in created:
-                wait_runs(client, c["pair"], lambda rs: all((r["step"] or 0) >= 5 for r in rs))
-            proc = psutil.Process(server.pid)
-            proc.cpu_percent(None)
-            time.sleep(cpu_window_s)  # all 2 x pairs runs train meanwhile
-            out["server_cpu_pct"] = proc.cpu_percent(None)
-            wait_runs(client, first["pair"], lambda rs: all((r["step"] or 0) >= 60 for r in rs))
-            t0 = time.time()
-            assert client.post(f"/api/runs/{run_a}/crash").status_code == 202
-            out["crash_to_first_recomputed_s"] = watch_a.first_step_of(1)["t"] - t0
+
+            def take(name: str, fn: Any) -> None:
+                try:
+                    out[name] = fn()
+                except NotMeasured as e:
+                    out["why"][name] = str(e)
+                    print(f"[{executor}] {name}: not measured: {e}", flush=True)
+
+            def cpu() -> float:
+                for c in created:
+                    wait_runs(
+                        client,
+                        c["pair"],
+                        lambda rs: all(
+                            r["state"] == "running" and (r["step"] or 0) >= 5 for r in rs
+                        ),
+                        "every run training",
+                    )
+                proc = psutil.Process(server.pid)
+                proc.cpu_percent(None)
+                time.sleep(args.cpu_window_s)  # all 2 x pairs runs train meanwhile
+                return float(proc.cpu_percent(None))
+
+            def crash() -> float:
+                wait_crash_moment(client, first["pair"], 0, watch_a, args.steps, args.margin)
+                return crash_latency(client, run_a, watch_a)
+
+            def host_lost() -> float:
+                wait_crash_moment(client, first["pair"], 1, watch_b, args.steps, args.margin)
+                return host_loss_latency(client, first["pair"], cluster, watch_b)
+
+            take("server_cpu_pct", cpu)
+            take("crash_to_first_recomputed_s", crash)
             if cluster is not None:
-                host = client.get(f"/api/pairs/{first['pair']}").json()["runs"][1]["host"]
-                node = next(n for n in cluster.worker_nodes if n.node_id == host["node_id"])
-                t0 = time.time()
-                cluster.remove_node(node)
-                out["host_lost_to_first_recomputed_s"] = watch_b.first_step_of(1)["t"] - t0
+                take("host_lost_to_first_recomputed_s", host_lost)
+            for c in created if args.smoke else []:  # measured: the rest would only wait
+                for run in c["runs"]:
+                    client.post(f"/api/runs/{run['id']}/stop")
             for c in created:
-                wait_runs(client, c["pair"], lambda rs: all(r["state"] != "running" for r in rs))
+                try:
+                    wait_runs(
+                        client,
+                        c["pair"],
+                        lambda rs: all(r["state"] in ENDED for r in rs),
+                        "every run's end",
+                    )
+                except NotMeasured as e:
+                    print(f"[{executor}] {e}", flush=True)
             watch_a.stop.set()
             watch_b.stop.set()
             delays = watch_a.delays + watch_b.delays
-            out["record_visible_p50_ms"] = 1000 * pct(delays, 0.5)
-            out["record_visible_p99_ms"] = 1000 * pct(delays, 0.99)
             out["records"] = len(delays)
+            if delays:
+                out["record_visible_p50_ms"] = 1000 * pct(delays, 0.5)
+                out["record_visible_p99_ms"] = 1000 * pct(delays, 0.99)
+            else:
+                out["why"]["record_visible_p50_ms"] = "no step record was seen in the API"
     finally:
         server.send_signal(signal.SIGINT)
         try:
@@ -157,14 +263,32 @@ def measure(
     return out
 
 
+def seconds(r: dict[str, Any], name: str) -> str:
+    return f"{r[name]:.2f}s" if name in r else "—"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--executors", nargs="+", default=["local", "ray"], choices=["local", "ray"])
     p.add_argument("--pairs", type=int, default=3, help="quick pairs trained at once")
+    p.add_argument("--nodes", type=int, default=3, help="Ray worker nodes (≥ 2: a host loss)")
+    p.add_argument("--steps", type=int, default=1200, help="steps of each run (quick: 300)")
+    p.add_argument(
+        "--margin", type=int, default=100, help="steps a run must have left when it is crashed"
+    )
     p.add_argument(
         "--cpu-window-s", type=float, default=10.0, help="how long the server's CPU is measured"
     )
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="CI size: 1 pair, 2 nodes, 600 steps, a 2 s window; runs stopped once measured",
+    )
     args = p.parse_args()
+    if args.smoke:
+        args.pairs, args.nodes, args.steps, args.cpu_window_s = 1, 2, 600, 2.0
+    if args.nodes < 2 or args.pairs < 1 or args.steps <= args.margin:
+        p.error("--nodes ≥ 2 (one to lose, one to move to), --pairs ≥ 1, --steps > --margin")
     rows = []
     with tempfile.TemporaryDirectory(prefix="crashdrill-ray-bench-") as tmp:
         for executor in args.executors:
@@ -173,27 +297,39 @@ def main() -> int:
                 from tests.support import ray_cluster
 
                 t = time.monotonic()
-                cluster = ray_cluster.start_cluster(nodes=3)
-                print(f"cluster of 3 nodes up in {time.monotonic() - t:.1f}s", flush=True)
+                cluster = ray_cluster.start_cluster(nodes=args.nodes)
+                print(
+                    f"cluster of {args.nodes} nodes up in {time.monotonic() - t:.1f}s", flush=True
+                )
             try:
-                rows.append(measure(executor, args.pairs, Path(tmp), cluster, args.cpu_window_s))
+                rows.append(measure(executor, args, Path(tmp), cluster))
             finally:
                 if cluster is not None:
                     cluster.shutdown()
             print(rows[-1], flush=True)
+    runs = 2 * args.pairs
     print()
     print(
         "executor  crash→recomputed  host lost→recomputed  record visible p50/p99"
-        "  server CPU (6 runs)"
+        f"  server CPU ({runs} runs)"
     )
+    missing = []
     for r in rows:
-        lost = r.get("host_lost_to_first_recomputed_s")
-        print(
-            f"{r['executor']:<8}  {r['crash_to_first_recomputed_s']:>14.2f}s"
-            f"  {(f'{lost:.2f}s' if lost is not None else '—'):>20}"
-            f"  {r['record_visible_p50_ms']:>10.0f}/{r['record_visible_p99_ms']:.0f} ms"
-            f"  {r['server_cpu_pct']:>8.1f} %"
+        visible = (
+            f"{r['record_visible_p50_ms']:.0f}/{r['record_visible_p99_ms']:.0f} ms"
+            if "record_visible_p50_ms" in r
+            else "—"
         )
+        cpu = f"{r['server_cpu_pct']:.1f} %" if "server_cpu_pct" in r else "—"
+        print(
+            f"{r['executor']:<8}  {seconds(r, 'crash_to_first_recomputed_s'):>16}"
+            f"  {seconds(r, 'host_lost_to_first_recomputed_s'):>20}"
+            f"  {visible:>22}  {cpu:>10}"
+        )
+        missing += [f"{r['executor']}: {name}: {why}" for name, why in r["why"].items()]
+    if missing:
+        print("not measured:\n  " + "\n  ".join(missing))
+        return 1
     return 0
 
 
