@@ -2,6 +2,7 @@
 
     python benchmarks/remote_db.py                          # one-way delay 0, 5, 15 ms
     python benchmarks/remote_db.py --delays-ms 0 15 --seconds 20
+    python benchmarks/remote_db.py --smoke                  # CI size: one 5 ms delay, 2 s
 
 One throwaway PostgreSQL (`tests/support/postgres.py`) for the whole benchmark; for each
 one-way delay a fresh database behind a `LatencyProxy` (`tests/support/latency_proxy.py`,
@@ -18,6 +19,8 @@ process measures at once:
   and records/s received against records/s written into records.jsonl.
 It prints p50/p99/max of each and the server's CPU (100% = one core), one row per delay.
 A request that times out (10 s) counts as 10 s, so its row's percentiles are lower bounds.
+A delay at which no request was answered or no record of the window reached the stream
+measured nothing: the script says why instead of printing a row, and exits 1.
 """
 
 from __future__ import annotations
@@ -138,6 +141,9 @@ def start_server(
         "CRASHDRILL_STANDIN_STEPS": str(steps),
         "CRASHDRILL_STANDIN_STEP_S": str(step_s),
         "CRASHDRILL_STANDIN_CKPT_EVERY": "1000000",
+        # a trainer inherits only allowlisted variables (workers/trainer_env.py): without
+        # this the stand-in ran its default 60 steps and was done before the window
+        "CRASHDRILL_TRAINER_ENV_PASS": "CRASHDRILL_STANDIN_*",
     }
     args = ["--data-dir", str(data_dir), "--log-level", "warning"]
     args += ["--mirror", "off", "--stop-runs-on-exit"]
@@ -321,6 +327,20 @@ def measure(pg: PostgresServer, delay_ms: float, args: argparse.Namespace) -> di
     }
 
 
+def nothing_measured(r: dict[str, Any]) -> str:
+    """Why the row of `r` would be empty ("" when it is not)."""
+    why = []
+    if math.isnan(r["presets"][0]) or math.isnan(r["pair"][0]):
+        why.append(f"no request was answered ({r['errors']} errors)")
+    if math.isnan(r["record"][0]):
+        stream = f" (stream: {r['stream_error']})" if r["stream_error"] else ""
+        why.append(
+            f"no record of the window reached the stream; {r['written_per_s']:.0f}/s written"
+            + stream
+        )
+    return "; ".join(why)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--delays-ms", type=float, nargs="+", default=[0.0, 5.0, 15.0])
@@ -328,7 +348,10 @@ def main() -> int:
     p.add_argument("--step-s", type=float, default=0.01, help="seconds between records per run")
     p.add_argument("--sample-s", type=float, default=0.05, help="GET /api/presets every …")
     p.add_argument("--pair-every-s", type=float, default=0.2, help="GET /api/pairs/{pair} every …")
+    p.add_argument("--smoke", action="store_true", help="CI size: one 5 ms delay, a 2 s window")
     args = p.parse_args()
+    if args.smoke:
+        args.delays_ms, args.seconds = [5.0], 2.0
     if any(d < 0 for d in args.delays_ms) or min(args.seconds, args.step_s, args.sample_s) <= 0:
         p.error("delays must be ≥ 0; --seconds, --step-s and --sample-s > 0")
     print(
@@ -351,6 +374,9 @@ def main() -> int:
     with PostgresServer.start() as pg:
         for delay_ms in args.delays_ms:
             r = measure(pg, delay_ms, args)
+            if empty := nothing_measured(r):
+                print(f"{delay_ms:>7.0f} ms one way: nothing measured: {empty}", flush=True)
+                return 1
             notes = [f"{r[k]} {k}" for k in ("errors", "gaps") if r[k]]
             if r["timeouts"]:
                 notes.append(f"{r['timeouts']} timed out, counted as {REQUEST_TIMEOUT_S} s")
