@@ -2,13 +2,15 @@
 the grace (the config's stop_grace), measured on real processes.
 
     .venv/bin/python benchmarks/graceful_stop.py [--preset quick] [--at-step 20] [--json F]
+    .venv/bin/python benchmarks/graceful_stop.py --smoke    # CI size: quick's two runs only
 
 For each preset and run (A, B): start `crashdrill run PRESET --jsonl`, send SIGTERM once
 it has trained `--at-step` steps, and read the trainer's own `stopped_gracefully` record:
 the save time (signal to a complete checkpoint), the checkpoint's size, the grace, and
 whether the save fit in it; also SIGTERM to process exit, which is what a platform's
 SIGKILL races against. A run with graceful_stop = "off" has no handler and is listed as
-such. Prints a table; `--json` writes the rows too.
+such. Prints a table; `--json` writes the rows too. When no run's graceful save was
+measured it says so and exits 1.
 """
 
 from __future__ import annotations
@@ -68,7 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--preset", action="append", help="a preset id (default: every built-in)")
     p.add_argument("--at-step", type=int, default=20, help="SIGTERM after this many steps")
     p.add_argument("--json", type=Path, help="write the rows to this file")
+    p.add_argument("--smoke", action="store_true", help="CI size: the quick preset only")
     args = p.parse_args(argv)
+    if args.smoke:
+        args.preset = ["quick"]
     presets = args.preset or [pr.id for pr in list_presets()]
     rows = []
     print(
@@ -98,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
                 sys.stdout.flush()
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
+    if not any("save_s" in row for row in rows):
+        print("no run saved after its SIGTERM: nothing measured")
+        return 1
     return 0
 
 

@@ -3,6 +3,7 @@ every resume compared bit for bit with an uninterrupted reference.
 
     python benchmarks/kill_soak.py                                  lesson-1.7-fast, 50 kills
     python benchmarks/kill_soak.py --preset quick --kills 10 --seed 3    a CI-sized soak
+    python benchmarks/kill_soak.py --smoke          quick, 5 kills (one inside a checkpoint write)
 
 It runs the real command (`python -m crashdrill verify --preset P --kills K --seed S
 --json … --work-dir …`, what a user runs) and then reads both run dirs' records files
@@ -17,7 +18,8 @@ lost or written twice across all those kills. It prints:
     records duplicated      (one (segment, step) written twice: must be 0)
     wall time
 
-Exit 0 when every number that must be 0 is 0 and the drill passed; 1 otherwise. Timings
+Exit 0 when every number that must be 0 is 0 and the drill passed; 1 otherwise, and 1
+when no kill landed (nothing was measured). Timings
 taken on a shared machine say little: take them when it is otherwise idle, and read the
 load average it prints.
 """
@@ -84,7 +86,10 @@ def main() -> int:
     ap.add_argument("--kills", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--run", default="A", choices=["A", "B"])
+    ap.add_argument("--smoke", action="store_true", help="CI size: quick, 5 kills, seed 3")
     args = ap.parse_args()
+    if args.smoke:
+        args.preset, args.kills, args.seed = "quick", 5, 3
 
     with tempfile.TemporaryDirectory(prefix="crashdrill-soak-") as tmp:
         report_path, work = Path(tmp) / "report.json", Path(tmp) / "runs"
@@ -121,6 +126,9 @@ def main() -> int:
     print(f"wall time              {wall:.1f} s (drill verdict: {rep['verdict']})")
     for d in rep["diagnosis"]:
         print(f"  {'✗' if d['fails'] else '!'} [{d['code']}] {d['text']}")
+    if not landed:
+        print("no kill landed: nothing measured")
+        return 1
     bad = differing or records["lost"] or records["duplicated"] or records["torn_lines"]
     return 1 if bad or rep["verdict"] != "pass" else 0
 

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/telemetry_overhead.py
     .venv/bin/python benchmarks/telemetry_overhead.py --samples 500 --live-seconds 20
+    .venv/bin/python benchmarks/telemetry_overhead.py --smoke     # CI size: 20 samples, 1 s live
 
 Two measurements, both in process CPU time (all threads), so they count psutil's /proc
 reads and NVML's driver calls but not time spent waiting:
@@ -9,12 +10,14 @@ reads and NVML's driver calls but not time spent waiting:
 - live: the real background thread at `--live-interval` for `--live-seconds` while this
   thread sleeps → CPU per sample including the thread's wake-ups.
 Both are scaled to the production interval (`--interval`, 2 s) as "% of one core".
-The budget is 1 % of one core.
+The budget is 1 % of one core. A live thread that took no sample measured nothing: the
+script says so and exits 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from crashdrill.workers.telemetry import TelemetrySample, TelemetrySampler
@@ -52,13 +55,18 @@ def pct_of_one_core(cpu_s_per_sample: float, interval_s: float) -> float:
     return cpu_s_per_sample / interval_s * 100.0
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--interval", type=float, default=2.0, help="production interval, s")
     parser.add_argument("--live-seconds", type=float, default=10.0)
     parser.add_argument("--live-interval", type=float, default=0.5)
+    parser.add_argument("--smoke", action="store_true", help="CI size: 20 samples, 1 s live")
     args = parser.parse_args()
+    if args.smoke:
+        args.samples, args.live_seconds, args.live_interval = 20, 1.0, 0.2
+    if args.samples < 1 or args.live_seconds <= 0 or args.live_interval <= 0:
+        parser.error("--samples ≥ 1, --live-seconds and --live-interval > 0")
 
     sampler = TelemetrySampler()
     first = sampler.sample()  # opens baselines (and RAPL discovery); not timed
@@ -75,6 +83,13 @@ def main() -> None:
     )
 
     live_cpu_s, taken = live(sampler, args.live_seconds, args.live_interval)
+    if taken == 0:
+        print(
+            f"live thread: no sample in {args.live_seconds:g} s at a {args.live_interval:g} s"
+            " interval: nothing measured"
+        )
+        sampler.close()
+        return 1
     live_pct = pct_of_one_core(live_cpu_s, args.interval)
     print(
         f"live thread, {taken} samples every {args.live_interval:g} s: "
@@ -85,7 +100,8 @@ def main() -> None:
     verdict = "within" if worst < BUDGET_PCT_OF_ONE_CORE else "OVER"
     print(f"{verdict} the {BUDGET_PCT_OF_ONE_CORE:g} % budget (worst {worst:.4f} %)")
     sampler.close()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

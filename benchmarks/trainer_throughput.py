@@ -1,6 +1,7 @@
 """Trainer throughput and checkpoint overhead, measured in one run.
 
     .venv/bin/python benchmarks/trainer_throughput.py [--preset lesson-1.7] [--steps 200]
+    .venv/bin/python benchmarks/trainer_throughput.py --smoke   # CI size: quick, 30 steps, 1 trial
 
 Prints:
   1. tokens/s of crashdrill's loop (records every step, loss bits, grad norm, schedule)
@@ -10,7 +11,8 @@ Prints:
      (CheckFreq reports ≤ 3.5 % for its pipelined checkpoints).
 Evaluation, probes and samples are switched off so the loops do the same work. Each
 variant runs `--trials` times, interleaved, and the best time counts (noise on a shared
-machine only ever adds time).
+machine only ever adds time). A variant that timed no step, or a checkpointing variant
+that wrote no checkpoint, measured nothing: the script says which and exits 1.
 """
 
 from __future__ import annotations
@@ -66,16 +68,23 @@ def plain_loop(cfg: TrainConfig) -> float:
     return (time.perf_counter() - t0) / (cfg.steps - WARM)
 
 
+class NothingMeasured(Exception):
+    """A variant without the steps or checkpoints its figure is made of."""
+
+
 def trainer_loop(cfg: TrainConfig) -> tuple[float, list[dict]]:
     """crashdrill's loop; seconds per timed step from its own step records (checkpoint
     stalls are charged to the step after them, so they are included)."""
     with tempfile.TemporaryDirectory() as d:
         code = train(cfg, d, RunOptions())
-        assert code == 0
+        if code != 0:
+            raise NothingMeasured(f"the trainer exited {code}")
         recs = [json.loads(line) for line in (Path(d) / "records.jsonl").open()]
     steps = [r for r in recs if r["kind"] == "step"]
     ckpts = [r for r in recs if r["kind"] == "ckpt"]
     timed = [r["dt"] for r in steps if r["step"] > WARM]
+    if not timed:
+        raise NothingMeasured(f"no step record past the {WARM} warm-up steps")
     return sum(timed) / len(timed), ckpts
 
 
@@ -84,7 +93,12 @@ def main() -> int:
     ap.add_argument("--preset", default="lesson-1.7")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--trials", type=int, default=2)
+    ap.add_argument("--smoke", action="store_true", help="CI size: quick, 30 steps, 1 trial")
     args = ap.parse_args()
+    if args.smoke:
+        args.preset, args.steps, args.trials = "quick", 30, 1
+    if args.steps <= WARM + 10 or args.trials < 1:
+        ap.error(f"--steps > {WARM + 10} (the first {WARM} are not timed; 10 per checkpoint)")
     off = {"eval_every": 10**9, "probe_every": 10**9, "sample_every": 10**9, "sample_tokens": 0}
     base = (
         get_preset(args.preset)
@@ -104,8 +118,18 @@ def main() -> int:
             if cfg is None:
                 s = plain_loop(base)
             else:
-                s, ckpt_info[name] = trainer_loop(cfg)
+                try:
+                    s, ckpt_info[name] = trainer_loop(cfg)
+                except NothingMeasured as e:
+                    print(f"variant {name!r} measured nothing: {e}")
+                    return 1
             best[name] = min(best.get(name, float("inf")), s)
+    for mode in ("sync", "async"):
+        if not [c for c in ckpt_info[mode] if 0 < c["step"] < base.steps]:
+            print(
+                f"variant {mode!r} measured nothing: no checkpoint between its first and last step"
+            )
+            return 1
     tok = base.batch * base.ctx
     print(
         f"preset {args.preset} · {base.n_layer}L·{base.d_model}d · ctx {base.ctx} · "

@@ -5,6 +5,7 @@ starts included, and crash-to-first-resumed-step latency.
     python benchmarks/verify_speed.py --seeds 1 2 3 4 5 --preset quick --kills 2
     python benchmarks/verify_speed.py --starts both         # fork server vs exec, alternating
     python benchmarks/verify_speed.py --phases --seeds 1    # where one drill's time goes
+    python benchmarks/verify_speed.py --smoke               # CI size: one seed, fork server
 
 For each seed it runs the real command in a subprocess (`python -m crashdrill verify …`,
 exactly what CI runs) and times it from outside, then reads the drill's JSON report for
@@ -22,6 +23,7 @@ Target (issue #17, item 5): the quick drill with 2 kills under 5 s median on the
 dev machine. The machine is shared: run it when it is otherwise idle, and read the load
 average it prints. `--starts both` runs every seed once with the fork server (the default)
 and once with `--no-fork-server`, one after the other, so both see the same load.
+When no resume's latency was measured (no kill landed) it says so and exits 1.
 """
 
 from __future__ import annotations
@@ -109,7 +111,10 @@ def main() -> int:
         action="store_true",
         help="run each drill in this process and print where its time went",
     )
+    ap.add_argument("--smoke", action="store_true", help="CI size: seed 1 only, fork server")
     args = ap.parse_args()
+    if args.smoke:
+        args.seeds, args.starts = [1], "fork"
     if args.phases:
         for seed in args.seeds:
             phases(args.preset, args.kills, seed)
@@ -203,6 +208,10 @@ def main() -> int:
         "'all' but in no segment)"
     )
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    empty = [mode for mode in modes if not latencies[mode]]
+    if empty:
+        print(f"[{', '.join(empty)}] no resume latency: no kill landed, nothing measured")
+        return 1
     return 0
 
 
