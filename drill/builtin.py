@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 from crashdrill.drill.engine import Child, Segment, Snapshot, Target, WriteWatch, scan
-from crashdrill.drill.forkserver import ForkServer
 from crashdrill.drill.plan import KillPoint, draw_kills
 from crashdrill.drill.trace import LossParser
 from crashdrill.trainer.checkpoint_layout import (
@@ -26,6 +25,8 @@ from crashdrill.trainer.checkpoint_layout import (
     parse_step_dir,
     temp_dir_name,
 )
+from crashdrill.workers.forkserver import ForkServer
+from crashdrill.workers.warm import TRAINER_PRELOAD
 
 PAUSE_SECONDS = 30  # the kill lands as soon as the pause begins; this only bounds a miss
 EXIT_NO_CHECKPOINT = 3
@@ -72,10 +73,7 @@ class PauseWatch(WriteWatch):
 # What the fork server imports once, so that a trainer start forked from it does not:
 # code only (torch and everything `crashdrill run` imports), never a run's state.
 FORK_SERVER_PRELOAD = [
-    "crashdrill.cli",
-    "crashdrill.trainer.presets",
-    "crashdrill.trainer.loop",
-    "numpy.random",
+    *TRAINER_PRELOAD,  # what the lab's warm trainers import (workers/warm.py)
     "crashdrill.drill.final_state",  # the final comparison, run after the last step
 ]
 

@@ -63,7 +63,7 @@ class StartError(RuntimeError):
 
 class Child(Protocol):
     """A started process, exec'd (ExecProcess) or forked by the fork server
-    (drill/forkserver.py): its pid leads its own process group."""
+    (workers/forkserver.py): its pid leads its own process group."""
 
     pid: int
     stdout: IO[bytes]

@@ -7,7 +7,7 @@
 
 For the built-in trainer the cadence is known from the preset, so the reference and the
 crashed run start together (one core each), and every trainer process is forked from a
-fork server that has imported torch once (drill/forkserver.py; `fork_server=False` or
+fork server that has imported torch once (workers/forkserver.py; `fork_server=False` or
 CRASHDRILL_FORK_SERVER=0 for plain exec). For any other script the reference runs
 first: it tells the drill how many steps there are and when the first checkpoint appears,
 which is what the kill plan needs.
@@ -27,7 +27,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crashdrill.drill import forkserver
 from crashdrill.drill.builtin import FORK_SERVER_PRELOAD, PresetTarget
 from crashdrill.drill.command import CommandTarget
 from crashdrill.drill.compare import Analysis, Evidence, FinalParams, analyse
@@ -37,6 +36,7 @@ from crashdrill.drill.plan import KillPoint, draw_kills, preempt_plan
 from crashdrill.drill.preempt import StopVerdict, judge_stops, stop_findings
 from crashdrill.drill.record_fields import RunRecords
 from crashdrill.drill.trace import LossParser
+from crashdrill.workers import forkserver
 
 REFERENCE_NICE = 5
 

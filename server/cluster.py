@@ -21,12 +21,16 @@ from crashdrill.server.settings import Settings, SettingsError
 from crashdrill.server.telemetry_feed import TelemetryFeed
 from crashdrill.workers.cluster_health import LOCAL
 from crashdrill.workers.executor import Executor, LocalExecutor
+from crashdrill.workers.warm import WarmTrainers, forkable, wanted
 
 
 def executor_for(settings: Settings) -> Executor:
     """The executor the settings ask for; raises SettingsError naming what is wrong."""
     if settings.ray is None:
-        return LocalExecutor()
+        # The built-in trainer forks from a warm process (CRASHDRILL_WARM_TRAINERS=0: exec);
+        # trainers outlive the server as exec'd ones do, for the next one to adopt.
+        enabled = wanted() and forkable(settings.trainer_command)
+        return LocalExecutor(WarmTrainers(keep_children=True, enabled=enabled))
     mirror = settings.mirror_url
     if mirror is None:  # Settings refuses this already; kept for a hand-built Settings
         raise SettingsError(f"ray = {settings.ray!r} needs a checkpoint mirror (--mirror)")

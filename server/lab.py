@@ -133,6 +133,7 @@ class Lab(RunControl):
     # ---- start and stop -------------------------------------------------------------
 
     async def start(self) -> None:
+        self.executor.open()  # a warm trainer process starts importing torch meanwhile
         self.reports.start()  # first: a trainer adopted or resumed below reports at once
         self._recover()
         self.ingest.start()
@@ -176,6 +177,7 @@ class Lab(RunControl):
     def close(self) -> None:
         """Close the database and let go of the data dir (`stop` ends with this; a lab
         that was never started needs only this)."""
+        self.executor.close()  # the warm process exits; its trainers keep training
         self.db.close()
         os.close(self._lock_fd)
 

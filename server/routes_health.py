@@ -12,6 +12,9 @@ It reads nothing a student could not see, and needs no cookie.
 local executor is always reachable; on a Ray cluster that stops answering the lab stays
 ready (200, `reachable: false`): its runs keep training on their nodes and their records
 catch up when it is back.
+
+`trainers` says how trainers start (workers/warm.py): forked from a warm process, or with
+exec where there is none (and why), so a lab whose crash tests got slow says so.
 """
 
 from __future__ import annotations
@@ -38,12 +41,25 @@ class Cluster(BaseModel):
     error: str | None = Field(description="the last failed call's error, while unreachable")
 
 
+class TrainerStarts(BaseModel):
+    mode: str = Field(
+        description="fork: trainers fork from a warm process that imported torch once;"
+        " exec: each start imports it again (no warm process: see error); node: each Ray"
+        " node's run actor keeps its own"
+    )
+    pid: int | None = Field(description="the warm process, while there is one")
+    forked: int = Field(description="starts forked from the warm process since the lab started")
+    exec: int = Field(description="starts of the built-in trainer that fell back to exec")
+    error: str | None = Field(description="why starts exec instead of forking, if they do")
+
+
 class Health(BaseModel):
     ready: bool = Field(description="true: the lab takes requests and its database answers")
     version: str = Field(description="the crashdrill release")
     database: str = Field(description="sqlite or postgres (never the URL: it may hold a password)")
     schema_version: int = Field(description="the database schema the lab migrated to")
     cluster: Cluster = Field(description="where runs execute, and whether it answers")
+    trainers: TrainerStarts = Field(description="how trainers start: forked warm, or exec")
 
 
 @router.get(
@@ -64,4 +80,5 @@ def health(request: Request) -> dict[str, Any]:
         "database": lab.db.dialect,
         "schema_version": int(row["v"]) if row and row["v"] is not None else 0,
         "cluster": cluster_status(lab.executor),
+        "trainers": lab.executor.starts(),
     }

@@ -1,11 +1,14 @@
 """Where a run's trainer executes: the seam below the supervisor's policy.
 
     executor = LocalExecutor()                  # the default: subprocesses on this machine
+    executor = LocalExecutor(WarmTrainers(keep_children=True))  # …forked from a warm process
     proc = executor.start(launch, env, require_checkpoint=False)
     proc.wait(0.2)        # exit status (None: unknown); TimeoutError while it runs
     proc.signal(SIGKILL)  # the trainer's whole process tree
     proc.lost_host        # None, or the host that vanished with the trainer (Ray)
     executor.wipe(run_dir)                      # delete its checkpoints where it runs
+    executor.starts()                           # how trainers start: forked (warm) or exec
+    executor.close()                            # the lab stops: let go of the warm process
 
 The supervisor (workers/supervisor.py) decides when to restart, with which flags, and what
 the events say; an executor only does what it is told, where the run lives. The server's
@@ -30,6 +33,7 @@ from crashdrill.trainer.checkpoint_layout import ckpt_root
 from crashdrill.workers.mirror_restore import MirrorPull, pull_for_restart
 from crashdrill.workers.run_dir import RunDir
 from crashdrill.workers.trainer_process import TrainerProcess, adopt_trainer
+from crashdrill.workers.warm import WarmTrainers
 
 if TYPE_CHECKING:
     from crashdrill.workers.launch import Launch
@@ -101,6 +105,19 @@ class Executor(Protocol):
         with StartCancelled; a start that comes later is not affected."""
         ...
 
+    def open(self) -> None:
+        """The lab starts: get ready for the first start (a warm process begins importing)."""
+        ...
+
+    def starts(self) -> dict[str, Any]:
+        """How trainers start: {"mode": "fork" (a warm process) | "exec" | "node" (each
+        machine's own), "error": why not warm, …} (GET /api/health)."""
+        ...
+
+    def close(self) -> None:
+        """The lab stops: what the executor holds goes; running trainers keep running."""
+        ...
+
 
 class StartCancelled(OSError):
     """The run's start gave up because the run was stopped while it waited."""
@@ -124,9 +141,15 @@ class LocalTrainer:
 
 
 class LocalExecutor:
-    """Subprocesses on this machine, their run dir the server's own (the default)."""
+    """Subprocesses on this machine, their run dir the server's own (the default). With
+    `warm`, the built-in trainer is forked from a warm process that imported torch once
+    (workers/warm.py); it keeps its trainers when it exits, so that they outlive a server
+    that is killed and the next one adopts them."""
 
     name = "local"
+
+    def __init__(self, warm: WarmTrainers | None = None) -> None:
+        self.warm = warm
 
     def prepare(self, launch: Launch) -> None:
         """Nothing to learn in advance: the trainer runs here, whatever it needs."""
@@ -138,7 +161,7 @@ class LocalExecutor:
         rd.path.mkdir(parents=True, exist_ok=True)
         argv = launch.argv(require_checkpoint=require_checkpoint)
         with open(rd.stdout, "ab") as out, open(rd.stderr, "ab") as err:
-            proc = TrainerProcess.start(argv, env, stdout=out, stderr=err)
+            proc = TrainerProcess.start(argv, env, stdout=out, stderr=err, warm=self.warm)
         return LocalTrainer(proc)
 
     def adopt(self, run_dir: Path, pids: Iterable[int | None]) -> Trainer | None:
@@ -183,3 +206,16 @@ class LocalExecutor:
 
     def release(self, run_dir: Path) -> None:
         """The run ended: nothing is held for it here."""
+
+    def open(self) -> None:
+        if self.warm is not None:
+            self.warm.prewarm()
+
+    def starts(self) -> dict[str, Any]:
+        if self.warm is None:
+            return {"mode": "exec", "pid": None, "forked": 0, "exec": 0, "error": None}
+        return self.warm.status()
+
+    def close(self) -> None:
+        if self.warm is not None:
+            self.warm.close()

@@ -398,6 +398,16 @@ class RayExecutor:
                     f" {place_s():.0f}s (it needs {need.text()})"
                 )
 
+    def open(self) -> None:
+        """Nothing to prepare here: each node's actor warms its own."""
+
+    def starts(self) -> dict[str, Any]:
+        """Each node's run actor forks its trainers from a warm process of its own."""
+        return {"mode": "node", "pid": None, "forked": 0, "exec": 0, "error": None}
+
+    def close(self) -> None:
+        """Nothing held here: the actors belong to their runs."""
+
     def cancel(self, run_dir: Path) -> None:
         """A Stop before the trainer exists: a placement waiting for a node gives up."""
         with self._lock:

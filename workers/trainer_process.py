@@ -2,6 +2,7 @@
 again after a server restart, waited for, signalled as a whole.
 
     proc = TrainerProcess.start(argv, env, stdout=out, stderr=err)   # our child
+    proc = TrainerProcess.start(argv, env, stdout=out, stderr=err, warm=warm)  # forked
     proc = adopt_trainer(run_dir, [pid_from_db, pid_from_run_json])  # or None
     proc.wait(0.2)            # exit status; None when adopted; TimeoutError while alive
     proc.signal(SIGKILL)      # the trainer and everything it started (process_tree.kill_tree)
@@ -13,12 +14,19 @@ its command line (a recycled pid runs something else). `started` is the process'
 time, which the server stores beside the pid. Every process of a run carries the run dir
 as its process-tree marker, so a SIGKILL also finds descendants that made a session of
 their own or were re-parented (torchrun's ranks, a data loader's workers).
+
+With `warm` (workers/warm.py) the built-in trainer is forked from the machine's warm
+process instead of exec'd: the same command line, session, files and environment, its
+exit status relayed by the warm process. A wait blocks on the process's end (its status
+socket, or a pidfd), so the supervisor hears of a death at once, not at its next poll.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import select
 import signal
 import subprocess
 from collections.abc import Iterable, Mapping
@@ -27,7 +35,9 @@ from typing import IO
 
 import psutil
 
+from crashdrill.workers.forkserver import ForkedProcess, ForkServerError
 from crashdrill.workers.process_tree import kill_tree, tree_marker
+from crashdrill.workers.warm import WarmTrainers
 
 
 def _run_dir_of(argv: Iterable[str]) -> str | None:
@@ -39,51 +49,106 @@ def _run_dir_of(argv: Iterable[str]) -> str | None:
 
 
 class TrainerProcess:
-    """A trainer process: our child (exit status known) or adopted (status unknown)."""
+    """A trainer process: our child or the warm process's (exit status known) or adopted
+    (status unknown)."""
 
-    def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None = None) -> None:
+    def __init__(
+        self,
+        pid: int,
+        popen: subprocess.Popen[bytes] | None = None,
+        *,
+        forked: ForkedProcess | None = None,
+        argv: Iterable[str] | None = None,
+    ) -> None:
         self.pid = pid
         self.popen = popen
+        self.forked = forked
         self.ps: psutil.Process | None = None
         self.started = 0.0
         self.marker: str | None = None
         if popen is not None and isinstance(popen.args, list):
-            self.marker = _run_dir_of(str(a) for a in popen.args)
+            argv = (str(a) for a in popen.args)
+        if argv is not None:
+            self.marker = _run_dir_of(argv)
+        self._pidfd: int | None = None
+        with contextlib.suppress(AttributeError, OSError):  # not Linux ≥ 5.3: polled waits
+            self._pidfd = os.pidfd_open(pid)
         try:
             self.ps = psutil.Process(pid)
             self.started = self.ps.create_time()
             if self.marker is None:
                 self.marker = _run_dir_of(self.ps.cmdline())
         except psutil.Error:
-            if popen is None:
+            if popen is None and forked is None:
+                self.close()
                 raise
 
     @classmethod
     def start(
-        cls, argv: list[str], env: Mapping[str, str], *, stdout: IO[bytes], stderr: IO[bytes]
+        cls,
+        argv: list[str],
+        env: Mapping[str, str],
+        *,
+        stdout: IO[bytes],
+        stderr: IO[bytes],
+        warm: WarmTrainers | None = None,
     ) -> TrainerProcess:
-        """Start `argv` as a child in a session of its own; raises OSError when it cannot
-        be started."""
+        """Start `argv` in a session of its own: forked from `warm` where it can, else
+        exec'd; raises OSError when it cannot be started."""
         run_dir = _run_dir_of(argv)
+        env = {**env, **tree_marker(run_dir)} if run_dir else dict(env)
+        if warm is not None:
+            child = warm.spawn(argv, env, stdout=stdout, stderr=stderr)
+            if child is not None:
+                return cls(child.pid, forked=child, argv=argv)
+            warm.execs += 1
         popen = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=stdout,
             stderr=stderr,
-            env={**env, **tree_marker(run_dir)} if run_dir else dict(env),
+            env=env,
             start_new_session=True,  # outlives the server; a crash kills its group
         )
         return cls(popen.pid, popen)
 
+    def _ended(self, timeout: float) -> bool:
+        """Block until the process has ended or `timeout` passed (its pidfd)."""
+        if self._pidfd is None:
+            return True  # nothing to block on: the caller's own wait polls
+        try:
+            return bool(select.select([self._pidfd], [], [], max(0.0, timeout))[0])
+        except (OSError, ValueError):
+            return True
+
     def wait(self, timeout: float) -> int | None:
-        """Exit status (None when adopted); raises TimeoutError while it still runs."""
-        if self.popen is not None:
+        """Exit status (None when adopted, or when the warm process that relays it died);
+        raises TimeoutError while it still runs."""
+        if self.forked is not None:
             try:
-                return self.popen.wait(timeout)
+                code = self.forked.wait(timeout)
             except subprocess.TimeoutExpired:
                 raise TimeoutError from None
+            except ForkServerError:  # its status is gone with the warm process: watch it
+                self.forked = None
+                return self.wait(timeout)
+            self.close()
+            return code
+        if self.popen is not None:
+            if self.popen.poll() is None and self._pidfd is not None:
+                self._ended(timeout)
+                if self.popen.poll() is None:
+                    raise TimeoutError
+            try:
+                code = self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                raise TimeoutError from None
+            self.close()
+            return code
         if self.ps is None:
             return None
+        if not self._ended(timeout):
+            raise TimeoutError
         try:
             # An exited trainer whose new parent does not reap it stays a zombie, which
             # psutil's wait would take for alive forever.
@@ -94,15 +159,28 @@ class TrainerProcess:
             raise TimeoutError from None
         except psutil.NoSuchProcess:
             pass
+        self.close()
         return None
+
+    def close(self) -> None:
+        """Let go of the pidfd (the process has ended, or nobody watches it any more)."""
+        fd, self._pidfd = self._pidfd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def _exited(self) -> bool:
+        if self.forked is not None:
+            return self.forked.returncode is not None
+        if self.popen is not None:
+            return self.popen.returncode is not None
+        return self.ps is None or not self.ps.is_running()
 
     def signal(self, sig: int) -> None:
         """SIGKILL: the trainer's whole process tree, whatever session or group each
         process made (see process_tree.kill_tree). Any other signal: its process group
         (it leads its own session). ProcessLookupError when it has ended."""
-        if self.popen is not None and self.popen.returncode is not None:
-            raise ProcessLookupError(self.pid)
-        if self.popen is None and (self.ps is None or not self.ps.is_running()):
+        if self._exited():
             raise ProcessLookupError(self.pid)
         if sig == signal.SIGKILL:
             if kill_tree(self.pid, marker=self.marker) == 0:

@@ -31,6 +31,7 @@ class VanishingHost(LocalExecutor):
     machine that goes away does, and its next wait reports the host lost."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.current = Host("n1", "node-one")
         self.trainer: Trainer | None = None
         self.relocated = 0
@@ -138,6 +139,7 @@ class WaitsForANode(LocalExecutor):
     """A start that waits for a node no cluster has, until the run is cancelled."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.waiting = threading.Event()
         self.cancelled = threading.Event()
 

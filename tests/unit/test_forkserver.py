@@ -19,10 +19,10 @@ import pytest
 from crashdrill.drill.command import CommandTarget
 from crashdrill.drill.engine import Child, run_segment
 from crashdrill.drill.final_state import compare_final_params_forked
-from crashdrill.drill.forkserver import ForkedProcess, ForkServer, ForkServerError, supported
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.trace import LossParser
 from crashdrill.drill.verify import fork_server_wanted
+from crashdrill.workers.forkserver import ForkedProcess, ForkServer, ForkServerError, supported
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -246,7 +246,7 @@ def test_a_drill_killed_by_sigkill_leaves_no_process_behind(tmp_path: Path) -> N
     (tmp_path / "sleeper.py").write_text(SLEEPER)
     owner = f"""
 import os, sys
-from crashdrill.drill.forkserver import ForkServer
+from crashdrill.workers.forkserver import ForkServer
 s = ForkServer(preload=[])
 child = s.spawn([sys.executable, "-m", "sleeper"], dict(os.environ), {str(tmp_path)!r})
 grandchild = child.stdout.readline().decode().strip()

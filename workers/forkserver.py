@@ -1,33 +1,48 @@
-"""A fork server for the built-in trainer: one process imports torch and the trainer once,
-then forks every trainer start of a drill, so a restart does not pay ~1.5 s of imports.
+"""A fork server for trainers: one process imports torch and crashdrill once, then forks
+every trainer start, so a start or a restart does not pay ~1.5 s of imports. The one
+mechanism behind the drill's starts (drill/verify.py) and the lab's warm trainers on
+every machine that runs them (workers/warm.py: the lab's own, and each Ray node's actor).
 
     server = ForkServer(preload=["crashdrill.cli", "crashdrill.trainer.loop"])
     child = server.spawn([sys.executable, "-m", "crashdrill", "run", …], env, cwd=None)
     child.pid, child.stdout, child.stderr   # its own pid and process group; pipes as with Popen
+    child = server.spawn(argv, env, None, stdout=out, stderr=err)   # or files, as the lab's
     child.poll(), child.wait()              # the exit status its parent saw: -9 after SIGKILL
     server.close()                          # SIGKILLs what it still runs, then exits
 
 Why the crash stays honest: each start is a new process, forked from a server that has
 only imported code (it never opens a run dir, never builds a model, never touches a
-tensor). The child has its own pid and process group, gets the same argv, environment,
-cwd and stdio as an exec'd `python -m crashdrill run …`, and learns everything about its
-run from the disk. The drill SIGKILLs it like any other process; the server is its parent,
-reaps it and relays the exit status and CPU time over a socket that belongs to that child
-alone. Nothing survives a kill but the files. A child that ends by itself exits with the
-status the interpreter would give it, after joining its threads, running its atexit
-handlers and flushing its output, but without freeing every object first
-(exit_without_teardown: ~0.2 s of CPU saved after a trainer's last step).
+tensor or CUDA). The child has its own pid, session and process group, gets the same
+argv (its /proc cmdline is rewritten to it, so `ps`, a kill of the run's tree and a lab's
+adoption after a restart find it as they find an exec'd one), environment, cwd and stdio
+as an exec'd `python -m crashdrill run …`, and learns everything about its run from the
+disk. It is SIGKILLed like any other process; the server is its parent, reaps it and
+relays the exit status and CPU time over a socket that belongs to that child alone.
+Nothing survives a kill but the files. A child that ends by itself exits with the status
+the interpreter would give it, after joining its threads, running its atexit handlers and
+flushing its output, but without freeing every object first (exit_without_teardown:
+~0.2 s of CPU saved after a trainer's last step).
 
-The server holds no CUDA context (forking one is unsafe) and no thread pool: it only
-imports. It exits when the drill closes the control socket or dies, SIGKILLing whatever
-it still runs first, so no trainer outlives the drill. A server that dies or cannot start
-raises ForkServerError; the drill then runs on plain exec (drill/verify.py).
+The server holds no CUDA context (forking one is unsafe: a CUDA preset's child initialises
+CUDA itself, after the fork) and no thread pool: it only imports. Its own environment is
+the one it was started with (the lab gives it a trainer's allowlisted one, never the
+server's secrets); each child's is the request's. It exits when its owner closes the
+control socket or dies. What happens to the children then is the owner's choice:
+- the drill's (default): SIGKILLed first, so no trainer outlives the drill;
+- `keep_children=True` (the lab's): they keep training, as exec'd trainers outlive a lab
+  server that is killed, and the next server adopts them;
+- `die_with_parent=True` (a Ray node's actor): the server and every child get SIGKILL
+  when the one that started them dies (PR_SET_PDEATHSIG), so a removed node's trainer
+  does not go on writing to the mirror while its run resumes elsewhere.
+A server that dies or cannot start raises ForkServerError; the owner then starts its
+processes with exec.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import gc
 import importlib
 import json
@@ -48,6 +63,11 @@ from typing import IO, Any, NoReturn
 START_TIMEOUT = 120.0  # seconds the first start may wait for the server's imports
 POLL_SECONDS = 0.005  # reaping interval where pidfd_open is missing
 _MSG = 1 << 20  # the largest request (argv + environment) the server reads
+# Bytes of command line a child can show: the server is started with a blank argument this
+# long, and a child writes its own argv over the server's (the kernel's arg area is fixed).
+TITLE_ROOM = 1024
+_TITLE_ARG = "--title-room=" + " " * TITLE_ROOM
+_PR_SET_PDEATHSIG = 1
 
 
 class ForkServerError(RuntimeError):
@@ -69,14 +89,27 @@ def _pair() -> tuple[socket.socket, socket.socket]:
 class ForkedProcess:
     """A process the fork server started: what the engine needs of a Popen."""
 
-    def __init__(self, pid: int, status: socket.socket, stdout: IO[bytes], stderr: IO[bytes]):
+    def __init__(
+        self,
+        pid: int,
+        status: socket.socket,
+        stdout: IO[bytes] | None,
+        stderr: IO[bytes] | None,
+        *,
+        kill_when_lost: bool = True,
+    ):
         self.pid = pid
-        self.stdout = stdout
+        self.stdout = stdout  # None: its output went to the files given to spawn
         self.stderr = stderr
         self.returncode: int | None = None
         self.cpu_s: float | None = None  # user + system CPU seconds, from the server's wait4
         self._status = status
         self._lost: str | None = None  # why its exit status will never come
+        self._kill_when_lost = kill_when_lost
+
+    def fileno(self) -> int:
+        """Readable once the process has ended (or the server died): for select."""
+        return self._status.fileno()
 
     def poll(self) -> int | None:
         """The exit status once the process has ended (negative: the signal), else None."""
@@ -96,11 +129,15 @@ class ForkedProcess:
             raise ForkServerError(self._lost)
         if not select.select([self._status], [], [], timeout)[0]:
             return
-        msg = self._status.recv(4096)
+        try:
+            msg = self._status.recv(4096)
+        except OSError:
+            msg = b""
         self._status.close()
-        if not msg:  # the server died before it reaped this process: kill it, say so
-            with contextlib.suppress(OSError):
-                os.killpg(self.pid, signal.SIGKILL)
+        if not msg:  # the server died before it reaped this process
+            if self._kill_when_lost:  # the drill's: nothing may run unwatched
+                with contextlib.suppress(OSError):
+                    os.killpg(self.pid, signal.SIGKILL)
             self._lost = f"the fork server exited before reporting how process {self.pid} ended"
             raise ForkServerError(self._lost)
         report = json.loads(msg)
@@ -112,26 +149,39 @@ class ForkServer:
     """The server process and the control socket to it. Thread-safe: the reference and the
     crashed run start their processes from two threads."""
 
-    def __init__(self, preload: list[str]) -> None:
+    def __init__(
+        self,
+        preload: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        keep_children: bool = False,
+        die_with_parent: bool = False,
+    ) -> None:
         if not supported():
             raise ForkServerError("this platform has no fork server (fork, SOCK_SEQPACKET)")
+        self.keep_children = keep_children
         # The server's stderr: why it died, if it does. Closed in close().
         self._log = tempfile.TemporaryFile()  # noqa: SIM115
         ours, theirs = _pair()
+        flags = ["--keep-children"] * keep_children + ["--die-with-parent"] * die_with_parent
         try:
             self._proc = subprocess.Popen(
                 [
                     sys.executable,
                     "-m",
-                    "crashdrill.drill.forkserver",
+                    "crashdrill.workers.forkserver",
                     str(theirs.fileno()),
+                    *flags,
                     *preload,
+                    _TITLE_ARG,
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,  # a child's stdio is its own: dup2'ed at the fork
                 stderr=self._log,
+                env=env,
                 pass_fds=[theirs.fileno()],
                 start_new_session=True,  # a Ctrl-C meant for the drill does not reach it
+                preexec_fn=die_with_parent_process if die_with_parent else None,
             )
         except OSError as e:
             ours.close()
@@ -146,13 +196,37 @@ class ForkServer:
         self.started = time.monotonic()
         self.ready: float | None = None  # when the first start came back: imports done
 
-    def spawn(self, argv: list[str], env: dict[str, str], cwd: str | None) -> ForkedProcess:
-        """Start `python -m MODULE ARGS…` (argv as exec would get it) as a forked child."""
+    def spawn(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str | None,
+        *,
+        stdout: IO[bytes] | None = None,
+        stderr: IO[bytes] | None = None,
+    ) -> ForkedProcess:
+        """Start `python -m MODULE ARGS…` (argv as exec would get it) as a forked child.
+        Its stdout and stderr: pipes to read (the child's `stdout`, `stderr`), or the open
+        files given (appended to by the child alone, as an exec'd process would)."""
         if argv[:2] != [sys.executable, "-m"] or len(argv) < 3:
             raise ValueError(f"the fork server runs `{sys.executable} -m MODULE …`, not {argv}")
-        request = {"module": argv[2], "args": argv[3:], "env": env, "cwd": cwd}
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+        if (stdout is None) != (stderr is None):
+            raise ValueError("give both stdout and stderr files, or neither (pipes)")
+        if len(_title(argv)) > TITLE_ROOM:
+            raise ForkServerError(
+                f"the command line of {argv[2]} is {len(_title(argv))} bytes, more than the"
+                f" {TITLE_ROOM} a forked child can show"
+            )
+        request = {"module": argv[2], "args": argv[3:], "env": env, "cwd": cwd, "argv": argv}
+        ours: list[int] = []  # the read ends of pipes made here
+        theirs: list[int] = []  # what the child writes to (closed here once sent)
+        for given in (stdout, stderr):
+            if given is None:
+                r, w = os.pipe()
+                ours.append(r)
+                theirs.append(w)
+            else:
+                theirs.append(os.dup(given.fileno()))
         status, status_theirs = _pair()
         try:
             try:
@@ -161,13 +235,13 @@ class ForkServer:
                     socket.send_fds(
                         self._control,
                         [json.dumps(request).encode()],
-                        [out_w, err_w, status_theirs.fileno()],
+                        [*theirs, status_theirs.fileno()],
                     )
             finally:
                 # Only the server (and, in flight, its queue) holds the child's ends now: a
                 # server that dies before forking closes them, and the recv below sees EOF.
-                os.close(out_w)
-                os.close(err_w)
+                for fd in theirs:
+                    os.close(fd)
                 status_theirs.close()
             status.settimeout(START_TIMEOUT)  # the first reply waits for the imports
             reply = status.recv(4096)
@@ -175,18 +249,25 @@ class ForkServer:
             if not reply:
                 raise OSError("it closed the child's status socket")
             answer = json.loads(reply)
-            if "error" in answer:
-                raise OSError(answer["error"])
-            self.ready = self.ready or time.monotonic()
         except OSError as e:  # includes a timeout and a dead server (EPIPE, ECONNRESET)
+            answer = {"error": f"{e}{self.why()}"}
+        if "error" in answer:  # the server's own answer (a failed fork), or its death
             status.close()
-            os.close(out_r)
-            os.close(err_r)
-            why = f"the fork server did not start {argv[2]}: {e}{self.why()}"
-            raise ForkServerError(why) from None
+            for fd in ours:
+                os.close(fd)
+            raise ForkServerError(f"the fork server did not start {argv[2]}: {answer['error']}")
+        self.ready = self.ready or time.monotonic()
+        pipes = [os.fdopen(fd, "rb") for fd in ours] if ours else [None, None]
         return ForkedProcess(
-            int(answer["pid"]), status, os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb")
+            int(answer["pid"]),
+            status,
+            pipes[0],
+            pipes[1],
+            kill_when_lost=not self.keep_children,
         )
+
+    def alive(self) -> bool:
+        return self._proc.poll() is None
 
     def why(self) -> str:
         """The server's exit status and last stderr line, when it has exited (it may take
@@ -200,8 +281,9 @@ class ForkServer:
         return f" (fork server exit {code}{': ' + lines[-1] if lines else ''})"
 
     def close(self) -> None:
-        """Close the control socket: the server SIGKILLs what it still runs and exits.
-        One that never started anything is killed at once (it may still be importing)."""
+        """Close the control socket: the server SIGKILLs what it still runs (unless it
+        keeps its children) and exits. One that never started anything is killed at once
+        (it may still be importing)."""
         self._control.close()
         try:
             self._proc.wait(timeout=10 if self._spawned else 0)
@@ -227,6 +309,7 @@ class _Request:
     args: list[str]
     env: dict[str, str]
     cwd: str | None
+    argv: list[str]  # the command line it shows, as an exec'd one would
 
 
 @dataclass
@@ -235,9 +318,13 @@ class _Child:
     pidfd: int | None
 
 
-def serve(control: socket.socket) -> _Request:
+def serve(
+    control: socket.socket, *, keep_children: bool = False, die_with_parent: bool = False
+) -> _Request:
     """Fork a child for every request. Returns only in a child, with its request; the
-    server itself exits when the control socket closes."""
+    server itself exits when the control socket closes (its children SIGKILLed first,
+    unless `keep_children`)."""
+    server_pid = os.getpid()
     sel = selectors.DefaultSelector()
     sel.register(control, selectors.EVENT_READ, None)
     children: dict[int, _Child] = {}
@@ -248,7 +335,8 @@ def serve(control: socket.socket) -> _Request:
                 continue  # a pidfd: the child exited, reaped below
             msg, fds, _flags, _addr = socket.recv_fds(control, _MSG, 3)
             if not msg:
-                _shutdown(children)
+                if not keep_children:
+                    _shutdown(children)
                 sys.stderr.flush()
                 os._exit(0)  # no interpreter teardown: with torch loaded it takes ~0.5 s
             request = _Request(**json.loads(msg))
@@ -276,6 +364,10 @@ def serve(control: socket.socket) -> _Request:
                     if c.pidfd is not None:
                         os.close(c.pidfd)
                 status.close()
+                if die_with_parent:
+                    die_with_parent_process()
+                    if os.getppid() != server_pid:  # the server died before the prctl
+                        os._exit(1)
                 _become(request, fds[0], fds[1])
                 return request
             for fd in fds[:2]:
@@ -291,6 +383,36 @@ def serve(control: socket.socket) -> _Request:
                 if child.pidfd is not None:
                     sel.unregister(child.pidfd)
                     os.close(child.pidfd)
+
+
+def die_with_parent_process() -> None:
+    """SIGKILL this process when its parent dies (PR_SET_PDEATHSIG; Linux). Safe between
+    fork and exec: no allocation but ctypes' own."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _title(argv: list[str]) -> bytes:
+    """The command line as /proc/PID/cmdline holds it: NUL-terminated arguments."""
+    return b"".join(os.fsencode(a) + b"\0" for a in argv)
+
+
+def _set_cmdline(argv: list[str]) -> bool:
+    """Show `argv` as this process's command line (ps, psutil, /proc/PID/cmdline), as
+    setproctitle does: the arguments are written over the kernel's arg area, which the
+    server made TITLE_ROOM bytes long, the rest zeroed. False where it cannot."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (stat 48, 49)
+    except (OSError, IndexError, ValueError):
+        return False
+    title = _title(argv)
+    if not start or len(title) > end - start:
+        return False
+    ctypes.memmove(start, title + b"\0" * (end - start - len(title)), end - start)
+    return True
 
 
 def _pidfd(pid: int) -> int | None:
@@ -336,6 +458,7 @@ def _become(request: _Request, stdout_fd: int, stderr_fd: int) -> None:
         os.close(fd)
     if request.cwd is not None:
         os.chdir(request.cwd)
+    _set_cmdline(request.argv)
     sys.path[0] = os.getcwd()  # what `python -m` puts first
     os.environ.clear()
     os.environ.update(request.env)
@@ -388,10 +511,16 @@ def exit_without_teardown(code: int) -> NoReturn:
 
 def main(argv: list[str]) -> None:
     control = socket.socket(fileno=int(argv[0]))
+    flags = {a for a in argv[1:] if a.startswith("--")}
     for module in argv[1:]:
-        importlib.import_module(module)
+        if not module.startswith("--"):
+            importlib.import_module(module)
     gc.freeze()  # the imported modules stay shared with the children, not copied on write
-    request = serve(control)
+    request = serve(
+        control,
+        keep_children="--keep-children" in flags,
+        die_with_parent="--die-with-parent" in flags,
+    )
     # Only a forked child gets here: run the module as `python -m` would, exit the same way.
     sys.argv = [request.module, *request.args]
     exit_without_teardown(run_as_main(request.module))
