@@ -21,7 +21,7 @@ from crashdrill.server.settings import Settings, SettingsError
 from crashdrill.server.telemetry_feed import TelemetryFeed
 from crashdrill.workers.cluster_health import LOCAL
 from crashdrill.workers.executor import Executor, LocalExecutor
-from crashdrill.workers.warm import WarmTrainers, forkable, wanted
+from crashdrill.workers.warm import WarmTrainers, forkable
 
 
 def executor_for(settings: Settings) -> Executor:
@@ -29,7 +29,7 @@ def executor_for(settings: Settings) -> Executor:
     if settings.ray is None:
         # The built-in trainer forks from a warm process (CRASHDRILL_WARM_TRAINERS=0: exec);
         # trainers outlive the server as exec'd ones do, for the next one to adopt.
-        enabled = wanted() and forkable(settings.trainer_command)
+        enabled = forkable(settings.trainer_command)
         return LocalExecutor(WarmTrainers(keep_children=True, enabled=enabled))
     mirror = settings.mirror_url
     if mirror is None:  # Settings refuses this already; kept for a hand-built Settings

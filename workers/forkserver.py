@@ -62,6 +62,7 @@ from typing import IO, Any, NoReturn
 
 START_TIMEOUT = 120.0  # seconds the first start may wait for the server's imports
 POLL_SECONDS = 0.005  # reaping interval where pidfd_open is missing
+READY_TIMEOUT = 10.0  # seconds a new child may take to become itself before its pid goes out
 _MSG = 1 << 20  # the largest request (argv + environment) the server reads
 # Bytes of command line a child can show: the server is started with a blank argument this
 # long, and a child writes its own argv over the server's (the kernel's arg area is fixed).
@@ -343,6 +344,7 @@ def serve(
             status = socket.socket(fileno=fds[2])
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()
+            ready_r, ready_w = os.pipe()  # closed by the child once it is itself
             try:
                 with warnings.catch_warnings():
                     # Python ≥ 3.12 warns about forking with native threads; numpy's BLAS
@@ -352,11 +354,12 @@ def serve(
             except OSError as e:
                 _send(status, {"error": f"fork failed: {e}"})
                 status.close()
-                for fd in fds[:2]:
+                for fd in (*fds[:2], ready_r, ready_w):
                     os.close(fd)
                 continue
             if pid == 0:
                 # The child: none of the server's fds, stdio from the request.
+                os.close(ready_r)
                 sel.close()
                 control.close()
                 for c in children.values():
@@ -369,9 +372,15 @@ def serve(
                     if os.getppid() != server_pid:  # the server died before the prctl
                         os._exit(1)
                 _become(request, fds[0], fds[1])
+                os.close(ready_w)
                 return request
-            for fd in fds[:2]:
+            for fd in (*fds[:2], ready_w):
                 os.close(fd)  # only the child writes to its pipes: EOF when it (and its own) end
+            # The pid goes out once the child leads its own session and shows its command
+            # line (or has died trying): a kill, a group signal or an adoption that follows
+            # at once finds what an exec'd process would be.
+            select.select([ready_r], [], [], READY_TIMEOUT)
+            os.close(ready_r)
             pidfd = _pidfd(pid)
             children[pid] = _Child(status, pidfd)
             if pidfd is not None:

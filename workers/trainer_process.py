@@ -101,7 +101,6 @@ class TrainerProcess:
             child = warm.spawn(argv, env, stdout=stdout, stderr=stderr)
             if child is not None:
                 return cls(child.pid, forked=child, argv=argv)
-            warm.execs += 1
         popen = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,

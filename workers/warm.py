@@ -48,9 +48,13 @@ def wanted() -> bool:
     return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def forkable(argv: Sequence[str]) -> bool:
-    """A command the warm process can start: `python -m crashdrill run …` with this Python."""
-    return len(argv) >= 4 and list(argv[:4]) == [sys.executable, "-m", "crashdrill", "run"]
+TRAINER_COMMAND = ("crashdrill", "run")  # `python -m crashdrill run …`
+
+
+def forkable(argv: Sequence[str], command: Sequence[str] = TRAINER_COMMAND) -> bool:
+    """A command the warm process can start: `python -m <command> …` with this Python."""
+    n = len(command)
+    return len(argv) >= 2 + n and list(argv[: 2 + n]) == [sys.executable, "-m", *command]
 
 
 class WarmTrainers:
@@ -62,22 +66,29 @@ class WarmTrainers:
         keep_children: bool = False,
         die_with_parent: bool = False,
         enabled: bool | None = None,
+        preload: Sequence[str] = TRAINER_PRELOAD,
+        command: Sequence[str] = TRAINER_COMMAND,
     ) -> None:
+        self.preload = list(preload)
+        self.command = tuple(command)
         self.keep_children = keep_children
         self.die_with_parent = die_with_parent
-        self.enabled = (wanted() if enabled is None else enabled) and supported()
+        self._asked = True if enabled is None else enabled  # False: not ours (a custom command)
+        self.enabled = self._asked and wanted() and supported()
         self._lock = threading.Lock()
         self._server: ForkServer | None = None
         self._failed_at: float | None = None
         self._closed = False
         self.error: str | None = None if self.enabled else self._why_off()
         self.forked = 0  # starts forked from the warm process
-        self.execs = 0  # starts that fell back to exec (reported by the caller)
+        self.execs = 0  # starts of the trainer that fell back to exec
 
     def _why_off(self) -> str:
         if not supported():
             return "this platform cannot fork a warm process (Linux only)"
-        return f"turned off ({ENV_SWITCH}=0)"
+        if not wanted():
+            return f"turned off ({ENV_SWITCH}=0)"
+        return "the trainer command is not the built-in trainer's (python -m crashdrill run)"
 
     def prewarm(self) -> None:
         """Start the warm process now; its imports run while the caller goes on."""
@@ -98,7 +109,7 @@ class WarmTrainers:
         env = trainer_environment(os.environ, passes=env_pass_from_environ())
         try:
             self._server = ForkServer(
-                TRAINER_PRELOAD,
+                self.preload,
                 env=env,
                 keep_children=self.keep_children,
                 die_with_parent=self.die_with_parent,
@@ -134,21 +145,23 @@ class WarmTrainers:
     ) -> ForkedProcess | None:
         """The trainer forked from the warm process; None when it must be exec'd (not the
         built-in trainer's command, no warm process, or it failed just now)."""
-        if not forkable(argv):
-            return None
+        if not forkable(argv, self.command):
+            return None  # not ours to start: no fallback to count
         with self._lock:
             server = self._server_locked()
-        if server is None:
-            return None
-        try:  # not under the lock: the first start waits for the imports, status must not
-            child = server.spawn(list(argv), dict(env), cwd, stdout=stdout, stderr=stderr)
-        except ForkServerError as e:
-            with self._lock:
-                if self._server is server:
-                    self._drop_locked(str(e))
-            return None
+        child = None
+        if server is not None:
+            try:  # not under the lock: the first start waits for the imports; status not
+                child = server.spawn(list(argv), dict(env), cwd, stdout=stdout, stderr=stderr)
+            except ForkServerError as e:
+                with self._lock:
+                    if self._server is server:
+                        self._drop_locked(str(e))
         with self._lock:
-            self.forked += 1
+            if child is None:
+                self.execs += 1 if self.enabled else 0
+            else:
+                self.forked += 1
         return child
 
     def status(self) -> dict[str, Any]:

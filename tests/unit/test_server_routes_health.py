@@ -41,6 +41,21 @@ def test_health_says_ready_with_the_database_kind_and_schema_once_the_lab_starte
         "last_ok": None,
         "error": None,
     }
+    trainers = body["trainers"]  # the built-in trainer forks from a warm process
+    assert trainers["mode"] == "fork" and trainers["pid"] > 0 and trainers["error"] is None
+
+
+def test_health_says_when_trainers_start_with_exec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRASHDRILL_WARM_TRAINERS", "0")
+    app = create_app(
+        Settings(data_dir=tmp_path / "lab", telemetry=False), sampler_factory=no_sampler
+    )
+    with TestClient(app) as client:
+        trainers = client.get("/api/health").json()["trainers"]
+    assert trainers["mode"] == "exec" and trainers["pid"] is None
+    assert "CRASHDRILL_WARM_TRAINERS=0" in trainers["error"]
 
 
 def test_health_answers_503_with_retry_after_while_the_database_is_unreachable(
