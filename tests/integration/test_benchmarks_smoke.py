@@ -1,0 +1,132 @@
+"""Every benchmark at its `--smoke` size, as a user runs it (`python benchmarks/X.py
+--smoke` in a subprocess): it exits 0 and prints its figure rows, so no benchmark rots
+into one nobody can run. The figures' values are timings and are never asserted; what is
+asserted is that each row is there with numbers in it, and the behaviour a row reports
+where it is not a timing (a crash test pressed, a resume bit-identical). kill_soak.py and
+gpu_check.py have their own tests (test_kill_soak.py, test_gpu_check_smoke.py)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.postgres import find_bin_dir, unavailable
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+RUN_TIMEOUT_S = 240
+N = r"[\d.,]+"  # a figure, whatever its value
+
+SMOKES = [
+    pytest.param(
+        "abuse.py",
+        [],
+        [
+            rf"^cookie-less pair flood\s+{N}\s+{N}\s+0\s+{N}",
+            rf"^SSE flood \(one address\)\s+{N}\s+{N}\s+0\s+{N}",
+            r"^honest pair: \['finished', 'finished'\], crash test on A: pressed,",
+            r"resume checks of A: 1, bit-identical: True",
+            rf"^GET /api/pairs/\{{id\}} during the attack .*: p50 {N} ms, p99 {N} ms",
+        ],
+        id="abuse",
+    ),
+    pytest.param(
+        "graceful_stop.py",
+        [],
+        [rf"^quick\s+{label}\s+{N}\s+{N} MB\s+{N}s\s+30s\s+\w+\s+{N}s$" for label in "AB"],
+        id="graceful_stop",
+    ),
+    pytest.param(
+        "ray_cluster.py",
+        [],
+        [rf"^local\s+{N}s\s+—\s+{N}/{N} ms\s+{N} %$"],
+        id="ray_cluster-local",
+    ),
+    pytest.param(
+        "ray_cluster.py",
+        ["--executors", "ray"],
+        [rf"^ray\s+{N}s\s+{N}s\s+{N}/{N} ms\s+{N} %$"],
+        id="ray_cluster-ray",
+        marks=pytest.mark.ray,
+    ),
+    pytest.param(
+        "remote_db.py",
+        [],
+        [rf"^\s+5\s+10 \|(\s+{N}){{3}} \|(\s+{N}){{3}} \|(\s+{N}){{3}} \|\s+{N}\s+{N} \|\s+{N}%$"],
+        id="remote_db",
+    ),
+    pytest.param(
+        "stream_fanout.py",
+        [],
+        [rf"^\s+80\s+{N}\s+{N}/80\s+{N}(\s+{N}){{3}}\s+{N}%\s+{N}%$"],
+        id="stream_fanout",
+    ),
+    pytest.param(
+        "telemetry_overhead.py",
+        [],
+        [
+            rf"^back to back, 20 samples: {N} µs CPU/sample, {N} µs wall/sample",
+            rf"^live thread, {N} samples every 0.2 s: {N} µs CPU/sample",
+        ],
+        id="telemetry_overhead",
+    ),
+    pytest.param(
+        "trainer_throughput.py",
+        [],
+        [
+            rf"^plain PyTorch loop :\s+{N} tokens/s$",
+            rf"^crashdrill trainer :\s+{N} tokens/s\s+ratio {N}",
+            rf"^checkpoint every 10 steps, sync : overhead [+-]{N} %",
+            rf"^checkpoint every 10 steps, async: overhead [+-]{N} %",
+            rf"^checkpoint size {N} MB",
+        ],
+        id="trainer_throughput",
+    ),
+    pytest.param(
+        "verify_speed.py",
+        [],
+        [
+            rf"^one uninterrupted run of quick\s+{N} s wall",
+            r"^seed 1 \(.*\): .* exit 0, kills ",
+            rf"^\[fork\] quick drill wall, 2 kills: median {N} s",
+            rf"^\[fork\] crash → first resumed step record: median {N} s .*n 2\)$",
+        ],
+        id="verify_speed",
+    ),
+]
+
+
+def needs(script: str, args: list[str]) -> None:
+    """Skip (or, for Postgres under CI=true, fail) when what the benchmark runs on is absent."""
+    if script == "remote_db.py":
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            unavailable("psycopg is not installed: pip install 'crashdrill[postgres]'")
+        if find_bin_dir() is None:
+            unavailable("no PostgreSQL binaries in /usr/lib/postgresql/*/bin or on PATH")
+    if "ray" in args:
+        pytest.importorskip("ray")
+
+
+@pytest.mark.parametrize(("script", "args", "rows"), SMOKES)
+def test_the_benchmark_runs_at_its_smoke_size_and_prints_its_figures(
+    script: str, args: list[str], rows: list[str]
+) -> None:
+    needs(script, args)
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), "--smoke", *args],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    out = proc.stdout
+    told = f"exit {proc.returncode}\n--- stdout\n{out[-4000:]}\n--- stderr\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, told
+    missing = [row for row in rows if not re.search(row, out, re.MULTILINE)]
+    assert not missing, f"rows not printed: {missing}\n{told}"
