@@ -22,17 +22,16 @@ A crash test's SIGKILL takes the trainer's whole process tree on the node, whate
 sessions its children made (the same kill as on one machine: workers/trainer_process.py).
 The trainer gets SIGKILL when the actor's process dies (PR_SET_PDEATHSIG): a node that is
 removed takes its trainer with it, instead of leaving an orphan that still writes to the
-mirror while the run resumes elsewhere.
+mirror while the run resumes elsewhere. The actor keeps a warm trainer process (workers/
+warm.py) from which it forks the trainer: a crash test's restart on this node does not pay
+`import torch` again; where that process is missing the trainer is exec'd as before.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -43,26 +42,20 @@ from crashdrill.workers.executor import Host
 from crashdrill.workers.mirror import MIRROR_LOG
 from crashdrill.workers.mirror_restore import MirrorPull, pull_for_restart
 from crashdrill.workers.node_telemetry import NodeTelemetry
-from crashdrill.workers.process_tree import become_subreaper, tree_marker
+from crashdrill.workers.process_tree import become_subreaper
 from crashdrill.workers.run_dir import FROZEN_PRESET, RECORDS, RUN_JSON, RunDir
 from crashdrill.workers.trainer_env import GCS_ENV_NAMES, writes_gcs_mirror
 from crashdrill.workers.trainer_process import TrainerProcess
+from crashdrill.workers.warm import WarmTrainers
 
 SHIPPED = (RECORDS, MIRROR_LOG)  # the files the server keeps a copy of, by offset
 SEEDED = (*SHIPPED, RUN_JSON, FROZEN_PRESET)  # the preset text a frozen run trains
 MAX_CHUNK = 1 << 20  # bytes of one file in one poll
-_PR_SET_PDEATHSIG = 1
 
 
 def node_root(node_id: str) -> Path:
     base = os.environ.get("CRASHDRILL_NODE_DIR") or str(Path(tempfile.gettempdir()))
     return Path(base) / "crashdrill-node" / node_id[:16]
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def complete_lines(path: Path, offset: int, limit: int = MAX_CHUNK) -> bytes:
@@ -93,6 +86,10 @@ class NodeRun:
         self.proc: TrainerProcess | None = None
         self.code: int | None = None
         become_subreaper()  # the trainer's orphaned descendants stay findable for a kill
+        # The node's warm trainer process for this placement: a crash test's restart forks
+        # instead of importing torch again; it and its trainer die with this actor.
+        self.warm = WarmTrainers(die_with_parent=True)
+        self.warm.prewarm()
 
     def seed(self, files: dict[str, bytes]) -> None:
         """The server's copies, before anything else writes here (the trainer counts its
@@ -118,16 +115,9 @@ class NodeRun:
             env.update({k: os.environ[k] for k in GCS_ENV_NAMES if k in os.environ})
         rd = self.run_dir
         with open(rd.stdout, "ab") as out, open(rd.stderr, "ab") as err:
-            popen = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                env={**env, **tree_marker(str(rd.path))},  # its whole tree, for a SIGKILL
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
+            self.proc = TrainerProcess.start(
+                argv, env, stdout=out, stderr=err, warm=self.warm, die_with_parent=True
             )
-        self.proc = TrainerProcess(popen.pid, popen)
         self.code = None
         return self.where()
 
@@ -190,6 +180,7 @@ class NodeRun:
 
         if self.proc is not None and self.code is None:
             self.signal(signal.SIGKILL)
+        self.warm.close()
         self.telemetry.close()  # another run's actor on this node samples it from now on
         shutil.rmtree(self.run_dir.path, ignore_errors=True)
 

@@ -35,7 +35,7 @@ from typing import IO
 
 import psutil
 
-from crashdrill.workers.forkserver import ForkedProcess, ForkServerError
+from crashdrill.workers.forkserver import ForkedProcess, ForkServerError, die_with_parent_process
 from crashdrill.workers.process_tree import kill_tree, tree_marker
 from crashdrill.workers.warm import WarmTrainers
 
@@ -92,9 +92,11 @@ class TrainerProcess:
         stdout: IO[bytes],
         stderr: IO[bytes],
         warm: WarmTrainers | None = None,
+        die_with_parent: bool = False,
     ) -> TrainerProcess:
         """Start `argv` in a session of its own: forked from `warm` where it can, else
-        exec'd; raises OSError when it cannot be started."""
+        exec'd (with `die_with_parent`, SIGKILLed when this process dies: a Ray actor's);
+        raises OSError when it cannot be started."""
         run_dir = _run_dir_of(argv)
         env = {**env, **tree_marker(run_dir)} if run_dir else dict(env)
         if warm is not None:
@@ -108,6 +110,7 @@ class TrainerProcess:
             stderr=stderr,
             env=env,
             start_new_session=True,  # outlives the server; a crash kills its group
+            preexec_fn=die_with_parent_process if die_with_parent else None,
         )
         return cls(popen.pid, popen)
 

@@ -81,6 +81,8 @@ def test_a_pair_on_the_cluster_is_crash_tested_and_resumes_bit_identically(
         trained = trained_preset(run_a)
         assert trained.name == "preset.toml" and trained.is_file(), trained
         assert not trained.is_relative_to(tmp_path / "lab"), f"the server's copy: {trained}"
+        # forked from the node actor's warm process, not exec'd (no `import torch` per start)
+        assert "crashdrill.workers.forkserver" in trainer_parent(run_a)
         crash = client.post(f"/api/runs/{run_a}/crash")
         assert crash.status_code == 202, crash.text
         runs = wait_for_pair(
@@ -123,6 +125,17 @@ def trained_preset(run_id: str) -> Path:
         cmd = proc.info["cmdline"] or []
         if "--run-dir" in cmd and Path(cmd[cmd.index("--run-dir") + 1]).name == run_id:
             return Path(cmd[cmd.index("--run-dir") - 1])
+    raise AssertionError(f"no live trainer of run {run_id}")
+
+
+def trainer_parent(run_id: str) -> str:
+    """The command line of the live trainer's parent process."""
+    import psutil
+
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "--run-dir" in cmd and Path(cmd[cmd.index("--run-dir") + 1]).name == run_id:
+            return " ".join(a for a in proc.parent().cmdline() if a.strip())
     raise AssertionError(f"no live trainer of run {run_id}")
 
 

@@ -116,11 +116,27 @@ def test_a_quick_pair_survives_three_crash_tests_bit_identically(base_url: str) 
             for text, step in zip(story[0::2], resumes, strict=False):
                 assert f"Resuming from the checkpoint at step {step}" in text
 
-        time.sleep(0.5)  # the stream's last batch
+        stored = {
+            run: {
+                r["id"]
+                for r in client.get(f"/api/runs/{run}/records", params={"limit": 20000}).json()[
+                    "records"
+                ]
+            }
+            for run in (run_a, run_b)
+        }
+        deadline = time.monotonic() + 10  # the stream's last batch may still be on its way
+        while any({r["id"] for r in stream.records(run)} != stored[run] for run in stored):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         stream.stop.set()
         for run in (run_a, run_b):
-            stored = client.get(f"/api/runs/{run}/records", params={"limit": 20000}).json()
             streamed = {r["id"] for r in stream.records(run)}
-            assert streamed == {r["id"] for r in stored["records"]}, "the stream missed records"
+            assert streamed == stored[run], "the stream missed records"
+        # every start and restart forked from the lab's warm trainer process
+        trainers = client.get("/api/health").json()["trainers"]
+        assert trainers["mode"] == "fork" and trainers["exec"] == 0, trainers
+        assert trainers["forked"] == 5, trainers  # 2 starts + 3 crash tests' restarts
         kinds = {ev for ev, _ in stream.events}
         assert {"hello", "records", "run", "resume_checks", "telemetry"} <= kinds
