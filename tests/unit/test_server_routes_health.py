@@ -19,6 +19,7 @@ def no_sampler(_settings: Settings) -> None:
     return None
 
 
+@pytest.mark.warm
 def test_health_says_ready_with_the_database_kind_and_schema_once_the_lab_started(
     tmp_path: Path,
 ) -> None:

@@ -22,6 +22,7 @@ from crashdrill.workers.trainer_process import TrainerProcess, adopt_trainer, fi
 from crashdrill.workers.warm import ENV_SWITCH, WarmTrainers, forkable
 
 pytestmark = [
+    pytest.mark.warm,
     pytest.mark.timeout(60),
     pytest.mark.skipif(not forkserver.supported(), reason="no fork server on this platform"),
 ]
