@@ -218,6 +218,10 @@ def _crash_test_pair(client: Any, check: Check, preset: str, steps: int) -> dict
             flush=True,
         )
     out["bit_identical"] = all(r["bit_identical"] for r in out["runs"].values())
+    # How the lab started its CUDA trainers: forked from the warm process (which never
+    # touches CUDA; each child initialises it after the fork), or exec'd, and why.
+    out["trainers"] = client.get("/api/health").json().get("trainers")
+    print(f"lab trainers: {out['trainers']}", flush=True)
     problems = [f"{k}: {r['error']}" for k, r in out["runs"].items() if r.get("error")]
     if problems:
         out["error"] = "; ".join(problems)
