@@ -137,8 +137,9 @@ def measure(executor: str, args: Any, work: Path, cluster: Any) -> dict[str, Any
         env["CRASHDRILL_MIRROR"] = str(work / executor / "mirror")
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
+    extra = ["--max-concurrent", str(args.max_concurrent)] if args.max_concurrent else []
     server = spawn_server(
-        port, env, work / f"{executor}.log", "--log-level", "warning", start_timeout=120
+        port, env, work / f"{executor}.log", "--log-level", "warning", *extra, start_timeout=120
     )
     rng = random.Random(args.seed)
     arrivals = sorted(rng.uniform(0, args.window_s) for _ in range(args.students))
@@ -198,6 +199,13 @@ def main() -> int:
     p.add_argument("--student-timeout-s", type=float, default=900.0)
     p.add_argument("--smoke", action="store_true", help="3 students over 3 s, local only")
     p.add_argument("--json", type=Path, help="write the results here")
+    p.add_argument(
+        "--max-concurrent",
+        type=int,
+        default=0,
+        help="the lab's run limit (default: the lab's own, one run per core here; 2 ×"
+        " students: every run trains at once, as in a lab sized for its class)",
+    )
     args = p.parse_args()
     if args.smoke:
         args.students, args.window_s, args.executors = 3, 3.0, "local"
