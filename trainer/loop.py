@@ -31,6 +31,7 @@ from crashdrill.trainer.preemption import (
     GracefulStop,
     check_previous_stop,
     parse_duration,
+    process_age_s,
     stop_and_save,
 )
 from crashdrill.trainer.records import RecordWriter, float32_bits
@@ -95,6 +96,13 @@ def _start_run_dir(run_dir: Path, label: str, preset: str, cfg: TrainConfig) -> 
     tmp.write_text(json.dumps(info, indent=1))
     os.replace(tmp, info_path)
     return starts
+
+
+def _startup_s() -> float | None:
+    """Seconds from this process's start (a fork of the warm process, or an exec) to
+    now; None where /proc does not say."""
+    age = process_age_s()
+    return round(age, 3) if age > 0 else None
 
 
 def _find_checkpoint(run_dir: Path, rec: RecordWriter) -> layout.CheckpointInfo | None:
@@ -313,6 +321,7 @@ def _train(
     flops_per_token = model.flops_per_token()
     tokens_per_step = cfg.batch * cfg.ctx
     window_t, window_steps = time.perf_counter(), 0
+    logged = False  # a step record of this process written yet
     model.train()
     while st.step < cfg.steps:
         step_t = time.perf_counter()
@@ -339,6 +348,10 @@ def _train(
             dt = (now - window_t) / window_steps
             tps = tokens_per_step / dt if dt > 0 else 0.0
             mem, mem_kind = metrics.memory_bytes(device)
+            # The first step record of this process says how long its start took (the
+            # lab shows starts' median while a student waits for one); timing, not compared.
+            startup = {} if logged else {"startup_s": _startup_s()}
+            logged = True
             rec.write(
                 "step",
                 step=st.step,
@@ -352,6 +365,7 @@ def _train(
                 mem_bytes=mem,
                 mem_kind=mem_kind,
                 dt=round(dt, 5),
+                **startup,
             )
             if opts.jsonl:
                 line = {

@@ -115,6 +115,12 @@ KINDS: tuple[Kind, ...] = (
             Field("mem_bytes", "int or null", "peak memory, see `mem_kind`"),
             Field("mem_kind", "str", '"cuda_peak_allocated" or "rss"'),
             Field("dt", "float", "seconds per step since the previous step record"),
+            Field(
+                "startup_s",
+                "float or null",
+                "only in the first step record a process writes: seconds from the process's"
+                " start (fork or exec) to that record (null where /proc does not say)",
+            ),
         ),
         keyed_by_step=True,
         state=True,

@@ -24,6 +24,8 @@ def records(segment: int, steps: range, train_loss: float = 2.5) -> list[dict[st
         at = {"segment": segment, "step": s}
         loss = {"loss": REF[s - 1], "loss_bits": float32_bits(REF[s - 1])}
         more = {"lr": 1e-3, "grad_norm": 0.5, "tokens": 64 * s, "dt": 0.01 * (segment + 1)}
+        if s == steps.start:  # a process's first step record says how long its start took
+            more["startup_s"] = 2.4 if segment == 0 else 0.4
         out.append({"kind": "step", **at, **loss, **more})  # dt differs: timing, not compared
         if s % 10 == 0:
             out.append({"kind": "val", **at, "val_loss": 2.0, "train_loss": train_loss})

@@ -102,7 +102,8 @@ def test_every_deterministic_field_of_the_contract_is_compared_and_nothing_else(
     }
     assert {c.name for c in COMPARED} == want
     assert {"step.loss", "step.grad_norm", "val.train_loss", "sample.text"} <= want
-    assert not {c.name for c in COMPARED} & {"step.dt", "step.tokens_per_s", "step.mfu"}
+    timing = {"step.dt", "step.tokens_per_s", "step.mfu", "step.startup_s"}
+    assert not {c.name for c in COMPARED} & timing
 
 
 def step_record(loss: float, **more: object) -> dict[str, object]:
@@ -125,7 +126,8 @@ def by_name(fields: tuple[FieldComparison, ...]) -> dict[str, FieldComparison]:
 def test_a_field_that_differs_is_named_with_its_first_step_and_size() -> None:
     val = {"kind": "val", "val_loss": 2.0, "train_loss": 2.5}
     pairs = [
-        (10, step_record(1.0), step_record(1.0, dt=9.9)),  # timing differs: not compared
+        # timing differs (a restart's first record says how long its start took): not compared
+        (10, step_record(1.0, startup_s=2.4), step_record(1.0, dt=9.9, startup_s=0.4)),
         (10, val, {**val, "train_loss": 2.25}),
         (11, step_record(1.0), step_record(1.0, grad_norm=0.5 + 2**-40)),
     ]
