@@ -134,18 +134,34 @@ def _storable(value: dict[str, Any]) -> bool:
 
 
 def run_fields_after(run: Row, values: list[dict[str, Any]]) -> dict[str, Any]:
-    """The run row's summary columns once `values` (in file order) are applied."""
+    """The run row's summary columns once `values` (in file order) are applied.
+
+    The stage follows the file: a supervisor's restart event (an event with
+    `resume_from`, docs/run-contract.md) makes it `restarting` — so does a crash test, at
+    once (server/run_control.py) — and from then on only the next segment's trainer moves
+    it on: a stage record of the trainer that was killed, stored late, does not say
+    `train` again (the crash test's check, views.training, reads it)."""
     latest = json.loads(run.get("latest_json") or "{}")
     fields: dict[str, Any] = {}
     segment = run.get("segment") or 0
+    # The segment whose trainer is gone, while the stage says restarting.
+    gone = segment if run.get("stage") == "restarting" else None
     for value in values:
         kind = value["kind"]
-        if isinstance(value.get("segment"), int):
-            segment = max(segment, value["segment"])
+        seg = value.get("segment")
+        if isinstance(seg, int):
+            segment = max(segment, seg)
         if kind == "stage" and isinstance(value.get("stage"), str):
-            fields["stage"] = value["stage"]
-            progress = value.get("progress")
-            fields["stage_progress"] = progress if isinstance(progress, int | float) else None
+            newer = gone is None or (isinstance(seg, int) and seg > gone)
+            if newer or value["stage"] in ("finished", "failed"):
+                gone = None
+                fields["stage"] = value["stage"]
+                progress = value.get("progress")
+                fields["stage_progress"] = progress if isinstance(progress, int | float) else None
+        elif kind == "event" and "resume_from" in value and isinstance(seg, int):
+            gone = seg if gone is None else max(gone, seg)
+            fields["stage"] = "restarting"
+            fields["stage_progress"] = None
         elif kind == "step" and isinstance(value.get("step"), int):
             fields["step"] = value["step"]
         if kind in LATEST_KINDS:

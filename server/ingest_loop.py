@@ -39,6 +39,7 @@ from crashdrill.server.ingest import IngestBatch, ingest_mirror_log, ingest_run
 from crashdrill.server.outage import Outage
 from crashdrill.server.resume_check import checks_from_rows
 from crashdrill.server.settings import Settings
+from crashdrill.server.start_times import StartTimes
 from crashdrill.server.store import TERMINAL_STATES, Store
 from crashdrill.server.views import queue_positions, record_json, run_view
 from crashdrill.trainer.resume_compare import COMPARED_KINDS
@@ -97,9 +98,14 @@ def _file_sizes(run_dir: Path) -> tuple[int, int]:
     return sizes[0], sizes[1]
 
 
-def view_message(row: Row, pair: Row, positions: dict[str, int]) -> Message:
+def view_message(
+    row: Row,
+    pair: Row,
+    positions: dict[str, int],
+    waits: Mapping[str, float | None] | None = None,
+) -> Message:
     """The `run` message: the run's view, as GET /api/pairs/{pair} shows it."""
-    data = json.dumps(run_view(row, pair, positions), separators=(",", ":"))
+    data = json.dumps(run_view(row, pair, positions, waits), separators=(",", ":"))
     return Message(event="run", key=f"run:{row['id']}", data=data)
 
 
@@ -130,8 +136,11 @@ class IngestLoop:
         outage: Outage,
         mirror: CheckpointMirror | None,
         supervised: Mapping[str, object],
+        start_times: StartTimes | None = None,
     ) -> None:
+        """`start_times`: fed the start figure of each step record stored that has one."""
         self.settings = settings
+        self.start_times = start_times
         self.store = store
         self.fanout = fanout
         self.outage = outage
@@ -322,6 +331,9 @@ class IngestLoop:
     def _batch_messages(self, batch: IngestBatch, result: PassResult) -> None:
         run_id = batch.run_id
         batch.inserted.extend(started_over_events(self.store, batch))
+        if self.start_times is not None and "step" in batch.kinds:
+            for _, rec in batch.inserted:
+                self.start_times.note_record(rec)
         if batch.inserted:
             items = [record_json(rid, run_id, rec.data) for rid, rec in batch.inserted]
             message = Message(

@@ -50,6 +50,7 @@ from crashdrill.server.reports import SupervisorReports
 from crashdrill.server.run_control import RunControl
 from crashdrill.server.scheduler import Scheduler
 from crashdrill.server.settings import Settings, SettingsError, lock_data_dir
+from crashdrill.server.start_times import StartTimes
 from crashdrill.server.store import ACTIVE_STATES, TERMINAL_STATES, Store
 from crashdrill.server.telemetry_feed import Sampler, TelemetryFeed, default_sampler
 from crashdrill.server.views import pair_view, queue_positions
@@ -113,13 +114,28 @@ class Lab(RunControl):
         # Stops asked for while the scheduler was starting a run (state "starting", no
         # supervisor yet): whoever of the Stop and _started comes second carries it out.
         self._stop_when_started: dict[str, str] = {}
+        self._signalled: dict[str, int] = {}  # crash tests and preemptions (RunControl)
         self.outage = Outage(log)  # the database unreachable: said once, and its end
         self.db.reached = self.outage.ok  # whoever reaches it first ends the outage
+        # How long trainer starts take here, from the trainers' first step records.
+        self.start_times = StartTimes()
         self.ingest = IngestLoop(
-            settings, self.store, self.fanout, self.outage, self.mirror, self.supervisors
+            settings,
+            self.store,
+            self.fanout,
+            self.outage,
+            self.mirror,
+            self.supervisors,
+            self.start_times,
         )
         self.scheduler = Scheduler(
-            settings, self.store, self.fanout, self.outage, self._supervisor, self._started
+            settings,
+            self.store,
+            self.fanout,
+            self.outage,
+            self._supervisor,
+            self._started,
+            self.start_times,
         )
         self.reports = SupervisorReports(
             self.store, self.ingest, self.fanout, self.outage, self._ended
@@ -233,6 +249,7 @@ class Lab(RunControl):
     def _ended(self, run_id: str, row: Row) -> None:
         """A supervisor's report that the run ended is stored: its slot is free."""
         self.supervisors.pop(run_id, None)
+        self._signalled.pop(run_id, None)
         self._release_mirror(row)
         self.ingest.checks_due_now(run_id)
         self.schedule()
@@ -361,7 +378,14 @@ class Lab(RunControl):
         self.housekeeping.seen(pair_id)  # a poll: someone watches it
         positions = queue_positions(self.store.runs_in(["queued"]))
         runs = self.store.runs_of_pair(pair_id)
-        view = pair_view(pair, runs, positions, is_owner=pair["owner"] == session)
+        view = pair_view(
+            pair,
+            runs,
+            positions,
+            is_owner=pair["owner"] == session,
+            waits=self.scheduler.waits.remaining(time.time()),
+            start_times=self.start_times.summary(),
+        )
         dirs = {r["id"]: Path(r["run_dir"]) for r in runs}
         for run in view["runs"]:  # where each trains: this machine, or a Ray node
             host = self.executor.host(dirs[run["id"]]) if run["state"] != "queued" else None

@@ -127,7 +127,11 @@ class SupervisorReports:
                     run_id, state="running", pid=change.pid, pid_started=change.pid_started
                 )
             elif change.state == "restarting":
-                self.store.update_run(run_id, state="restarting", stage="restarting", pid=None)
+                # The supervisor appended its restart event before this report: stored
+                # now, it sets the stage in the file's order (server/ingest.py), so a
+                # report applied after the new trainer's first records does not undo them.
+                messages = self.ingest.read_rest(row)
+                self.store.update_run(run_id, state="restarting", pid=None)
             else:
                 messages = self.ingest.read_rest(row)
                 fields: dict[str, Any] = {

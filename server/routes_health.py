@@ -14,7 +14,8 @@ ready (200, `reachable: false`): its runs keep training on their nodes and their
 catch up when it is back.
 
 `trainers` says how trainers start (workers/warm.py): forked from a warm process, or with
-exec where there is none (and why), so a lab whose crash tests got slow says so.
+exec where there is none (and why), so a lab whose crash tests got slow says so;
+`start_times` how long they take, as the trainers measured it (server/start_times.py).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pydantic import BaseModel, Field
 import crashdrill
 from crashdrill.server.cluster import cluster_status
 from crashdrill.server.lab import Lab
-from crashdrill.server.schemas import problems
+from crashdrill.server.schemas import StartTimes, problems
 
 router = APIRouter(prefix="/api", tags=["health"])
 
@@ -60,6 +61,10 @@ class Health(BaseModel):
     schema_version: int = Field(description="the database schema the lab migrated to")
     cluster: Cluster = Field(description="where runs execute, and whether it answers")
     trainers: TrainerStarts = Field(description="how trainers start: forked warm, or exec")
+    start_times: StartTimes = Field(
+        description="how long starts take: the median of the newest trainers' own figure"
+        " (process start to first step record) and how many"
+    )
 
 
 @router.get(
@@ -81,4 +86,5 @@ def health(request: Request) -> dict[str, Any]:
         "schema_version": int(row["v"]) if row and row["v"] is not None else 0,
         "cluster": cluster_status(lab.executor),
         "trainers": lab.executor.starts(),
+        "start_times": lab.start_times.summary(),
     }

@@ -9,6 +9,7 @@ run.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -268,6 +269,8 @@ def class_view(
     for row in lab.store.runs_of_pairs(ids):
         by_pair[row["pair_id"]].append(row)
     positions = queue_positions(lab.store.runs_in(["queued"]))
+    waits = lab.scheduler.waits.remaining(time.time())
+    starts = lab.start_times.summary()
     stored = lab.store.pairs_by_id(ids)
     numbers = lab.store.student_numbers([p["owner"] for p in stored.values()])
     pairs = []
@@ -275,7 +278,8 @@ def class_view(
         pair = stored.get(pair_id)
         if pair is None or not rows:
             continue
-        view = pair_view(pair, sorted(rows, key=lambda r: r["label"]), positions, is_owner=False)
+        runs = sorted(rows, key=lambda r: r["label"])
+        view = pair_view(pair, runs, positions, is_owner=False, waits=waits, start_times=starts)
         mine = pair["owner"] == me_
         view["owner_tag"] = "you" if mine else f"student {numbers.get(pair['owner'], '?')}"
         view["preset_id"] = pair["preset"]

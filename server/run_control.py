@@ -4,6 +4,7 @@ A part of the Lab facade (server/lab.py), which holds the state these use.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -13,6 +14,7 @@ from crashdrill.server.db import Row
 from crashdrill.server.errors import Conflict, Forbidden, NotFound
 from crashdrill.server.ingest_loop import IngestLoop
 from crashdrill.server.store import ACTIVE_STATES, Store
+from crashdrill.server.views import training
 from crashdrill.workers.launch import NotRunning
 from crashdrill.workers.supervisor import Supervisor
 
@@ -25,6 +27,10 @@ class RunControl:
     supervisors: dict[str, Supervisor]
     ingest: IngestLoop
     _stop_when_started: dict[str, str]
+    # Runs a crash test or a preemption signalled, with the segment it hit: no second one
+    # until a step record of a newer segment is stored (what the page waits for too),
+    # whatever a record of the old trainer stored meanwhile says.
+    _signalled: dict[str, int]
     schedule: Callable[[], None]
 
     def run_row(self, run_id: str) -> Row:
@@ -44,15 +50,27 @@ class RunControl:
 
     def _training(self, row: Row, verb: str) -> Supervisor:
         """The supervisor of a run that is training now, which a crash test or a
-        preemption may hit; Conflict saying why not otherwise."""
+        preemption may hit; Conflict saying why not otherwise. Training: in stage train,
+        with a step record of its newest segment (views.training), and not signalled
+        by an earlier crash test or preemption whose restart has written no step yet."""
         run_id, state, stage = row["id"], row["state"], row["stage"]
-        if state != "running" or stage != "train":
+        latest = json.loads(row["latest_json"] or "{}")
+        step = latest.get("step")
+        step_segment = step.get("segment", 0) if isinstance(step, dict) else None
+        signalled = self._signalled.get(run_id)
+        if signalled is not None and (step_segment is None or step_segment <= signalled):
+            why = "it is restarting after a crash test or a preemption"
+            raise Conflict(f"cannot {verb} run {run_id}: {why}; {verb}s hit training runs")
+        self._signalled.pop(run_id, None)
+        if not training(row, latest):
             why = {
                 "queued": "it is still queued",
                 "starting": "it is still starting",
                 "restarting": "it is resuming after a crash",
                 "running": f"it is in stage {stage!r}, not training yet",
             }.get(state, f"it has {state}")
+            if state in ("starting", "running", "restarting") and stage == "train":
+                why = "its trainer has written no step record yet"
             raise Conflict(f"cannot {verb} run {run_id}: {why}; {verb}s hit training runs")
         sup = self.supervisors.get(run_id)
         if sup is None:
@@ -69,6 +87,7 @@ class RunControl:
             pid = sup.preempt()
         except NotRunning as e:
             raise Conflict(f"cannot preempt run {run_id}: {e}") from None
+        self._signalled[run_id] = row["segment"] or 0
         return {
             "run": run_id,
             "signalled_pid": pid,
@@ -85,6 +104,7 @@ class RunControl:
             pid = sup.crash(mode)
         except NotRunning as e:
             raise Conflict(f"cannot crash run {run_id}: {e}") from None
+        self._signalled[run_id] = row["segment"] or 0
         self.store.update_run(
             run_id, state="restarting", stage="restarting", crashes=row["crashes"] + 1
         )

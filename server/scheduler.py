@@ -10,9 +10,11 @@ order, a pair's two runs together. On a Ray cluster with no `max_concurrent` giv
 queued run starts at once and waits for a node with the resources its preset needs: the
 queue and the limit are then the cluster's (its log says what it waits for).
 
-A pass's database work (the queue, marking runs starting, every queued run's new place)
-runs on a worker thread: a remote database's round trips would stall the loop, and a
-long queue means a view to push for each run.
+A pass's database work (the queue, marking runs starting, every queued run's new place
+and its estimated wait, server/queue_wait.py) runs on a worker thread: a remote
+database's round trips would stall the loop, and a long queue means a view to push for
+each run. The wait is estimated once a pass, for all queued runs together; while runs
+wait, a pass also runs every ESTIMATE_EVERY_S to push a fresher estimate.
 A queued run is taken with UPDATE … WHERE state = 'queued', so a run a Stop click stopped
 while a pass planned it is not started anyway.
 """
@@ -31,7 +33,9 @@ from crashdrill.server.db import DatabaseUnavailable, Row
 from crashdrill.server.fanout import Fanout, Message
 from crashdrill.server.ingest_loop import view_message
 from crashdrill.server.outage import Outage
+from crashdrill.server.queue_wait import QueueWaits, queue_waits, run_work
 from crashdrill.server.settings import Settings
+from crashdrill.server.start_times import StartTimes
 from crashdrill.server.store import ACTIVE_STATES, Store
 from crashdrill.server.views import queue_positions
 from crashdrill.workers.supervisor import Supervisor
@@ -39,6 +43,9 @@ from crashdrill.workers.supervisor import Supervisor
 log = logging.getLogger(__name__)
 
 RETRY_S = 1.0  # a scheduling pass or a supervisor's report waiting for the database
+# While runs wait, a pass this often besides: the runs ahead measured their pace since,
+# and the queued runs' views get a fresher estimate of their wait.
+ESTIMATE_EVERY_S = 5.0
 
 
 async def on_signal(wanted: asyncio.Event, work: Callable[[], Awaitable[bool]]) -> None:
@@ -58,6 +65,7 @@ class StartPlan:
 
     starts: list[tuple[str, Supervisor]] = field(default_factory=list)
     messages: list[tuple[str, Message]] = field(default_factory=list)
+    queued: int = 0  # runs still waiting after it
 
 
 class Scheduler:
@@ -69,10 +77,14 @@ class Scheduler:
         outage: Outage,
         build: Callable[[Row, Row | None], Supervisor],
         started: Callable[[str, Supervisor], None],
+        start_times: StartTimes | None = None,
     ) -> None:
         """`build(run, pair)`: a run's supervisor, not started (on a worker thread);
-        `started(run_id, supervisor)`: on the loop, to watch it and start it."""
+        `started(run_id, supervisor)`: on the loop, to watch it and start it;
+        `start_times`: how long starts take here (a queued run's wait includes one)."""
         self.settings = settings
+        self.start_times = start_times
+        self.waits = QueueWaits()  # each queued run's estimated wait, from the newest pass
         self.store = store
         self.fanout = fanout
         self.outage = outage
@@ -82,6 +94,7 @@ class Scheduler:
         self._wanted = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False  # no new starts while stopping
+        self._refresh: asyncio.TimerHandle | None = None  # the next pass while runs wait
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -92,6 +105,8 @@ class Scheduler:
     async def stop(self) -> None:
         """No new starts from now on; the task ends."""
         self._closing = True
+        if self._refresh is not None:
+            self._refresh.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -123,6 +138,11 @@ class Scheduler:
             self._started(run_id, sup)
         for channel, message in plan.messages:
             self.fanout.publish(channel, message)
+        if self._refresh is not None:
+            self._refresh.cancel()
+            self._refresh = None
+        if plan.queued and self._loop is not None:
+            self._refresh = self._loop.call_later(ESTIMATE_EVERY_S, self._wanted.set)
         return True
 
     def _plan_starts(self) -> StartPlan:
@@ -132,8 +152,10 @@ class Scheduler:
         plan = StartPlan()
         queued = self.store.runs_in(["queued"])
         if not queued:
+            self.waits.set({}, time.time())
             return plan
-        active = len(self.store.runs_in(ACTIVE_STATES))
+        active_rows = self.store.runs_in(ACTIVE_STATES)
+        active = len(active_rows)
         limit = self.settings.max_concurrent
         if limit is None:  # on a cluster: each run starts and waits for a node of its own
             limit = active + len(queued)
@@ -151,12 +173,36 @@ class Scheduler:
                 Path(row["run_dir"]).mkdir(parents=True, exist_ok=True)
                 started.append({**row, **fields})
                 free -= 1
-        pairs = self.store.pairs_by_id(list({r["pair_id"] for r in started + queued}))
+        pair_ids = {r["pair_id"] for r in started + queued}
+        if queued:  # the estimate needs the active runs' lengths too
+            pair_ids |= {r["pair_id"] for r in active_rows}
+        pairs = self.store.pairs_by_id(list(pair_ids))
         for row in started:
             plan.starts.append((row["id"], self._build(row, pairs.get(row["pair_id"]))))
         positions = queue_positions(queued)
+        plan.queued = len(queued)
+        waits = self._estimate(active_rows + started, queued, pairs)
         for row in started + queued:
             pair = pairs.get(row["pair_id"])
             if pair is not None:
-                plan.messages.append((f"run:{row['id']}", view_message(row, pair, positions)))
+                message = view_message(row, pair, positions, waits)
+                plan.messages.append((f"run:{row['id']}", message))
         return plan
+
+    def _estimate(
+        self, active: list[Row], queued: list[Row], pairs: dict[str, Row]
+    ) -> dict[str, float | None]:
+        """Each queued run's wait, once for the pass (server/queue_wait.py); kept for the
+        views that requests build until the next pass."""
+        if not queued:
+            self.waits.set({}, time.time())
+            return {}
+        startup = self.start_times.summary()["median_s"] if self.start_times else None
+        waits = queue_waits(
+            [run_work(r, pairs.get(r["pair_id"])) for r in active],
+            [run_work(r, pairs.get(r["pair_id"])) for r in queued],
+            self.settings.max_concurrent,
+            startup,
+        )
+        self.waits.set(waits, time.time())
+        return waits

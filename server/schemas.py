@@ -68,12 +68,21 @@ class RunStatus(BaseModel):
     )
     stage_progress: float | None
     queue_position: int | None = Field(description="1-based place in the queue while queued")
+    queue_wait_s: float | None = Field(
+        None,
+        description="while queued: seconds until it should start, estimated from the runs"
+        " ahead (their steps left at their measured pace) over the lab's run limit; null when"
+        " it cannot be told (no pace measured yet, no limit of the lab's on a cluster)",
+    )
     step: int | None
     steps: int | None
     segment: int
     crashes: int
     knob: RunKnob
-    can_crash: bool
+    can_crash: bool = Field(
+        description="a crash test or a preemption may hit it now: in stage train, and its"
+        " trainer of the newest segment has written a step record"
+    )
     message: str | None
     exit_code: int | None
     latest: dict[str, Any] = Field(description="the newest record of each kind: step, val, …")
@@ -82,12 +91,21 @@ class RunStatus(BaseModel):
     )
 
 
+class StartTimes(BaseModel):
+    median_s: float | None = Field(
+        description="median seconds from a trainer process's start to its first step record,"
+        " over the lab's newest starts (null: none measured yet)"
+    )
+    count: int = Field(description="how many starts the median is of")
+
+
 class PairStatus(BaseModel):
     pair: str
     preset: dict[str, Any]
     knob: Knob
     created_at: float
     owner: bool = Field(description="true when this browser created the pair")
+    start_times: StartTimes = Field(description="how long trainer starts take on this lab")
     runs: list[RunStatus]
 
 

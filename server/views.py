@@ -34,7 +34,25 @@ def total_steps(pair: Mapping[str, Any], latest: Mapping[str, Any]) -> int | Non
     return steps if isinstance(steps, int) else None
 
 
-def run_view(row: Row, pair: Row, positions: Mapping[str, int]) -> dict[str, Any]:
+def training(row: Row, latest: Mapping[str, Any]) -> bool:
+    """Whether a crash test or a preemption may hit the run now: it is active, in stage
+    train, and its trainer of the newest segment has written a step record. The state
+    may still say starting or restarting: a forked trainer's first records can be stored
+    before the supervisor's report that it runs (server/reports.py) is applied."""
+    if row["state"] not in ("starting", "running", "restarting") or row["stage"] != "train":
+        return False
+    step = latest.get("step")
+    return isinstance(step, dict) and step.get("segment", 0) == (row["segment"] or 0)
+
+
+def run_view(
+    row: Row,
+    pair: Row,
+    positions: Mapping[str, int],
+    waits: Mapping[str, float | None] | None = None,
+) -> dict[str, Any]:
+    """`positions`: each queued run's place; `waits`: each queued run's estimated wait in
+    seconds (server/queue_wait.py)."""
     latest = json.loads(row["latest_json"] or "{}")
     preset = json.loads(pair["preset_json"])
     knob = preset.get("knob") or {}
@@ -51,6 +69,7 @@ def run_view(row: Row, pair: Row, positions: Mapping[str, int]) -> dict[str, Any
         "stage": stage,
         "stage_progress": row["stage_progress"],
         "queue_position": positions.get(row["id"]),
+        "queue_wait_s": (waits or {}).get(row["id"]) if state == "queued" else None,
         "step": row["step"],
         "steps": total_steps(pair, latest),
         "segment": row["segment"],
@@ -59,7 +78,7 @@ def run_view(row: Row, pair: Row, positions: Mapping[str, int]) -> dict[str, Any
             "name": knob.get("name"),
             "value": knob.get("a") if row["label"] == "A" else knob.get("b"),
         },
-        "can_crash": state == "running" and stage == "train",
+        "can_crash": training(row, latest),
         "message": row["message"],
         "exit_code": row["exit_code"],
         "latest": {k: latest[k] for k in SHOWN_LATEST if k in latest},
@@ -67,8 +86,15 @@ def run_view(row: Row, pair: Row, positions: Mapping[str, int]) -> dict[str, Any
 
 
 def pair_view(
-    pair: Row, runs: Sequence[Row], positions: Mapping[str, int], *, is_owner: bool
+    pair: Row,
+    runs: Sequence[Row],
+    positions: Mapping[str, int],
+    *,
+    is_owner: bool,
+    waits: Mapping[str, float | None] | None = None,
+    start_times: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """`start_times`: how long trainer starts take on this lab (StartTimes.summary)."""
     preset = json.loads(pair["preset_json"])
     knob = preset.get("knob") or {}
     return {
@@ -82,7 +108,8 @@ def pair_view(
         },
         "created_at": pair["created_at"],
         "owner": is_owner,
-        "runs": [run_view(r, pair, positions) for r in runs],
+        "start_times": dict(start_times or {"median_s": None, "count": 0}),
+        "runs": [run_view(r, pair, positions, waits) for r in runs],
     }
 
 
