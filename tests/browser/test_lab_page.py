@@ -59,8 +59,19 @@ def test_a_lesson_with_a_crash_per_run_resumes_bit_identical_and_survives_reload
     assert page.locator(".run-A .shape").inner_text().startswith("builtin · 2L·64d")
 
     # Crash test A after step 120: it loses the steps since its checkpoint at a multiple of 50
-    # (pressed again should a kill land just after a checkpoint and cost none).
+    # (pressed again should a kill land just after a checkpoint and cost none). Meanwhile the
+    # page notes what A's card says and when its button comes back, with what it trained.
+    watch_run(page, "A")
     crash(page, "A", 120)
+    # The restart's wait says how long starts take here (measured by this lab's trainers),
+    # and the button comes back with the first step record of the restarted segment.
+    page.wait_for_function("() => window.seen.lines.some((l) => /Starts take about \\d/.test(l))")
+    page.wait_for_function("() => window.seen.enabled.some(([on, seg]) => on && seg >= 1)")
+    seen = page.evaluate("() => window.seen")
+    after = seen["enabled"][[on for on, _ in seen["enabled"]].index(False) :]
+    assert all(seg >= 1 for on, seg in after if on), after  # never on an old segment's record
+    starts = page.evaluate("async () => (await (await fetch('/api/health')).json()).start_times")
+    assert starts["count"] >= 2 and starts["median_s"] > 0, starts
     events = page.locator("#events li.run-A .event-text")
     events.filter(has_text="Crash test").first.wait_for(timeout=LESSON_S)
     events.filter(has_text=re.compile("^Resumed at step")).first.wait_for(timeout=LESSON_S)
@@ -115,6 +126,27 @@ def test_a_lesson_with_a_crash_per_run_resumes_bit_identical_and_survives_reload
         assert stages == ["done"] * 7, stages
     assert page.locator("#probes tbody tr").count() == 9
     assert page.errors == []
+
+
+def watch_run(page: Any, label: str) -> None:
+    """Note every state line of run `label`'s card, and every time its Crash test button
+    turns on or off with the newest segment the page has a step record of, in
+    `window.seen` ({lines, enabled: [[on, segment]]})."""
+    page.evaluate(
+        """(label) => {
+            const card = document.querySelector(`.run-card.run-${label}`);
+            const ctl = document.querySelector(`.control.run-${label}`);
+            const button = ctl.querySelector('.crash');
+            const line = card.querySelector('.state-line');
+            window.seen = {lines: [line.textContent], enabled: []};
+            new MutationObserver(() => window.seen.lines.push(line.textContent))
+                .observe(line, {childList: true, characterData: true, subtree: true});
+            new MutationObserver(() => window.seen.enabled.push(
+                [!button.disabled, parseInt(ctl.dataset.stepSegment, 10)]))
+                .observe(button, {attributes: true, attributeFilter: ['disabled']});
+        }""",
+        label,
+    )
 
 
 def test_without_the_chart_library_the_page_still_tells_the_lesson(

@@ -320,6 +320,7 @@ function onRecords(d) {
     catchUp(run, run.lastId);
   }
   run.add(d.records || []);
+  if ((d.records || []).some((r) => r.kind === "step" && Object.hasOwn(r, "startup_s"))) refreshStarts();
   scheduleRender();
 }
 
@@ -353,13 +354,37 @@ async function crash(run, card) {
   try {
     const res = await api.crash(run.id);
     card.killed(res, run.view.segment ?? 0);
+    signalled(run);
     page.pair.setView({ runs: [{ ...run.view, id: run.id, state: res.state, can_crash: false }] });
+    card.busy = false;
+    render(); // the restart's wait shows now: a forked trainer is back in under a second
   } catch (e) {
     card.say(e.status === 409 ? `Not now: ${e.message}` : `The crash test failed: ${e.message}`);
   } finally {
     card.busy = false;
     scheduleRender();
   }
+}
+
+/** A crash test or preemption of `run` went through: Crash test waits for a step record
+ * of the segment after the one it hit, whatever views still in flight say. */
+function signalled(run) {
+  run.signalled = Math.max(run.newestStepSegment() ?? 0, run.view.segment ?? 0);
+}
+
+let startsFetch = null;
+
+/** One of this pair's trainers measured its start (a step record with startup_s): fetch
+ * the lab's figure again, so the next wait for a start says how long starts take now. */
+function refreshStarts() {
+  const pair = page.pair;
+  if (!pair || startsFetch) return;
+  startsFetch = api.pair(pair.id).then((view) => {
+    if (page.pair === pair && view.start_times) pair.view.start_times = view.start_times;
+    scheduleRender();
+  }).catch(() => {}).finally(() => {
+    startsFetch = null;
+  });
 }
 
 async function preempt(run, card) {
@@ -369,6 +394,7 @@ async function preempt(run, card) {
   try {
     const res = await api.preempt(run.id);
     card.preempted(res, run.view.segment ?? 0);
+    signalled(run);
     graceTicks(card);
   } catch (e) {
     card.say(e.status === 409 ? `Not now: ${e.message}` : `The preemption failed: ${e.message}`);

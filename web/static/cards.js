@@ -17,36 +17,43 @@ export const STAGES = [
 const ORDER = Object.fromEntries(STAGES.map(([k], i) => [k, i]));
 
 /** What a student calls the run's state: queued / starting / training / crashed /
- * resuming / done / failed / stopped, and a sentence that says why. */
-export function studentState(run) {
+ * resuming / done / failed / stopped, and a sentence that says why. `starts`: how long
+ * trainer starts take on this lab ({median_s, count} from the pair view), said while a
+ * start is pending; nothing is said before one was measured. */
+export function studentState(run, starts = null) {
   const v = run.view;
   const crashes = run.crashes();
   const last = crashes[crashes.length - 1];
+  const median = starts && starts.count > 0 && f.isNum(starts.median_s) ? starts.median_s : null;
+  const note = median !== null && run.startPending() ? ` Starts take about ${f.seconds(median)} on this lab.` : "";
+  const killed = "Killed with SIGKILL (no chance to save). Restarting from its newest complete checkpoint.";
   switch (v.state) {
-    case "queued":
-      return ["queued", v.queue_position ? `Waiting for a free slot: number ${v.queue_position} in the queue.` : "Waiting for a free slot."];
+    case "queued": {
+      const left = run.queueWaitLeft();
+      const wait = left !== null ? `, about ${f.seconds(left)}` : "";
+      return ["queued", v.queue_position ? `Waiting for a free slot: number ${v.queue_position} in the queue${wait}.` : "Waiting for a free slot."];
+    }
     case "starting":
-      return ["starting", "Starting the trainer process."];
+      if (!run.startPending()) return ["training", "Training."]; // its report is on its way
+      return ["starting", median !== null ? `Starting the trainer: starts take about ${f.seconds(median)} on this lab.` : "Starting the trainer process."];
     case "restarting": {
       const stop = stopEvent(run);
-      if (stop) return ["preempted", stop.text];
-      return ["crashed", "Killed with SIGKILL (no chance to save). Restarting from its newest complete checkpoint."];
+      if (stop) return ["preempted", stop.text + note];
+      return ["crashed", killed + note];
     }
     case "running":
-      if (v.stage === "restarting") {
-        return ["crashed", "Killed with SIGKILL (no chance to save). Restarting from its newest complete checkpoint."];
-      }
+      if (v.stage === "restarting") return ["crashed", killed + note];
       if ((v.crashes ?? 0) > (v.segment ?? 0)) {
-        return ["resuming", "Restarted after the crash: loading its newest complete checkpoint."];
+        return ["resuming", `Restarted after the crash: loading its newest complete checkpoint.${note}`];
       }
       if (v.segment > 0 && last && (v.stage !== "train" || (v.step ?? 0) < last.reached)) {
         if (last.fresh) {
-          return ["fresh start", `Started over from step 0: no checkpoint was found after the crash, so a new model trains from scratch and the ${f.int(last.reached)} steps trained before it are redone.`];
+          return ["fresh start", `Started over from step 0: no checkpoint was found after the crash, so a new model trains from scratch and the ${f.int(last.reached)} steps trained before it are redone.${note}`];
         }
         const from = f.isNum(last.from) ? last.from : 0;
-        return ["resuming", `Resumed from the checkpoint at step ${f.int(from)}; recomputing steps ${f.int(from + 1)}–${f.int(last.reached)} lost in the crash.`];
+        return ["resuming", `Resumed from the checkpoint at step ${f.int(from)}; recomputing steps ${f.int(from + 1)}–${f.int(last.reached)} lost in the crash.${note}`];
       }
-      if (v.stage !== "train") return ["starting", `Preparing: ${stageName(v.stage)}.`];
+      if (v.stage !== "train") return ["starting", `Preparing: ${stageName(v.stage)}.${note}`];
       if (v.segment > 0 && last?.fresh) return ["training", `Training past the crash, on a model started over from step 0 (segment ${v.segment}).`];
       return ["training", v.segment > 0 ? `Training past the crash (segment ${v.segment}).` : "Training."];
     case "finished":
@@ -72,19 +79,26 @@ function stageName(key) {
   return hit ? hit[1] : key || "waiting";
 }
 
-/** Why the Crash test button is disabled, or null when it may be pressed. */
+/** Why the Crash test button is disabled, or null when it may be pressed: from the first
+ * step record of the run's newest segment on the stream (the run view is pushed
+ * throttled and lags), never after this page's crash test or preemption until a step
+ * record of a newer segment came. The server checks again (409), and says so. */
 export function crashBlocker(run, owner) {
   const v = run.view;
   if (["finished", "failed", "stopped"].includes(v.state)) {
     return `${v.state === "finished" ? "Finished" : v.state === "failed" ? "Failed" : "Stopped"}: there is no training process left to kill.`;
   }
   if (!owner) return "Only the browser that started this lesson can crash its runs.";
-  if (v.can_crash) return null;
+  if (!run.startPending()) return null;
+  const restarting = v.state === "restarting" || v.stage === "restarting" || run.signalled !== null
+    || run.newestStepSegment() !== null;
   switch (v.state) {
     case "queued": return "Not started yet: it is waiting in the queue.";
     case "starting": return "Not training yet: the trainer is starting.";
     case "restarting": return "Already crashed: it is restarting from its checkpoint.";
-    case "running": return `Not training yet (${stageName(v.stage).toLowerCase()}): crash tests hit training runs.`;
+    case "running":
+      if (restarting) return "Restarting from its checkpoint: Crash test comes back with its first step.";
+      return `Not training yet (${stageName(v.stage).toLowerCase()}): crash tests hit training runs.`;
     default: return "Not available now.";
   }
 }
@@ -242,7 +256,7 @@ export class RunCard {
         this.say(killText(this.kill.pid, e.at_step));
       }
     }
-    const [state, line] = studentState(run);
+    const [state, line] = studentState(run, pair.view.start_times);
     setText(this.badge, state);
     if (this.control.dataset.state !== state) {
       this.badge.className = `badge state-${state.replace(/ /g, "-")}`;
@@ -283,6 +297,7 @@ export class RunCard {
     this.window.hidden = !winText;
     if (winKind) this.window.dataset.kind = winKind;
     const blocker = crashBlocker(run, pair.view.owner !== false);
+    this.control.dataset.stepSegment = String(run.newestStepSegment() ?? ""); // trained segment
     this.button.disabled = blocker !== null || this.busy === true;
     this.button.setAttribute("aria-disabled", String(this.button.disabled));
     this.preemptButton.disabled = this.button.disabled || Boolean(this.grace);

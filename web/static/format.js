@@ -124,3 +124,11 @@ export function ago(t, now = Date.now() / 1000) {
 }
 
 export { DASH };
+
+/** A short time to wait: 0.4 s, 12 s, 3 min. */
+export function seconds(x) {
+  if (!isNum(x)) return DASH;
+  if (x < 10) return `${x.toFixed(1)} s`;
+  if (x < 90) return `${Math.round(x)} s`;
+  return `${Math.round(x / 60)} min`;
+}

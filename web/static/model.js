@@ -14,6 +14,12 @@ export function stepKeyedKinds(contract) {
 // the run's machine lost (a Ray node gone: the run resumes on another, docs/cluster.md).
 const RESTART_CODES = new Set(["crash", "preempt", "graceful_stop", "lost_host"]);
 const KILL_CODES = new Set(["crash", "lost_host"]); // SIGKILL-like: no chance to save
+const ACTIVE = new Set(["starting", "running", "restarting"]);
+
+/** A supervisor's restart event: the contract gives every one `resume_from`. */
+function isRestartEvent(e) {
+  return RESTART_CODES.has(e.code) || Object.hasOwn(e, "resume_from");
+}
 
 export class RunModel {
   constructor(view, stepKeyed) {
@@ -35,12 +41,52 @@ export class RunModel {
     this.firstT = null;
     this.lastT = null;
     this.maxStep = 0;
+    this.maxSegment = 0; // the newest segment any record of the run names
+    // The segment a crash test or preemption from this page hit: its restart has not
+    // trained until a step record of a newer segment arrives.
+    this.signalled = null;
+    this.waitUntil = null; // while queued: when the server expects it to start (unix s)
     this.version = 0; // bumps on every change, for cheap redraw checks
+    this._noteWait(view);
   }
 
   setView(view) {
     this.view = { ...this.view, ...view };
+    this._noteWait(view);
     this.version += 1;
+  }
+
+  _noteWait(view) {
+    if (!Object.hasOwn(view, "queue_wait_s")) return;
+    const wait = view.queue_wait_s;
+    this.waitUntil = typeof wait === "number" && Number.isFinite(wait) ? Date.now() / 1000 + wait : null;
+  }
+
+  /** Seconds left of the server's estimate of the queue wait; null when there is none. */
+  queueWaitLeft() {
+    if (this.waitUntil === null) return null;
+    const left = this.waitUntil - Date.now() / 1000;
+    return left > 0 ? left : null;
+  }
+
+  /** The newest segment that has a step record, or null before the first one. */
+  newestStepSegment() {
+    let newest = null;
+    for (const [seg, rows] of this.steps) if (rows.size && (newest === null || seg > newest)) newest = seg;
+    return newest;
+  }
+
+  /** The trainer of the run's newest segment has not written a step record yet: the run
+   * is starting or restarting (or waits in the queue). Crash test waits for that record;
+   * a view pushed before it (the server's are throttled) never counts for it. */
+  startPending() {
+    const v = this.view;
+    if (!ACTIVE.has(v.state)) return v.state === "queued";
+    const seg = this.newestStepSegment();
+    if (seg === null || seg < this.maxSegment) return true;
+    if (this.signalled !== null && seg <= this.signalled) return true;
+    for (const e of this.events) if (isRestartEvent(e) && seg <= (e.segment ?? 0)) return true;
+    return (v.state === "restarting" || v.stage === "restarting") && seg <= (v.segment ?? 0);
   }
 
   /** Add records (objects with id when they came from the server); returns how many were new. */
@@ -63,6 +109,7 @@ export class RunModel {
   }
 
   _apply(r, seg) {
+    if (Number.isInteger(r.segment) && r.segment > this.maxSegment) this.maxSegment = r.segment;
     if (typeof r.t === "number") {
       if (this.firstT === null || r.t < this.firstT) this.firstT = r.t;
       if (this.lastT === null || r.t > this.lastT) this.lastT = r.t;
