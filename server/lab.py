@@ -56,6 +56,7 @@ from crashdrill.server.telemetry_feed import Sampler, TelemetryFeed, default_sam
 from crashdrill.server.views import pair_view, queue_positions
 from crashdrill.trainer.corpus_files import CORPORA_DIR_VARIABLE
 from crashdrill.trainer.presets import LABELS, Preset, PresetError, list_presets
+from crashdrill.trainer.priority import NICE_VARIABLE
 from crashdrill.workers.graceful_stop import Wall
 from crashdrill.workers.launch import Launch
 from crashdrill.workers.mirror import MIRROR_LOG, CheckpointMirror
@@ -281,6 +282,7 @@ class Lab(RunControl):
             env={
                 **launch_env(preset_ref, row["label"], mode),
                 CORPORA_DIR_VARIABLE: str(self.settings.corpora),
+                NICE_VARIABLE: str(self.settings.trainer_nice),
             },
             env_pass=self.settings.trainer_env_pass,
             fresh_start_allowed=fresh_start_allowed(preset_ref, row["label"]),

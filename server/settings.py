@@ -71,6 +71,9 @@ class Settings:
     max_wrong_tokens: int = 10  # per client address per minute; 0: no limit
     secret_key: str | None = None  # None: generated once and kept in data_dir/secret_key
     trainer_command: tuple[str, ...] = DEFAULT_COMMAND
+    # A trainer drops to this nice value once it trains (trainer/priority.py): starts,
+    # restarts and the server keep the CPU first when a class shares a machine. 0: never.
+    trainer_nice: int = 10
     max_body_bytes: int = 64 * 1024
     max_pairs_per_session: int = 3
     # Live pairs per client address too (0: by cookie alone, for a class behind one NAT).
@@ -144,6 +147,11 @@ class Settings:
             raise SettingsError(f"max_body_bytes = {self.max_body_bytes}: at least 1024")
         if not self.trainer_command:
             raise SettingsError("trainer_command is empty: give the program that trains")
+        if not 0 <= self.trainer_nice <= 19:
+            raise SettingsError(
+                f"trainer_nice = {self.trainer_nice}: a nice value in 0..19 (0: trainers keep"
+                " the server's priority)"
+            )
         if self.ingest_interval_s <= 0 or self.telemetry_interval_s <= 0:
             raise SettingsError("ingest_interval_s and telemetry_interval_s must be > 0")
         if self.database_url is not None:

@@ -28,6 +28,8 @@ def values_from_env() -> dict[str, object]:
         values["secret_key"] = env["CRASHDRILL_SECRET_KEY"]
     if env.get("CRASHDRILL_MAX_CONCURRENT"):
         values["max_concurrent"] = _int("CRASHDRILL_MAX_CONCURRENT")
+    if env.get("CRASHDRILL_TRAINER_NICE", "").strip():
+        values["trainer_nice"] = _int("CRASHDRILL_TRAINER_NICE")
     if env.get("CRASHDRILL_TRAINER_COMMAND"):
         values["trainer_command"] = tuple(shlex.split(env["CRASHDRILL_TRAINER_COMMAND"]))
     if env.get("CRASHDRILL_INSTRUCTOR_PRESETS_DIR"):

@@ -34,6 +34,7 @@ from crashdrill.trainer.preemption import (
     process_age_s,
     stop_and_save,
 )
+from crashdrill.trainer.priority import settle_after_first_step
 from crashdrill.trainer.records import RecordWriter, float32_bits
 from crashdrill.trainer.train_state import CheckpointMismatch, TrainState, restore, state_files
 
@@ -367,6 +368,8 @@ def _train(
                 dt=round(dt, 5),
                 **startup,
             )
+            if startup:  # started: make way for the lab's other starts (trainer/priority.py)
+                settle_after_first_step()
             if opts.jsonl:
                 line = {
                     "step": st.step,

@@ -57,6 +57,7 @@ TRAINER_ENV_NAMES = frozenset(
         "CRASHDRILL_PRESETS_DIR",
         "CRASHDRILL_CACHE_DIR",
         "CRASHDRILL_CKPT_PAUSE",
+        "CRASHDRILL_TRAINER_NICE",
         "CRASHDRILL_CORPORA_DIR",
         # datasets for FineWeb-Edu (offline switches and where the cache lives)
         "HF_HOME",

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 from crashdrill.server.settings import Settings
@@ -71,6 +72,15 @@ def training(run: dict[str, Any], segment: int, step: int) -> bool:
     return run["can_crash"] and run["segment"] == segment and (run["step"] or 0) >= step
 
 
+def trainer_nice(run_id: str) -> int:
+    """The nice value of the live trainer of `run_id` (found by its --run-dir)."""
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "--run-dir" in cmd and Path(cmd[cmd.index("--run-dir") + 1]).name == run_id:
+            return int(proc.nice())
+    raise AssertionError(f"no live trainer of run {run_id}")
+
+
 def test_a_quick_pair_survives_three_crash_tests_bit_identically(base_url: str) -> None:
     with httpx.Client(base_url=base_url, timeout=30) as client:
         created = client.post("/api/pairs", json={"preset": "quick"}).json()
@@ -79,6 +89,7 @@ def test_a_quick_pair_survives_three_crash_tests_bit_identically(base_url: str) 
         stream = Stream(f"{base_url}/api/stream?pair={pair}")
 
         wait(client, pair, lambda rs: training(rs[0], 0, 60), "A to pass its checkpoint at 50")
+        assert trainer_nice(run_a) == 10  # it trains: it made way for starts and the server
         assert client.post(f"/api/runs/{run_a}/crash").status_code == 202
         wait(client, pair, lambda rs: training(rs[1], 0, 160), "B to pass its checkpoint at 150")
         assert client.post(f"/api/runs/{run_b}/crash").status_code == 202

@@ -42,6 +42,14 @@ def test_bad_settings_say_what_is_wrong(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("CRASHDRILL_MAX_CONCURRENT", "many")
     with pytest.raises(SettingsError, match="CRASHDRILL_MAX_CONCURRENT = 'many'"):
         Settings.from_env()
+    monkeypatch.delenv("CRASHDRILL_MAX_CONCURRENT")
+    with pytest.raises(SettingsError, match=r"trainer_nice = 20: a nice value in 0\.\.19"):
+        Settings(trainer_nice=20)
+    monkeypatch.setenv("CRASHDRILL_TRAINER_NICE", "low")
+    with pytest.raises(SettingsError, match="CRASHDRILL_TRAINER_NICE = 'low'"):
+        Settings.from_env()
+    monkeypatch.setenv("CRASHDRILL_TRAINER_NICE", "0")
+    assert Settings.from_env().trainer_nice == 0
 
 
 def test_at_least_two_runs_may_train_at_once_by_default() -> None:
