@@ -90,11 +90,13 @@ def _started_ticks(pid: int) -> int | None:
     return int(fields[19]) if fields and len(fields) > 19 else None
 
 
-def _now_ticks() -> int:
-    """Now, in the clock ticks since boot that /proc/PID/stat's starttime counts."""
+def _ticks_before_now() -> int:
+    """The last clock tick (since boot, as /proc/PID/stat's starttime counts them) that
+    ended before now: a process whose starttime is at most this was born before this
+    call. /proc/uptime is now rounded down to the tick, so its own tick is ambiguous."""
     with open(f"{_PROC}/uptime", "rb") as f:
         uptime = float(f.read().split()[0])
-    return int(uptime * os.sysconf("SC_CLK_TCK")) + 1  # /proc/uptime is rounded down
+    return round(uptime * os.sysconf("SC_CLK_TCK")) - 1
 
 
 def _has_marker(pid: int, entry: bytes) -> bool:
@@ -109,11 +111,17 @@ def _all_pids() -> list[int]:
     return [int(n) for n in os.listdir(_PROC) if n.isdigit()]
 
 
-def members(pid: int, marker: str | None = None, born_by: int | None = None) -> set[int]:
+def members(
+    pid: int,
+    marker: str | None = None,
+    born_by: int | None = None,
+    roots: Iterable[int] = (),
+) -> set[int]:
     """The live (not zombie) processes of the tree now: `pid`, its descendants, and with
     `marker` every process carrying it (with `born_by`, only those started by then, in
     clock ticks since boot: a new process of the run, started after a kill began, is not
-    part of the tree that kill takes down)."""
+    part of the tree that kill takes down), and the descendants of `roots` (what a kill
+    already found)."""
     parents: dict[int, list[int]] = {}
     live: set[int] = set()
     entry = f"{MARKER_VAR}={marker}".encode() if marker is not None else None
@@ -130,7 +138,7 @@ def members(pid: int, marker: str | None = None, born_by: int | None = None) -> 
             if born is None or born_by is None or born <= born_by:
                 marked.add(p)
     found: set[int] = set()
-    stack = [pid, *marked]
+    stack = [pid, *marked, *roots]
     while stack:
         p = stack.pop()
         if p in found:
@@ -156,16 +164,21 @@ def kill_tree(pid: int, *, marker: str | None = None, timeout: float = 5.0) -> i
             os.killpg(pid, signal.SIGKILL)
         return 1
     me = os.getpid()
-    # Marked processes started after this instant are not this tree's: the run's next
-    # trainer, which a supervisor may start (same marker) while this kill still walks.
-    # Forks of the tree during the kill are found by parentage, not by the marker.
-    born_by = _now_ticks() if marker is not None else None
+    # The first walk runs while the root still lives, so before any supervisor can start
+    # the run's next trainer: every marked process it finds is this tree's. Later walks
+    # take a marked process only if it was born before the kill began (the next trainer,
+    # same marker, may start the moment the root dies, within the same clock tick), and
+    # forks of what was found by parentage.
+    born_by = _ticks_before_now() if marker is not None else None
     killed: set[int] = set()
     deadline = time.monotonic() + timeout
+    first = True
     while True:
         stopped: set[int] = set()
         while True:  # freeze: a stopped process cannot fork, so the walk converges
-            found = members(pid, marker, born_by) - {me} - stopped
+            since = None if first else born_by
+            found = members(pid, marker, since, roots=stopped | killed) - {me} - stopped
+            first = False
             if not found:
                 break
             _signal(found, signal.SIGSTOP)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import time
@@ -133,7 +134,7 @@ def test_a_process_of_the_run_started_after_the_kill_began_is_not_part_of_its_tr
     old = subprocess.Popen(sleep, env=env, start_new_session=True)
     try:
         time.sleep(0.05)
-        began = process_tree._now_ticks()
+        began = process_tree._ticks_before_now()
         time.sleep(0.1)  # several clock ticks later: the run's next trainer
         new = subprocess.Popen(sleep, env=env, start_new_session=True)
         try:
@@ -147,3 +148,29 @@ def test_a_process_of_the_run_started_after_the_kill_began_is_not_part_of_its_tr
     finally:
         old.kill()
         old.wait()
+
+
+def test_a_restart_the_moment_the_root_dies_survives_the_kill_that_is_still_walking() -> None:
+    """The supervisor blocks on the trainer's end (a pidfd) and starts the next trainer,
+    same marker, within the same clock tick as the kill's start: the kill, still walking
+    /proc for the rest of the tree, must leave it alone. Repeated: it is a race."""
+    import threading
+
+    token = f"run-{uuid.uuid4()}"
+    env = {**os.environ, **tree_marker(token)}
+    sleep = ["sleep", "60"]
+    for _ in range(20):
+        old = subprocess.Popen(sleep, env=env, start_new_session=True)
+        fd = os.pidfd_open(old.pid)
+        killer = threading.Thread(target=kill_tree, args=(old.pid,), kwargs={"marker": token})
+        killer.start()
+        select.select([fd], [], [], 10)  # dead: restart at once, as the supervisor does
+        os.close(fd)
+        new = subprocess.Popen(sleep, env=env, start_new_session=True)
+        try:
+            killer.join(10)
+            old.wait(10)
+            assert new.poll() is None, "the kill took the run's next process too"
+        finally:
+            new.kill()
+            new.wait()
