@@ -149,6 +149,11 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
+# The verdict of a resume whose restart found the run already at its last step (a stop
+# saved it): nothing was recomputed or compared, and nothing failed.
+NOTHING_LEFT = "nothing left to train"
+
+
 def analyse(ev: Evidence) -> Analysis:
     ref, segs, target = ev.reference, ev.crashed, ev.target
     every_point = ref.points + [p for s in segs for p in s.points]
@@ -224,7 +229,9 @@ def analyse(ev: Evidence) -> Analysis:
         )
         findings.append(Finding("final-state-differs", f"final state: {what}"))
 
-    failed = any(f.fails for f in findings) or any(not r.bit_identical for r in resumes)
+    failed = any(f.fails for f in findings) or any(
+        not r.bit_identical and r.verdict != NOTHING_LEFT for r in resumes
+    )
     exit_code = EXIT_FAIL if failed else EXIT_PASS
     return Analysis(resumes, findings, precision, "fail" if failed else "pass", exit_code)
 
@@ -388,7 +395,12 @@ def _check(
     if not verdict:
         verdict = "bit-identical" if exact else f"equal at {precision.digits} digits"
     if not pairs and not verdict.startswith(("crashed", "hung", "refused")):
-        verdict = "no steps"
+        reached = last_step_trained(segs[:k])
+        ended = seg.exit_code == 0 and not seg.killed and not seg.points
+        if ended and reached is not None and reached >= (ref.last_step or 0):
+            verdict = NOTHING_LEFT  # a stop saved the last step: the restart had nothing to do
+        else:
+            verdict = "no steps"
     return ResumeVerdict(
         index=k,
         killed_at_step=killed_at,

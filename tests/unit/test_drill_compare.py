@@ -213,10 +213,15 @@ def test_a_restart_with_nothing_left_to_train_ends_where_the_stop_saved() -> Non
     """A preemption whose SIGTERM came as the last step was trained: the script saved it
     and exited, the restart resumed there and printed no step. The run is complete."""
     segs = [_seg(0, range(1, 41), killed=True, before=CKPT), _seg(1, range(0))]
-    assert "incomplete" not in _codes(_analyse(segs))
+    an = _analyse(segs)
+    assert an.verdict == "pass" and an.exit_code == 0 and not an.findings
+    (resume,) = an.resumes
+    assert resume.verdict == "nothing left to train" and resume.recomputed is None
     short = [_seg(0, range(1, 31), killed=True, before=CKPT), _seg(1, range(0))]
-    (found,) = [f for f in _analyse(short).findings if f.code == "incomplete"]
+    an = _analyse(short)
+    (found,) = [f for f in an.findings if f.code == "incomplete"]
     assert "finished at step 30, the reference at 40" in found.text
+    assert an.resumes[0].verdict == "no steps" and an.exit_code == 1
 
 
 def test_final_state_that_differs_fails() -> None:
