@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -200,6 +201,11 @@ def main() -> int:
     p.add_argument("--smoke", action="store_true", help="3 students over 3 s, local only")
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument(
+        "--work-dir",
+        type=Path,
+        help="keep the labs' data dirs and server logs here (default: a temp dir, deleted)",
+    )
+    p.add_argument(
         "--max-concurrent",
         type=int,
         default=0,
@@ -218,7 +224,8 @@ def main() -> int:
         flush=True,
     )
     results = []
-    with tempfile.TemporaryDirectory(prefix="crashdrill-class-") as tmp:
+    keep = contextlib.nullcontext(str(args.work_dir)) if args.work_dir else None
+    with keep or tempfile.TemporaryDirectory(prefix="crashdrill-class-") as tmp:
         for executor in executors:
             cluster = None
             if executor == "ray":

@@ -37,6 +37,12 @@ class Message:
     items: Sequence[str] = ()
     run: str | None = None
     last_id: int | None = None  # SSE id (the newest record id carried)
+    # A replace message's place in its key's one-way order (a run's state: queued <
+    # starting < running/restarting < ended). A subscriber never takes a message ranked
+    # below one it already took for that key: a view built before the run ended but
+    # published after its final view (two threads read the database) would otherwise
+    # leave a finished run showing "running" on the page for good.
+    rank: int | None = None
 
     @functools.cached_property
     def frame(self) -> bytes:
@@ -75,11 +81,25 @@ class Subscriber:
         self.channels = tuple(channels)
         self.max_items = max_items
         self._pending: dict[str, _Pending] = {}
+        self._ranks: dict[str, int] = {}  # the highest rank taken per key (Message.rank)
         self._ready = asyncio.Event()
         self.closed = False
         self.dropped = 0  # records dropped by coalescing (for tests and benchmarks)
 
+    def seen(self, key: str, rank: int) -> None:
+        """The client already has a value of `key` at `rank` (the stream's hello): what
+        is pending or comes later below it is stale."""
+        if rank >= self._ranks.get(key, rank):
+            self._ranks[key] = rank
+        pending = self._pending.get(key)
+        if pending is not None and (pending.message.rank or 0) < rank:
+            del self._pending[key]
+
     def offer(self, message: Message) -> None:
+        if message.rank is not None:
+            if message.rank < self._ranks.get(message.key, message.rank):
+                return  # older than what the client has or will get: never shown
+            self._ranks[message.key] = message.rank
         pending = self._pending.get(message.key)
         if message.mode == "replace" or pending is None:
             pending = _Pending(message)

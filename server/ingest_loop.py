@@ -40,7 +40,7 @@ from crashdrill.server.outage import Outage
 from crashdrill.server.resume_check import checks_from_rows
 from crashdrill.server.settings import Settings
 from crashdrill.server.start_times import StartTimes
-from crashdrill.server.store import TERMINAL_STATES, Store
+from crashdrill.server.store import TERMINAL_STATES, Store, state_rank
 from crashdrill.server.views import queue_positions, record_json, run_view
 from crashdrill.trainer.resume_compare import COMPARED_KINDS
 from crashdrill.workers.mirror import MIRROR_LOG, CheckpointMirror
@@ -106,7 +106,7 @@ def view_message(
 ) -> Message:
     """The `run` message: the run's view, as GET /api/pairs/{pair} shows it."""
     data = json.dumps(run_view(row, pair, positions, waits), separators=(",", ":"))
-    return Message(event="run", key=f"run:{row['id']}", data=data)
+    return Message(event="run", key=f"run:{row['id']}", data=data, rank=state_rank(row["state"]))
 
 
 def run_message(store: Store, run_id: str) -> Message | None:

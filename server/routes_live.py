@@ -36,6 +36,7 @@ from crashdrill.server.lab import Lab
 from crashdrill.server.routes_pairs import lab_of
 from crashdrill.server.schemas import Machine, problems
 from crashdrill.server.sessions import session_of
+from crashdrill.server.store import state_rank
 from crashdrill.server.stream_slots import StreamSlots
 from crashdrill.server.telemetry_feed import MACHINE_CHANNEL
 from crashdrill.server.views import record_json
@@ -91,6 +92,8 @@ async def stream(
         lab.fanout.unsubscribe(sub)
         slot.release()
         raise
+    for run in view["runs"]:  # what was published before this read is older: not sent
+        sub.seen(f"run:{run['id']}", state_rank(run["state"]))
     hello = json.dumps(
         {
             "pair": view,

@@ -18,6 +18,16 @@ from crashdrill.server.sql_text import set_clause
 ACTIVE_STATES = ("starting", "running", "restarting")
 TERMINAL_STATES = ("finished", "failed", "stopped")
 RUN_STATES = ("queued", *ACTIVE_STATES, *TERMINAL_STATES)
+
+
+def state_rank(state: str) -> int:
+    """A run's states only move forward: queued 0, starting 1, running and restarting 2
+    (back and forth), ended 3 (server/fanout.py drops a view ranked below one sent)."""
+    if state in TERMINAL_STATES:
+        return 3
+    return {"queued": 0, "starting": 1}.get(state, 2)
+
+
 INSERT_BATCH = 500  # records per INSERT: 3500 parameters, far below both engines' limits
 
 _RUN_COLUMNS = frozenset(

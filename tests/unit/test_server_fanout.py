@@ -6,6 +6,7 @@ import asyncio
 import json
 
 from crashdrill.server.fanout import LocalFanout, Message
+from crashdrill.server.store import state_rank
 
 
 def records(run: str, ids: range) -> Message:
@@ -73,5 +74,44 @@ def test_multiline_data_stays_one_sse_event() -> None:
         fan.publish("x", Message("run", "k", data='{"a":\n1}'))
         [frame] = await sub.next(1.0)
         assert frame == b'event: run\ndata: {"a":\ndata: 1}\n\n'
+
+    asyncio.run(main())
+
+
+def view(state: str, step: int) -> Message:
+    data = json.dumps({"state": state, "step": step})
+    return Message("run", "run:a", data=data, rank=state_rank(state))
+
+
+def test_a_view_built_before_the_run_ended_never_follows_its_final_view() -> None:
+    """Two threads read the database: the ingest's throttled view (still running) can be
+    published after the supervisor's report (finished). The client keeps the end."""
+
+    async def main() -> None:
+        fan = LocalFanout()
+        sub = fan.subscribe(["run:a"])
+        fan.publish("run:a", view("finished", 300))
+        fan.publish("run:a", view("running", 297))  # late, while the first is pending
+        assert [parse(f)[2] for f in await sub.next(1.0)] == [{"state": "finished", "step": 300}]
+        fan.publish("run:a", view("running", 298))  # late, after the client took the end
+        assert await sub.next(0.05) == []
+        fan.publish("run:a", view("restarting", 5))  # a new subscriber takes anything
+        other = fan.subscribe(["run:a"])
+        fan.publish("run:a", view("running", 6))
+        assert [parse(f)[2]["state"] for f in await other.next(1.0)] == ["running"]
+
+    asyncio.run(main())
+
+
+def test_running_and_restarting_alternate_and_the_hello_seeds_what_is_stale() -> None:
+    async def main() -> None:
+        fan = LocalFanout()
+        sub = fan.subscribe(["run:a"])
+        fan.publish("run:a", view("starting", 0))  # published before the hello's read
+        sub.seen("run:a", state_rank("running"))  # the hello said running
+        assert await sub.next(0.05) == []  # the older "starting" is not sent after it
+        for state in ("restarting", "running", "restarting"):
+            fan.publish("run:a", view(state, 1))
+            assert [parse(f)[2]["state"] for f in await sub.next(1.0)] == [state]
 
     asyncio.run(main())
