@@ -15,7 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crashdrill.server.db import check_postgres_url
-from crashdrill.server.settings_env import SettingsError, values_from_env
+from crashdrill.server.settings_env import (
+    SettingsError,
+    allowed_hosts_from_environ,
+    values_from_env,
+)
 from crashdrill.workers.launch import DEFAULT_COMMAND
 from crashdrill.workers.mirror_backends import MirrorURLError, parse_mirror_url
 from crashdrill.workers.trainer_env import env_pass_from_environ
@@ -122,6 +126,9 @@ class Settings:
     https: bool = False  # served over https (cookies get Secure)
     trusted_proxies: tuple[str, ...] = ()  # proxy addresses whose X-Forwarded-* are believed
     allowed_origins: tuple[str, ...] = ()  # other origins that may send state changes
+    # Host names the lab answers to beyond loopback names, IP addresses and `host`
+    # (server/allowed_hosts.py: DNS rebinding); "*" turns the check off.
+    allowed_hosts: tuple[str, ...] = field(default_factory=allowed_hosts_from_environ)
     stream_max_per_address: int = 64  # open event streams per client address
     stream_max_total: int = 1000  # open event streams in all
 
@@ -225,6 +232,12 @@ class Settings:
                     f"CRASHDRILL_ALLOWED_ORIGINS: {origin!r} is not an origin; give"
                     " scheme://host[:port], like https://lab.example.org"
                 )
+        from crashdrill.server.allowed_hosts import host_name_problem
+
+        for name in self.allowed_hosts:
+            problem = host_name_problem(name)
+            if problem:
+                raise SettingsError(f"CRASHDRILL_ALLOWED_HOSTS: {name!r} {problem}")
 
     def _check_supabase(self) -> None:
         if self.supabase_url is None and self.supabase_service_key is None:

@@ -74,6 +74,15 @@ def test_serve_refuses_bad_settings_with_exit_2(capsys: pytest.CaptureFixture[st
     assert "port = 70000" in capsys.readouterr().err
 
 
+def test_serve_refuses_an_allowed_host_with_a_port_with_exit_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--data-dir", str(tmp_path), "--allowed-hosts", "lab.example.org,lab:8000"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "CRASHDRILL_ALLOWED_HOSTS: 'lab:8000'" in err and "without scheme or port" in err
+
+
 def test_a_second_server_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
     from crashdrill.server.app import create_app
 
