@@ -6,6 +6,7 @@ Every setting is documented in docs/server.md (a test checks that).
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import re
 import secrets
@@ -24,7 +25,35 @@ from crashdrill.workers.launch import DEFAULT_COMMAND
 from crashdrill.workers.mirror_backends import MirrorURLError, parse_mirror_url
 from crashdrill.workers.trainer_env import env_pass_from_environ
 
-MIN_TOKEN_CHARS = 16  # the instructor token: shorter ones are refused at startup
+# The instructor token (docs/presets.md#instructor-mode): surrounding whitespace is
+# stripped; the rest must be this long, printable, and hold this many bits by
+# token_bits (a floor against mistakes: a blank, repeated or short token).
+MIN_TOKEN_CHARS = 16
+MIN_TOKEN_BITS = 64
+TOKEN_ADVICE = "make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(24))'"
+
+
+def token_bits(token: str) -> float:
+    """What the token would hold if each character were drawn at random from the characters
+    it uses: length × log2(distinct characters). 16 spaces: 0; secrets.token_urlsafe(24)
+    (32 characters, about 25 distinct): about 150."""
+    distinct = len(set(token))
+    return len(token) * math.log2(distinct) if distinct > 1 else 0.0
+
+
+def token_problem(token: str) -> str | None:
+    """Why an (already stripped) instructor token is too weak to guard the lab; None if not."""
+    if len(token) < MIN_TOKEN_CHARS:
+        return f"is {len(token)} characters after stripping spaces: at least {MIN_TOKEN_CHARS}"
+    if not token.isprintable():
+        return "holds a control character: printable characters only"
+    bits = token_bits(token)
+    if bits < MIN_TOKEN_BITS:
+        return (
+            f"is too predictable: {len(token)} characters of {len(set(token))} distinct hold"
+            f" {bits:.0f} bits (length × log2(distinct characters)); at least {MIN_TOKEN_BITS}"
+        )
+    return None
 
 
 def default_data_dir() -> Path:
@@ -212,12 +241,12 @@ class Settings:
         return cls(**values)  # type: ignore[arg-type]
 
     def _check_hardening(self) -> None:
-        if self.instructor_token and len(self.instructor_token) < MIN_TOKEN_CHARS:
-            raise SettingsError(
-                f"CRASHDRILL_INSTRUCTOR_TOKEN is {len(self.instructor_token)} characters: at"
-                f" least {MIN_TOKEN_CHARS} (make one with: python3 -c 'import secrets;"
-                " print(secrets.token_urlsafe(24))')"
-            )
+        if self.instructor_token:  # "": instructor mode off, as when unset
+            token = self.instructor_token.strip()
+            object.__setattr__(self, "instructor_token", token or None)
+            problem = token_problem(token)
+            if problem:
+                raise SettingsError(f"CRASHDRILL_INSTRUCTOR_TOKEN {problem} ({TOKEN_ADVICE})")
         if not 60 <= self.instructor_session_s <= 30 * 24 * 3600:
             raise SettingsError(
                 f"instructor_session_s = {self.instructor_session_s}: 60 to 2592000 seconds"

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import secrets
 import socket
 from pathlib import Path
 
 import pytest
 
 from crashdrill.server import cli
-from crashdrill.server.settings import Settings, SettingsError, default_max_concurrent
+from crashdrill.server.settings import (
+    MIN_TOKEN_BITS,
+    Settings,
+    SettingsError,
+    default_max_concurrent,
+    token_bits,
+    token_problem,
+)
 
 
 def test_settings_come_from_the_environment_then_the_command_line(
@@ -89,6 +97,27 @@ def test_a_second_server_on_the_same_data_dir_is_refused(tmp_path: Path) -> None
     create_app(Settings(data_dir=tmp_path))
     with pytest.raises(SettingsError, match=f"another crashdrill server .* uses {tmp_path}"):
         create_app(Settings(data_dir=tmp_path))
+
+
+def test_a_token_of_spaces_or_of_few_distinct_characters_is_refused_naming_the_rule(
+    tmp_path: Path,
+) -> None:
+    for weak, said in (
+        (" " * 16, "0 characters after stripping spaces: at least 16"),
+        ("  short-token-1 \n", "13 characters after stripping spaces"),
+        ("a" * 40, "40 characters of 1 distinct hold 0 bits"),
+        ("teach-me-crash-tests", "20 characters of 9 distinct hold 63 bits"),
+        ("tab\tinside-a-long-token", "control character"),
+    ):
+        with pytest.raises(SettingsError, match="CRASHDRILL_INSTRUCTOR_TOKEN") as caught:
+            Settings(data_dir=tmp_path, instructor_token=weak)
+        assert said in str(caught.value), weak
+        assert "secrets.token_urlsafe(24)" in str(caught.value)
+    kept = Settings(data_dir=tmp_path, instructor_token="  Zq3-kP9_xW2mR7vT4nB8yL1 \n")
+    assert kept.instructor_token == "Zq3-kP9_xW2mR7vT4nB8yL1"  # stripped
+    assert Settings(data_dir=tmp_path, instructor_token="").instructor_token == ""  # off
+    assert token_bits("0123456789abcdef") == MIN_TOKEN_BITS  # the smallest token that passes
+    assert token_problem(secrets.token_urlsafe(24)) is None
 
 
 def test_with_a_token_the_start_line_says_instructor_mode_is_on_and_where(

@@ -21,7 +21,7 @@ from tests.unit.test_server_routes import FakeSampler
 
 pytestmark = pytest.mark.timeout(90)
 
-TOKEN = "teach-me-crash-tests"
+TOKEN = "teach-me-crash-tests-now"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 LESSON = """# A lesson written in the lab.
 id = "my-lesson"
@@ -96,6 +96,8 @@ def test_login_with_the_right_token_sets_a_cookie_that_makes_the_browser_an_inst
     r = other.post("/api/instructor/login", json={"token": "guess"})
     assert r.status_code == 401 and "not the instructor token" in r.json()["detail"]
     assert other.get("/api/instructor/presets").status_code == 401
+    pasted = other.post("/api/instructor/login", json={"token": f" {TOKEN}\n"})
+    assert pasted.status_code == 200, pasted.text  # a pasted token's spaces are stripped
     teacher.post("/api/instructor/logout")
     assert teacher.get("/api/instructor/me").json()["instructor"] is False
 

@@ -36,7 +36,7 @@ class FakeSampler:
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     settings: Settings = stand_in_settings(
-        tmp_path / "lab", monkeypatch, steps=60, token="teach-me-crash-tests"
+        tmp_path / "lab", monkeypatch, steps=60, token="teach-me-crash-tests-now"
     )
     return settings
 
@@ -133,7 +133,7 @@ def test_only_the_owner_or_an_instructor_may_crash(client: TestClient) -> None:
     assert r.status_code == 403 and "owner or an instructor" in r.json()["detail"]
     r = as_stranger(client, lambda: client.post(f"/api/runs/{run_a}/stop"))
     assert r.status_code == 403
-    teacher = {"Authorization": "Bearer teach-me-crash-tests"}
+    teacher = {"Authorization": "Bearer teach-me-crash-tests-now"}
     r = as_stranger(client, lambda: client.post(f"/api/runs/{run_b}/crash", headers=teacher))
     assert r.status_code == 202
     wrong = {"Authorization": "Bearer guess"}
@@ -161,7 +161,7 @@ def test_one_browser_may_not_queue_pairs_without_end(client: TestClient) -> None
     pairs = [start_pair(client) for _ in range(3)]
     r = client.post("/api/pairs", json={"preset": "quick"})
     assert r.status_code == 429 and "already has 3 pairs" in r.json()["detail"]
-    teacher = {"Authorization": "Bearer teach-me-crash-tests"}
+    teacher = {"Authorization": "Bearer teach-me-crash-tests-now"}
     r = client.post("/api/pairs", json={"preset": "quick"}, headers=teacher)
     assert r.status_code == 201  # an instructor may start more (here: in the same browser)
     for run in [*pairs[2]["runs"], *r.json()["runs"]]:
