@@ -269,6 +269,33 @@ def test_every_route_and_setting_is_documented(tmp_path: Path) -> None:
     assert not missing, f"settings missing from docs/server.md: {missing}"
 
 
+def test_a_405_names_in_allow_every_method_its_path_answers(client: TestClient) -> None:
+    for method, path, allow in (
+        ("DELETE", "/api/instructor/presets", "GET, POST"),  # two routes, one path
+        ("PATCH", "/api/instructor/presets/quick", "DELETE, GET, PUT"),
+        ("PUT", "/api/pairs", "POST"),
+        ("POST", "/static/app.js", "GET, HEAD"),
+    ):
+        r = client.request(method, path)
+        assert r.status_code == 405, (method, path, r.text)
+        assert r.headers["allow"] == allow, (method, path)
+
+
+def test_every_operation_lists_the_statuses_the_middlewares_answer_before_it(
+    client: TestClient,
+) -> None:
+    """A body over max_body_bytes gets 413 and a Host not the lab's 400 on any route, a
+    route with no body of its own included: the schema says so for each."""
+    schema = client.get("/openapi.json").json()
+    for path, item in schema["paths"].items():
+        for method, operation in item.items():
+            listed = set(operation["responses"])
+            assert {"400", "413"} <= listed, f"{method.upper()} {path}: {sorted(listed)}"
+    big = "x" * (client.app.state.settings.max_body_bytes + 1)  # type: ignore[attr-defined]
+    r = client.post("/api/instructor/logout", content=big)
+    assert r.status_code == 413 and "over the limit" in r.json()["detail"]
+
+
 def test_a_run_that_ends_has_every_record_it_wrote_stored_before_it_says_so(
     settings: Settings,
 ) -> None:
