@@ -15,8 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Mount
 
 import crashdrill
 from crashdrill.server import (
@@ -39,6 +42,7 @@ from crashdrill.server.settings import Settings
 from crashdrill.server.stream_slots import StreamSlots
 from crashdrill.server.telemetry_feed import Sampler, default_sampler
 
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 RETRY_AFTER_S = 5  # what a 503 asks a client to wait while the database is unreachable
 DESCRIPTION = (
     "Two small GPT runs train side by side, identical except for one knob. A crash test "
@@ -68,7 +72,10 @@ def create_app(
         version=crashdrill.__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
-        responses=problems(503),  # any route, while the database is unreachable
+        # Any route: 400 for a Host that is not the lab's or a Content-Length that is not a
+        # number, 413 for a body over max_body_bytes (the middlewares answer before the
+        # route), 503 while the database is unreachable.
+        responses=problems(400, 413, 503),
     )
     app.state.lab = lab
     secret_key = settings.resolve_secret_key()
@@ -84,6 +91,7 @@ def create_app(
     app.add_exception_handler(LabError, _lab_error)
     app.add_exception_handler(DatabaseUnavailable, _database_unavailable)
     app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_middleware(SessionMiddleware, secret_key=secret_key, settings=settings)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(BrowserGuardMiddleware, settings=settings)  # outermost
@@ -105,6 +113,38 @@ async def _database_unavailable(request: Request, exc: Exception) -> Response:
         status_code=503,
         headers={"Retry-After": str(RETRY_AFTER_S)},
     )
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """FastAPI's answer, but a 405 names in Allow every method the path answers to: each
+    method of a path is a route of its own (GET and POST /api/instructor/presets), and
+    Starlette's Allow names only the first route whose path matched."""
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 405:
+        methods = allowed_methods(request)
+        if methods:
+            exc = StarletteHTTPException(405, exc.detail, headers={"Allow": ", ".join(methods)})
+    return await http_exception_handler(request, exc)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """The methods some route of the app fully matches for the request's path, asked of
+    each route with a fresh scope per method (routes matched by FastAPI's included routers
+    too; a static mount answers GET and HEAD only)."""
+    from starlette.staticfiles import StaticFiles
+
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Mount):
+            probe = {"type": "http", "path": request.url.path, "root_path": "", "method": "GET"}
+            if isinstance(route.app, StaticFiles) and route.matches(probe)[0] == Match.FULL:
+                methods |= {"GET", "HEAD"}
+            continue
+        for method in HTTP_METHODS:
+            probe = {"type": "http", "path": request.url.path, "root_path": "", "method": method}
+            if route.matches(probe)[0] == Match.FULL:
+                methods.add(method)
+    return sorted(methods)
 
 
 async def _invalid_request(_request: Request, exc: Exception) -> Response:

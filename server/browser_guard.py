@@ -1,7 +1,11 @@
-"""What a browser must not be tricked into: cross-origin state changes, framing, sniffing.
+"""What a browser must not be tricked into: DNS rebinding, cross-origin state changes,
+framing, sniffing.
 
     app.add_middleware(BrowserGuardMiddleware, settings=settings)
 
+- Any request whose Host (X-Forwarded-Host from a trusted proxy) is not a name the lab
+  answers to gets 400 first, before the Origin check: a page whose name was re-pointed at
+  the lab would otherwise pass it as same-origin (server/allowed_hosts.py).
 - A POST, PUT, PATCH or DELETE whose Origin (else Referer) names another origin than the
   lab's own or one of the `allowed_origins` setting is refused with 403 before any route
   runs: another site's page cannot start pairs, crash runs or log an instructor in with a
@@ -22,6 +26,7 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from crashdrill.server.allowed_hosts import host_refusal
 from crashdrill.server.forwarded import request_origin
 from crashdrill.server.settings import Settings
 
@@ -114,10 +119,14 @@ class BrowserGuardMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        wrong_host = host_refusal(scope, self.settings)
+        if wrong_host is not None:
+            await self._refuse(send, 400, wrong_host)
+            return
         if scope["method"] in STATE_CHANGING:
             foreign = self.cross_origin(scope)
             if foreign is not None:
-                await self._refuse(send, foreign)
+                await self._refuse(send, 403, self._foreign_detail(foreign))
                 return
         path = scope.get("path", "")
         csp = self.docs_csp if path.startswith(API_DOC_PAGES) else self.csp
@@ -131,12 +140,15 @@ class BrowserGuardMiddleware:
 
         await self.app(scope, receive, send_with_headers)
 
-    async def _refuse(self, send: Send, foreign: str) -> None:
-        detail = (
+    @staticmethod
+    def _foreign_detail(foreign: str) -> str:
+        return (
             f"a {foreign} page may not change this lab's state: requests that change"
             " something must come from the lab's own pages (or an origin in"
             " CRASHDRILL_ALLOWED_ORIGINS)"
         )
+
+    async def _refuse(self, send: Send, status: int, detail: str) -> None:
         body = json.dumps({"detail": detail}).encode()
         headers = [
             (b"content-type", b"application/json"),
@@ -144,5 +156,5 @@ class BrowserGuardMiddleware:
             *self.headers,
             (b"content-security-policy", self.csp),
         ]
-        await send({"type": "http.response.start", "status": 403, "headers": headers})
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})

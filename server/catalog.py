@@ -4,13 +4,12 @@ creates, edits, duplicates, locks and publishes through /api/instructor.
 
 Who sees which lesson (published or not) and what a student may change in it is the
 lesson policy's (server/lesson_policy.py). An instructor preset is one file, `<id>.toml`;
-the lab rewrites its top-level `published` and `locked` keys in place (comments and
-layout stay as the instructor wrote them).
+the lab rewrites its top-level keys (`published`, `locked`, a copy's `id` and `title`) with
+tomlkit, which keeps every comment and the layout as the instructor wrote them.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -20,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import tomlkit
+from tomlkit.exceptions import TOMLKitError
+
 from crashdrill.server.errors import BadInput, Conflict, Forbidden, NotFound
 from crashdrill.server.lesson_policy import locked_names, student_overrides_allowed, visible_to
 from crashdrill.trainer.corpus_files import CorpusPathError, corpus_file
@@ -27,6 +29,7 @@ from crashdrill.trainer.presets import (
     Preset,
     PresetError,
     list_presets,
+    locked_problems,
     number_key,
     parse_preset_text,
     preset_dirs,
@@ -236,6 +239,9 @@ class Catalog:
 
     def set_locked(self, preset_id: str, locked: list[str]) -> Lesson:
         lesson = self._editable(preset_id)
+        problems = locked_problems(locked)
+        if problems:
+            raise BadInput("; ".join(problems))
         text = set_top_level(lesson.text, "locked", sorted(set(locked)))
         self.checked(text)  # the preset's own rules say which names may be locked
         return self._write(preset_id, text)
@@ -289,36 +295,17 @@ def _read(path: Path) -> str:
         return ""
 
 
-def toml_value(value: bool | str | list[str]) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return json.dumps(value, ensure_ascii=False)  # JSON strings and string lists are TOML
-
-
 def set_top_level(text: str, key: str, value: bool | str | list[str]) -> str:
-    """`text` with top-level `key = value` set, keeping every other line as it was."""
-    lines = text.splitlines()
-    first_table = next(
-        (i for i, line in enumerate(lines) if line.lstrip().startswith("[")), len(lines)
-    )
-    pattern = re.compile(rf"^\s*{re.escape(key)}\s*=")
-    new_line = f"{key} = {toml_value(value)}"
-    start = next((i for i in range(first_table) if pattern.match(lines[i])), None)
-    if start is None:
-        out = lines[:first_table]
-        while out and not out[-1].strip():
-            out.pop()
-        out += [new_line, "", *lines[first_table:]] if first_table < len(lines) else [new_line]
-    else:
-        end = start + 1  # a value may span lines (an array): extend until it parses
-        while end <= first_table:
-            try:
-                tomllib.loads("\n".join(lines[start:end]))
-                break
-            except tomllib.TOMLDecodeError:
-                end += 1
-        out = [*lines[:start], new_line, *lines[end:]]
-    result = "\n".join(out) + "\n"
+    """`text` with its top-level `key` set to `value` (added before the first table when it
+    is missing), every comment and line around it kept as written: tomlkit edits the
+    document, so a quoted key (`"published" = false`), a multi-line string holding a line
+    that starts with `[`, or a value spanning lines are all found as TOML reads them."""
+    try:
+        document = tomlkit.parse(text)
+        document[key] = value
+        result = tomlkit.dumps(document)
+    except TOMLKitError as e:
+        raise BadInput(f"the preset text is not valid TOML ({e}): fix it in the editor") from None
     if tomllib.loads(result).get(key) != value:
         raise BadInput(f"could not set {key} in the preset text: fix the file by hand")
     return result

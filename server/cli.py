@@ -35,6 +35,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port to listen on (default 8000)")
+    p.add_argument(
+        "--allowed-hosts",
+        metavar="NAMES",
+        help="host names the lab answers to besides localhost and IP addresses, comma-separated"
+        " (lab.example.org; default: CRASHDRILL_ALLOWED_HOSTS); other names get 400",
+    )
     p.add_argument("--data-dir", help="database, run dirs and keys (default: user data dir)")
     p.add_argument(
         "--max-concurrent",
@@ -85,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
             stop_runs_on_exit=args.stop_runs_on_exit,
             mirror=args.mirror,
             ray=args.ray,
+            allowed_hosts=parse_names(args.allowed_hosts) if args.allowed_hosts else None,
         )
     except SettingsError as e:
         print(f"crashdrill serve: {e}", file=sys.stderr)
@@ -122,6 +129,11 @@ def run(args: argparse.Namespace) -> int:
     )
     uvicorn.Server(config).run()
     return EXIT_OK
+
+
+def parse_names(text: str) -> tuple[str, ...]:
+    """Names separated by commas or spaces."""
+    return tuple(text.replace(",", " ").split())
 
 
 def instructor_mode(settings: Settings) -> str:

@@ -2,6 +2,7 @@
 
     client_address(scope, settings)   # "203.0.113.7": the peer, or what a trusted proxy says
     served_over_https(scope, settings) # True: cookies get Secure
+    request_host(scope, settings)     # "lab.example.org:8000": the name the browser used
     request_origin(scope, settings)   # "https://lab.example.org": the lab's own origin
 
 Behind a reverse proxy every request comes from the proxy's address, so per-address limits
@@ -58,12 +59,19 @@ def served_over_https(scope: Scope, settings: Settings) -> bool:
     return False
 
 
-def request_origin(scope: Scope, settings: Settings) -> str | None:
-    """The origin the browser used to reach the lab (scheme://host[:port]), from the Host
-    header (X-Forwarded-Host from a trusted proxy); None without one."""
+def request_host(scope: Scope, settings: Settings) -> str | None:
+    """The host[:port] the browser used to reach the lab: the Host header (X-Forwarded-Host
+    from a trusted proxy); None without one."""
     host = _header(scope, b"host")
     if _from_trusted_proxy(scope, settings):
         host = (_header(scope, b"x-forwarded-host") or host or "").split(",")[0].strip() or host
+    return host or None
+
+
+def request_origin(scope: Scope, settings: Settings) -> str | None:
+    """The origin the browser used to reach the lab (scheme://host[:port]), from
+    request_host; None without one."""
+    host = request_host(scope, settings)
     if not host:
         return None
     scheme = "https" if served_over_https(scope, settings) else "http"

@@ -89,7 +89,9 @@ class TokenGuesses:
 def check_token(request: Request, offered: str, token: str) -> bool:
     """True for the right token, always. A wrong one is counted against the client's
     address: False, or TooMany (429 with Retry-After) once the address is over the limit."""
-    if hmac.compare_digest(offered.encode(), token.encode()):
+    # Stripped, as the server's own token is (server/settings.py): a pasted token often
+    # brings a space or a newline along.
+    if hmac.compare_digest(offered.strip().encode(), token.encode()):
         return True
     guesses: TokenGuesses | None = getattr(request.app.state, "token_guesses", None)
     if guesses is None:

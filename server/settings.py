@@ -6,6 +6,7 @@ Every setting is documented in docs/server.md (a test checks that).
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import re
 import secrets
@@ -15,12 +16,44 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crashdrill.server.db import check_postgres_url
-from crashdrill.server.settings_env import SettingsError, values_from_env
+from crashdrill.server.settings_env import (
+    SettingsError,
+    allowed_hosts_from_environ,
+    values_from_env,
+)
 from crashdrill.workers.launch import DEFAULT_COMMAND
 from crashdrill.workers.mirror_backends import MirrorURLError, parse_mirror_url
 from crashdrill.workers.trainer_env import env_pass_from_environ
 
-MIN_TOKEN_CHARS = 16  # the instructor token: shorter ones are refused at startup
+# The instructor token (docs/presets.md#instructor-mode): surrounding whitespace is
+# stripped; the rest must be this long, printable, and hold this many bits by
+# token_bits (a floor against mistakes: a blank, repeated or short token).
+MIN_TOKEN_CHARS = 16
+MIN_TOKEN_BITS = 64
+TOKEN_ADVICE = "make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(24))'"
+
+
+def token_bits(token: str) -> float:
+    """What the token would hold if each character were drawn at random from the characters
+    it uses: length × log2(distinct characters). 16 spaces: 0; secrets.token_urlsafe(24)
+    (32 characters, about 25 distinct): about 150."""
+    distinct = len(set(token))
+    return len(token) * math.log2(distinct) if distinct > 1 else 0.0
+
+
+def token_problem(token: str) -> str | None:
+    """Why an (already stripped) instructor token is too weak to guard the lab; None if not."""
+    if len(token) < MIN_TOKEN_CHARS:
+        return f"is {len(token)} characters after stripping spaces: at least {MIN_TOKEN_CHARS}"
+    if not token.isprintable():
+        return "holds a control character: printable characters only"
+    bits = token_bits(token)
+    if bits < MIN_TOKEN_BITS:
+        return (
+            f"is too predictable: {len(token)} characters of {len(set(token))} distinct hold"
+            f" {bits:.0f} bits (length × log2(distinct characters)); at least {MIN_TOKEN_BITS}"
+        )
+    return None
 
 
 def default_data_dir() -> Path:
@@ -125,6 +158,9 @@ class Settings:
     https: bool = False  # served over https (cookies get Secure)
     trusted_proxies: tuple[str, ...] = ()  # proxy addresses whose X-Forwarded-* are believed
     allowed_origins: tuple[str, ...] = ()  # other origins that may send state changes
+    # Host names the lab answers to beyond loopback names, IP addresses and `host`
+    # (server/allowed_hosts.py: DNS rebinding); "*" turns the check off.
+    allowed_hosts: tuple[str, ...] = field(default_factory=allowed_hosts_from_environ)
     stream_max_per_address: int = 64  # open event streams per client address
     stream_max_total: int = 1000  # open event streams in all
 
@@ -213,12 +249,12 @@ class Settings:
         return cls(**values)  # type: ignore[arg-type]
 
     def _check_hardening(self) -> None:
-        if self.instructor_token and len(self.instructor_token) < MIN_TOKEN_CHARS:
-            raise SettingsError(
-                f"CRASHDRILL_INSTRUCTOR_TOKEN is {len(self.instructor_token)} characters: at"
-                f" least {MIN_TOKEN_CHARS} (make one with: python3 -c 'import secrets;"
-                " print(secrets.token_urlsafe(24))')"
-            )
+        if self.instructor_token:  # "": instructor mode off, as when unset
+            token = self.instructor_token.strip()
+            object.__setattr__(self, "instructor_token", token or None)
+            problem = token_problem(token)
+            if problem:
+                raise SettingsError(f"CRASHDRILL_INSTRUCTOR_TOKEN {problem} ({TOKEN_ADVICE})")
         if not 60 <= self.instructor_session_s <= 30 * 24 * 3600:
             raise SettingsError(
                 f"instructor_session_s = {self.instructor_session_s}: 60 to 2592000 seconds"
@@ -233,6 +269,12 @@ class Settings:
                     f"CRASHDRILL_ALLOWED_ORIGINS: {origin!r} is not an origin; give"
                     " scheme://host[:port], like https://lab.example.org"
                 )
+        from crashdrill.server.allowed_hosts import host_name_problem
+
+        for name in self.allowed_hosts:
+            problem = host_name_problem(name)
+            if problem:
+                raise SettingsError(f"CRASHDRILL_ALLOWED_HOSTS: {name!r} {problem}")
 
     def _check_supabase(self) -> None:
         if self.supabase_url is None and self.supabase_service_key is None:

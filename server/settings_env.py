@@ -48,6 +48,13 @@ def values_from_env() -> dict[str, object]:
     return values
 
 
+def allowed_hosts_from_environ() -> tuple[str, ...]:
+    """CRASHDRILL_ALLOWED_HOSTS: host names, separated by commas or spaces (the
+    `allowed_hosts` setting's default, so a Settings built in code reads it too)."""
+    text = os.environ.get("CRASHDRILL_ALLOWED_HOSTS", "")
+    return tuple(n for n in re.split(r"[\s,]+", text.strip()) if n)
+
+
 def _supabase_env() -> dict[str, object]:
     """SUPABASE_URL, SUPABASE_ANON_KEY, SUPABASE_SERVICE_KEY (the names Supabase's own
     examples use) and the CRASHDRILL_SUPABASE_* limits."""
@@ -67,7 +74,7 @@ def _supabase_env() -> dict[str, object]:
 
 def _hardening_env() -> dict[str, object]:
     """The settings of docs/server.md "Running a lab for a class" from the environment
-    (CRASHDRILL_TRAINER_ENV_PASS is read by its default)."""
+    (CRASHDRILL_TRAINER_ENV_PASS and CRASHDRILL_ALLOWED_HOSTS are read by their defaults)."""
     env = os.environ
     values: dict[str, object] = {}
     if env.get("CRASHDRILL_CORPORA_DIR", "").strip():

@@ -242,13 +242,18 @@ def _parse_locked(data: Mapping[str, Any], problems: list[str]) -> tuple[str, ..
     if not isinstance(locked, list) or not all(isinstance(x, str) for x in locked):
         problems.append(f'locked = {locked!r}: a list of setting names (or "knob")')
         return None
-    for name in locked:
-        if name not in (KNOB, *SETTINGS):
-            problems.append(
-                f'locked: {name!r} is not a run setting; allowed: "knob" or one of '
-                + ", ".join(sorted(SETTINGS))
-            )
+    problems += locked_problems(locked)
     return tuple(dict.fromkeys(n for n in locked if n in (KNOB, *SETTINGS)))
+
+
+def locked_problems(names: list[str]) -> list[str]:
+    """One sentence per name a `locked` list may not hold: "knob" or a run setting only."""
+    return [
+        f'locked: {name!r} is not a run setting; allowed: "knob" or one of '
+        + ", ".join(sorted(SETTINGS))
+        for name in names
+        if name not in (KNOB, *SETTINGS)
+    ]
 
 
 def _parse_knob(value: Any, problems: list[str]) -> Knob | None:

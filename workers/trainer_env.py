@@ -5,12 +5,15 @@
 A lab's server holds secrets (the instructor token, the cookie key, a database URL with a
 password, Supabase's service key); a lesson's trainer is code that a student's settings
 steer, and its samples and records are shown on a page. So a trainer gets only what torch,
-the trainer and a mirror need: the names and prefixes below, the `extra` the supervisor
-sets (the crash pause, the corpora directory), and the names the operator adds with
+the trainer and a mirror need: the exact names below, the `extra` the supervisor sets (the
+crash pause, the corpora directory), and the names the operator adds with
 CRASHDRILL_TRAINER_ENV_PASS (`NAME` or `PREFIX*`, separated by commas or spaces: what a
-custom trainer command needs). SERVER_SECRETS never pass, whoever asks; a name that looks
-like a secret (…TOKEN, …_KEY, …PASSWORD) passes only when named exactly, never by a
-prefix. GCS credentials pass only to a trainer that writes to a gs:// mirror itself.
+custom trainer command needs). The allowlist itself has no prefixes: `KMP_*` or
+`TORCH_*` would let through any name someone gives a secret under them (`KMP_AUTH`), and
+no prefix is a namespace that only harmless names use. SERVER_SECRETS never pass, whoever
+asks; a name that looks like a secret (…TOKEN, …_KEY, …PASSWORD, …AUTH…) passes only when
+named exactly, never by an operator's prefix. GCS credentials pass only to a trainer that
+writes to a gs:// mirror itself.
 """
 
 from __future__ import annotations
@@ -35,6 +38,35 @@ TRAINER_ENV_NAMES = frozenset(
         "TZ",
         "LANG",
         "LANGUAGE",
+        # the locale categories (POSIX and glibc)
+        "LC_ALL",
+        "LC_CTYPE",
+        "LC_COLLATE",
+        "LC_MESSAGES",
+        "LC_MONETARY",
+        "LC_NUMERIC",
+        "LC_TIME",
+        "LC_ADDRESS",
+        "LC_IDENTIFICATION",
+        "LC_MEASUREMENT",
+        "LC_NAME",
+        "LC_PAPER",
+        "LC_TELEPHONE",
+        # the interpreter (Python's documented variables that a trainer may want)
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONHASHSEED",
+        "PYTHONUNBUFFERED",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONPYCACHEPREFIX",
+        "PYTHONIOENCODING",
+        "PYTHONUTF8",
+        "PYTHONWARNINGS",
+        "PYTHONFAULTHANDLER",
+        "PYTHONNOUSERSITE",
+        "PYTHONSAFEPATH",
+        "PYTHONDEVMODE",
+        "PYTHONMALLOC",
         "TMPDIR",
         "TEMP",
         "TMP",
@@ -43,11 +75,43 @@ TRAINER_ENV_NAMES = frozenset(
         "XDG_CACHE_HOME",
         "XDG_DATA_HOME",
         "XDG_CONFIG_HOME",
-        # threads (a run's thread count is fixed and recorded) and determinism on CUDA
+        # threads (a run's thread count is fixed and recorded), OpenMP/MKL tuning, torch
+        # and NCCL diagnostics, and determinism and memory on CUDA
         "OMP_NUM_THREADS",
+        "OMP_DYNAMIC",
+        "OMP_PROC_BIND",
+        "OMP_PLACES",
+        "OMP_SCHEDULE",
+        "OMP_STACKSIZE",
+        "OMP_WAIT_POLICY",
+        "OMP_MAX_ACTIVE_LEVELS",
+        "OMP_THREAD_LIMIT",
+        "OMP_DISPLAY_ENV",
         "MKL_NUM_THREADS",
+        "MKL_DYNAMIC",
+        "MKL_CBWR",
+        "MKL_THREADING_LAYER",
+        "MKL_ENABLE_INSTRUCTIONS",
+        "MKL_VERBOSE",
+        "KMP_AFFINITY",
+        "KMP_BLOCKTIME",
+        "KMP_DUPLICATE_LIB_OK",
+        "KMP_INIT_AT_FORK",
+        "KMP_SETTINGS",
+        "KMP_WARNINGS",
         "OPENBLAS_NUM_THREADS",
         "NUMEXPR_NUM_THREADS",
+        "TORCH_HOME",
+        "TORCH_LOGS",
+        "TORCH_CPP_LOG_LEVEL",
+        "TORCH_SHOW_CPP_STACKTRACES",
+        "TORCH_USE_CUDA_DSA",
+        "TORCH_DISTRIBUTED_DEBUG",
+        "NCCL_DEBUG",
+        "NCCL_SOCKET_IFNAME",
+        "NCCL_IB_DISABLE",
+        "NCCL_P2P_DISABLE",
+        "PYTORCH_CUDA_ALLOC_CONF",
         "CUBLAS_WORKSPACE_CONFIG",
         "CUDA_VISIBLE_DEVICES",
         "CUDA_DEVICE_ORDER",
@@ -67,8 +131,6 @@ TRAINER_ENV_NAMES = frozenset(
         "HF_DATASETS_OFFLINE",
     }
 )
-# Prefixes a trainer may inherit: locale, the interpreter, torch, OpenMP/MKL tuning.
-TRAINER_ENV_PREFIXES = ("LC_", "PYTHON", "OMP_", "MKL_", "KMP_", "TORCH_", "NCCL_")
 # What a trainer that writes to a gs:// mirror itself needs (google-cloud-storage).
 GCS_ENV_NAMES = frozenset(
     {
@@ -91,7 +153,10 @@ SERVER_SECRETS = frozenset(
     }
 )
 # Names that look like a secret never pass through CRASHDRILL_TRAINER_ENV_PASS either.
-_SECRET_LOOKING = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|DATABASE_URL|_KEY$|^SUPABASE_", re.I)
+_SECRET_LOOKING = re.compile(
+    r"TOKEN|SECRET|PASSWORD|PASSWD|AUTH|CREDENTIAL|COOKIE|PRIVATE|DATABASE_URL|_KEY$|^SUPABASE_",
+    re.I,
+)
 
 
 def parse_env_pass(text: str) -> tuple[str, ...]:
@@ -106,8 +171,9 @@ def env_pass_from_environ() -> tuple[str, ...]:
 
 def allowed(name: str, passes: Iterable[str] = (), *, gcs: bool = False) -> bool:
     """Whether a trainer may inherit the variable `name`: never a server secret; a name
-    that looks like a secret only when listed exactly (in the allowlist, the GCS names of
-    a trainer that mirrors to GCS, or CRASHDRILL_TRAINER_ENV_PASS), never by a prefix."""
+    in the allowlist, the GCS names of a trainer that mirrors to GCS, or
+    CRASHDRILL_TRAINER_ENV_PASS; a name that looks like a secret only when listed exactly,
+    never by a prefix."""
     if name in SERVER_SECRETS:
         return False
     patterns = tuple(passes)
@@ -115,8 +181,6 @@ def allowed(name: str, passes: Iterable[str] = (), *, gcs: bool = False) -> bool
         return True
     if _SECRET_LOOKING.search(name):
         return False
-    if name.startswith(TRAINER_ENV_PREFIXES):
-        return True
     return any(fnmatch.fnmatchcase(name, p) for p in patterns if "*" in p or "?" in p)
 
 

@@ -264,6 +264,23 @@ def test_state_changes_from_another_origin_are_refused_and_from_the_lab_s_own_ac
     assert client.get("/api/presets", headers={"Origin": "https://evil.example"}).status_code == 200
 
 
+def test_a_page_rebound_to_the_lab_s_address_is_refused_before_its_origin_is_judged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DNS rebinding: the attacker's name now resolves to 127.0.0.1, so the browser sends
+    # its Host and a matching Origin, which the Origin check alone takes as the lab's own.
+    settings = lab_settings(tmp_path, monkeypatch, allowed_hosts=())
+    rebound = "rebind.attacker.example:8802"
+    with serving(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
+        headers = {"Host": rebound, "Origin": f"http://{rebound}"}
+        r = client.post("/api/pairs", json={"preset": "quick"}, headers=headers)
+        assert r.status_code == 400, r.text
+        assert "DNS rebinding" in r.json()["detail"]
+        assert client.get("/api/presets", headers={"Host": rebound}).status_code == 400
+        own = f"localhost:{settings.port}"
+        start_pair(client, Host=own, Origin=f"http://{own}")
+
+
 def test_an_allowed_origin_may_send_state_changes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -48,3 +48,15 @@ def test_options_are_read_in_both_spellings() -> None:
     assert qs.option(["--port", "8080"], "--port") == "8080"
     assert qs.option(["--port=9000"], "--port") == "9000"
     assert qs.option(["--host", "0.0.0.0"], "--port") is None
+
+
+def test_the_token_quickstart_makes_passes_the_lab_s_token_rule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from crashdrill.server.settings import token_problem
+
+    monkeypatch.delenv("CRASHDRILL_INSTRUCTOR_TOKEN", raising=False)
+    qs = quickstart()
+    for n in range(20):
+        token = qs.instructor_token(["--data-dir", str(tmp_path / f"lab{n}")])
+        assert token_problem(token) is None, token

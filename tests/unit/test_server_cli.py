@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import secrets
 import socket
 from pathlib import Path
 
 import pytest
 
 from crashdrill.server import cli
-from crashdrill.server.settings import Settings, SettingsError, default_max_concurrent
+from crashdrill.server.settings import (
+    MIN_TOKEN_BITS,
+    Settings,
+    SettingsError,
+    default_max_concurrent,
+    token_bits,
+    token_problem,
+)
 
 
 def test_settings_come_from_the_environment_then_the_command_line(
@@ -82,12 +90,42 @@ def test_serve_refuses_bad_settings_with_exit_2(capsys: pytest.CaptureFixture[st
     assert "port = 70000" in capsys.readouterr().err
 
 
+def test_serve_refuses_an_allowed_host_with_a_port_with_exit_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--data-dir", str(tmp_path), "--allowed-hosts", "lab.example.org,lab:8000"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "CRASHDRILL_ALLOWED_HOSTS: 'lab:8000'" in err and "without scheme or port" in err
+
+
 def test_a_second_server_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
     from crashdrill.server.app import create_app
 
     create_app(Settings(data_dir=tmp_path))
     with pytest.raises(SettingsError, match=f"another crashdrill server .* uses {tmp_path}"):
         create_app(Settings(data_dir=tmp_path))
+
+
+def test_a_token_of_spaces_or_of_few_distinct_characters_is_refused_naming_the_rule(
+    tmp_path: Path,
+) -> None:
+    for weak, said in (
+        (" " * 16, "0 characters after stripping spaces: at least 16"),
+        ("  short-token-1 \n", "13 characters after stripping spaces"),
+        ("a" * 40, "40 characters of 1 distinct hold 0 bits"),
+        ("teach-me-crash-tests", "20 characters of 9 distinct hold 63 bits"),
+        ("tab\tinside-a-long-token", "control character"),
+    ):
+        with pytest.raises(SettingsError, match="CRASHDRILL_INSTRUCTOR_TOKEN") as caught:
+            Settings(data_dir=tmp_path, instructor_token=weak)
+        assert said in str(caught.value), weak
+        assert "secrets.token_urlsafe(24)" in str(caught.value)
+    kept = Settings(data_dir=tmp_path, instructor_token="  Zq3-kP9_xW2mR7vT4nB8yL1 \n")
+    assert kept.instructor_token == "Zq3-kP9_xW2mR7vT4nB8yL1"  # stripped
+    assert Settings(data_dir=tmp_path, instructor_token="").instructor_token == ""  # off
+    assert token_bits("0123456789abcdef") == MIN_TOKEN_BITS  # the smallest token that passes
+    assert token_problem(secrets.token_urlsafe(24)) is None
 
 
 def test_with_a_token_the_start_line_says_instructor_mode_is_on_and_where(

@@ -21,7 +21,7 @@ from tests.unit.test_server_routes import FakeSampler
 
 pytestmark = pytest.mark.timeout(90)
 
-TOKEN = "teach-me-crash-tests"
+TOKEN = "teach-me-crash-tests-now"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 LESSON = """# A lesson written in the lab.
 id = "my-lesson"
@@ -96,6 +96,8 @@ def test_login_with_the_right_token_sets_a_cookie_that_makes_the_browser_an_inst
     r = other.post("/api/instructor/login", json={"token": "guess"})
     assert r.status_code == 401 and "not the instructor token" in r.json()["detail"]
     assert other.get("/api/instructor/presets").status_code == 401
+    pasted = other.post("/api/instructor/login", json={"token": f" {TOKEN}\n"})
+    assert pasted.status_code == 200, pasted.text  # a pasted token's spaces are stripped
     teacher.post("/api/instructor/logout")
     assert teacher.get("/api/instructor/me").json()["instructor"] is False
 
@@ -260,6 +262,60 @@ def test_set_top_level_replaces_a_multi_line_array_and_inserts_before_the_first_
     assert out == 'id = "x"\nlocked = ["knob"]\n# keep me\n\n[run]\nsteps = 1\n'
     out = set_top_level(out, "published", True)
     assert out.index("published = true") < out.index("[run]") and "# keep me" in out
+
+
+def test_a_knob_value_the_config_refuses_is_a_422_naming_it_as_the_editor_types(
+    teacher: TestClient,
+) -> None:
+    text = LESSON.replace('name = "ckpt_every"\na = 50', 'name = "steps"\na = -1')
+    for path in ("/api/instructor/presets/validate", "/api/instructor/presets"):
+        r = teacher.post(path, json={"text": text})
+        assert r.status_code == 422, (path, r.text)
+        assert "[knob] a steps = -1" in r.json()["detail"] and "≥ 1" in r.json()["detail"]
+
+
+def test_a_preset_with_a_quoted_key_can_be_published_and_duplicated(
+    teacher: TestClient, settings: Settings
+) -> None:
+    text = LESSON.replace('number = "9.1"', '"published" = false  # not yet\nnumber = "9.1"')
+    create(teacher, text)
+    assert publish(teacher, "my-lesson")["published"] is True
+    saved = (settings.instructor_presets_dir / "my-lesson.toml").read_text()
+    assert '"published" = true  # not yet' in saved and saved.count("published") == 1
+    r = teacher.post("/api/instructor/presets/my-lesson/duplicate", json={})
+    assert r.status_code == 201, r.text
+    assert r.json()["published"] is False and "# A lesson written in the lab." in r.json()["text"]
+
+
+def test_a_multi_line_explanation_with_a_line_starting_with_a_bracket_can_be_published(
+    teacher: TestClient, settings: Settings
+) -> None:
+    text = LESSON.replace(
+        'question = "What does a crash cost?"',
+        'question = "What does a crash cost?"\nexplanation = """Look at the chart:\n[A] loses'
+        ' less than [B].\n"""',
+    ).replace("steps = 300", "steps = 300  # five minutes")
+    create(teacher, text)
+    publish(teacher, "my-lesson")
+    r = teacher.put("/api/instructor/presets/my-lesson/locked", json={"locked": ["knob"]})
+    assert r.status_code == 200, r.text
+    saved = (settings.instructor_presets_dir / "my-lesson.toml").read_text()
+    assert "\n[A] loses less than [B].\n" in saved and "steps = 300  # five minutes" in saved
+    assert saved.index("published = true") < saved.index("[run]")
+    assert saved.index('locked = ["knob"]') < saved.index("[run]")
+
+
+def test_a_locked_name_that_is_not_a_setting_is_a_422_naming_it_and_the_file_is_kept(
+    teacher: TestClient, settings: Settings
+) -> None:
+    create(teacher)
+    path = settings.instructor_presets_dir / "my-lesson.toml"
+    before = path.read_text()
+    r = teacher.put("/api/instructor/presets/my-lesson/locked", json={"locked": ["steps\u007f"]})
+    assert r.status_code == 422, r.text
+    assert "'steps\\x7f' is not a run setting" in r.json()["detail"]
+    assert '"knob" or one of' in r.json()["detail"] and "steps" in r.json()["detail"]
+    assert path.read_text() == before
 
 
 # ---- what students may do -----------------------------------------------------------

@@ -36,7 +36,7 @@ class FakeSampler:
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     settings: Settings = stand_in_settings(
-        tmp_path / "lab", monkeypatch, steps=60, token="teach-me-crash-tests"
+        tmp_path / "lab", monkeypatch, steps=60, token="teach-me-crash-tests-now"
     )
     return settings
 
@@ -133,7 +133,7 @@ def test_only_the_owner_or_an_instructor_may_crash(client: TestClient) -> None:
     assert r.status_code == 403 and "owner or an instructor" in r.json()["detail"]
     r = as_stranger(client, lambda: client.post(f"/api/runs/{run_a}/stop"))
     assert r.status_code == 403
-    teacher = {"Authorization": "Bearer teach-me-crash-tests"}
+    teacher = {"Authorization": "Bearer teach-me-crash-tests-now"}
     r = as_stranger(client, lambda: client.post(f"/api/runs/{run_b}/crash", headers=teacher))
     assert r.status_code == 202
     wrong = {"Authorization": "Bearer guess"}
@@ -161,7 +161,7 @@ def test_one_browser_may_not_queue_pairs_without_end(client: TestClient) -> None
     pairs = [start_pair(client) for _ in range(3)]
     r = client.post("/api/pairs", json={"preset": "quick"})
     assert r.status_code == 429 and "already has 3 pairs" in r.json()["detail"]
-    teacher = {"Authorization": "Bearer teach-me-crash-tests"}
+    teacher = {"Authorization": "Bearer teach-me-crash-tests-now"}
     r = client.post("/api/pairs", json={"preset": "quick"}, headers=teacher)
     assert r.status_code == 201  # an instructor may start more (here: in the same browser)
     for run in [*pairs[2]["runs"], *r.json()["runs"]]:
@@ -267,6 +267,33 @@ def test_every_route_and_setting_is_documented(tmp_path: Path) -> None:
     assert not missing, f"routes missing from docs/server.md: {missing}"
     missing = [f for f in Settings.__dataclass_fields__ if f"`{f}`" not in doc]
     assert not missing, f"settings missing from docs/server.md: {missing}"
+
+
+def test_a_405_names_in_allow_every_method_its_path_answers(client: TestClient) -> None:
+    for method, path, allow in (
+        ("DELETE", "/api/instructor/presets", "GET, POST"),  # two routes, one path
+        ("PATCH", "/api/instructor/presets/quick", "DELETE, GET, PUT"),
+        ("PUT", "/api/pairs", "POST"),
+        ("POST", "/static/app.js", "GET, HEAD"),
+    ):
+        r = client.request(method, path)
+        assert r.status_code == 405, (method, path, r.text)
+        assert r.headers["allow"] == allow, (method, path)
+
+
+def test_every_operation_lists_the_statuses_the_middlewares_answer_before_it(
+    client: TestClient,
+) -> None:
+    """A body over max_body_bytes gets 413 and a Host not the lab's 400 on any route, a
+    route with no body of its own included: the schema says so for each."""
+    schema = client.get("/openapi.json").json()
+    for path, item in schema["paths"].items():
+        for method, operation in item.items():
+            listed = set(operation["responses"])
+            assert {"400", "413"} <= listed, f"{method.upper()} {path}: {sorted(listed)}"
+    big = "x" * (client.app.state.settings.max_body_bytes + 1)  # type: ignore[attr-defined]
+    r = client.post("/api/instructor/logout", content=big)
+    assert r.status_code == 413 and "over the limit" in r.json()["detail"]
 
 
 def test_a_run_that_ends_has_every_record_it_wrote_stored_before_it_says_so(

@@ -27,7 +27,9 @@ class SlowToBuild(lab_module.Supervisor):
 
 @pytest.fixture
 def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
-    settings = stand_in_settings(tmp_path / "lab", monkeypatch, steps=60, token="x" * 20)
+    settings = stand_in_settings(
+        tmp_path / "lab", monkeypatch, steps=60, token="stop-while-starting-token"
+    )
     monkeypatch.setattr(lab_module, "Supervisor", SlowToBuild)
     with TestClient(create_app(settings, sampler_factory=FakeSampler)) as c:
         yield c

@@ -87,3 +87,39 @@ def test_the_supervisor_may_set_its_own_variables_but_never_a_secret():
     assert env["CRASHDRILL_CKPT_PAUSE"] == "A:100"
     with pytest.raises(ValueError, match="CRASHDRILL_SECRET_KEY"):
         trainer_environment(SERVER_ENV, {"CRASHDRILL_SECRET_KEY": "x"})
+
+
+def test_names_under_a_tuning_prefix_pass_only_when_listed_exactly():
+    parent = {
+        **SERVER_ENV,
+        "KMP_AUTH": "licence-server-credential",
+        "KMP_AFFINITY": "granularity=fine",
+        "OMP_PROC_BIND": "close",
+        "OMP_ORG_ID": "org-1234",
+        "TORCH_HOME": "/srv/torch",
+        "TORCH_HUB_LOGIN": "someone",
+        "LC_CTYPE": "C.UTF-8",
+        "LC_SESSION": "abc",
+        "PYTHONHASHSEED": "0",
+        "PYTHON_KEYRING_BACKEND": "keyring.backends.fail.Keyring",
+        "NCCL_DEBUG": "WARN",
+        "NCCL_CUSTOM": "x",
+    }
+    env = trainer_environment(parent)
+    for name in ("KMP_AFFINITY", "OMP_PROC_BIND", "TORCH_HOME", "LC_CTYPE", "PYTHONHASHSEED"):
+        assert env[name] == parent[name], name
+    assert "NCCL_DEBUG" in env
+    for name in (
+        "KMP_AUTH",
+        "OMP_ORG_ID",
+        "TORCH_HUB_LOGIN",
+        "LC_SESSION",
+        "PYTHON_KEYRING_BACKEND",
+        "NCCL_CUSTOM",
+    ):
+        assert name not in env, name
+    # an operator's prefix adds names, but never one that looks like a credential
+    widened = trainer_environment(parent, passes=parse_env_pass("KMP_* OMP_*"))
+    assert widened["OMP_ORG_ID"] == "org-1234"
+    assert "KMP_AUTH" not in widened
+    assert trainer_environment(parent, passes=("KMP_AUTH",))["KMP_AUTH"] == parent["KMP_AUTH"]
