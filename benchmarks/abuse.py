@@ -3,6 +3,7 @@
     python benchmarks/abuse.py                 # every attack, a few hundred requests each
     python benchmarks/abuse.py --rounds 2      # twice as many
     python benchmarks/abuse.py --smoke         # CI size: every attack, a few requests each
+    python benchmarks/abuse.py --flood-sockets 5000 --flood-addresses 4 --flood-seconds 60
 
 A fresh `python -m crashdrill.server` on loopback (the real trainer, an instructor token,
 its own data dir). An honest browser starts a `quick` pair (steps = `--steps`, a student's
@@ -19,16 +20,27 @@ address, as a class behind a NAT would be), the attacker plays, one after the ot
 All the while a poller reads GET /api/pairs/{honest pair} every 0.1 s. It prints, per attack,
 the requests sent and how they were answered (refused with 4xx, 5xx, or got through), then
 whether the honest pair finished with a bit-identical resume and the p50/p99/max of the
-poller's latency during the attack. Run-time numbers vary with the machine; the tests
-assert the behaviour (tests/integration/test_server_hardening.py). Exit 1 when the
-honest pair did not finish with a bit-identical resume, a request got a 5xx, or the
-poller measured nothing.
+poller's latency during the attack.
+
+Last comes the socket flood (benchmarks/socket_flood.py, a child process): up to
+`--flood-sockets` idle or half-sent (`GET / HTTP/1.1\r\n`) sockets from `--flood-addresses`
+loopback addresses of its own, reopened as the lab closes them, for `--flood-seconds`. Once
+the flood holds its sockets, the honest browser starts a second pair and presses Crash test
+on its run A; the flood goes on until it has (at most 120 s past `--flood-seconds`).
+GET /api/health is polled every 0.1 s from 127.0.0.1 throughout. It prints the sockets
+the attacker held and how the others ended, health p50/p99/max, and whether that crash
+test's resume was bit-identical. Run-time numbers vary with the machine; the tests assert
+the behaviour (tests/integration/test_server_hardening.py, test_front_door.py). Exit 1
+when an honest pair did not finish with a bit-identical resume, a request got a 5xx, a
+health request failed during the flood, the server logged a traceback or ran out of open
+files, or a poller (or the flood) measured nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import queue
 import statistics
 import sys
 import tempfile
@@ -45,40 +57,25 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.support is not installed
 
+from abuse_student import (  # noqa: E402  siblings: benchmarks run as scripts
+    CRASH_MARGIN,
+    ENDED,
+    FINISH_TIMEOUT_S,
+    CrashTest,
+    Poller,
+    pct,
+    wait_runs,
+)
+from socket_flood import EXTRA_S as FLOOD_EXTRA_S  # noqa: E402
+from socket_flood import FloodSize, FloodSummary, start_flood  # noqa: E402
+
 from tests.support.lab import free_port, spawn_server  # noqa: E402
 
 TOKEN = "abuse-benchmark-instructor-token"
 EVIL = "https://evil.example"
-FINISH_TIMEOUT_S = 600
-ENDED = ("finished", "failed", "stopped")  # server/schemas.py RunState
-CRASH_MARGIN = 100  # steps run A must have left when it is crashed
 # Requests per attack and round: (full, --smoke). The smoke sizes still pass every limit
 # they probe: 3 pairs per address, 10 wrong tokens a minute, 64 streams per address.
 SIZES = {"pairs": (40, 8), "tokens": (40, 12), "streams": (100, 70), "origins": (20, 8)}
-
-
-class Poller(threading.Thread):
-    """GET /api/pairs/{pair} every `every_s`; latencies in seconds (timeouts count 10 s)."""
-
-    def __init__(self, base_url: str, pair: str, every_s: float = 0.1) -> None:
-        super().__init__(daemon=True)
-        self.url = f"{base_url}/api/pairs/{pair}"
-        self.every_s = every_s
-        self.latencies: list[float] = []
-        self.errors = 0
-        self.stop_flag = threading.Event()
-
-    def run(self) -> None:
-        with httpx.Client(timeout=10) as client:
-            while not self.stop_flag.is_set():
-                t0 = time.perf_counter()
-                try:
-                    ok = client.get(self.url).status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                self.latencies.append(time.perf_counter() - t0 if ok else 10.0)
-                self.errors += not ok
-                self.stop_flag.wait(self.every_s)
 
 
 def answer(code: int) -> str:
@@ -210,34 +207,29 @@ def cross_origin(base: str, run: str, n: int) -> tuple[Counter[str], Counter[int
     return outcomes, codes
 
 
-def wait_runs(
-    c: httpx.Client, pair: str, ok: Callable[[list[dict[str, Any]]], bool], what: str
-) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + FINISH_TIMEOUT_S
-    while True:
-        runs: list[dict[str, Any]] = c.get(f"/api/pairs/{pair}").json()["runs"]
-        if ok(runs):
-            return runs
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}: {runs}")
-        time.sleep(0.2)
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=1, help="multiply every attack's requests")
     p.add_argument("--steps", type=int, default=1200, help="steps of the honest runs (quick: 300)")
-    p.add_argument("--smoke", action="store_true", help="CI size: fewer requests, 400 steps")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="CI size: fewer requests, 400 steps, a flood of 300 sockets from 1 address for 8 s",
+    )
+    p.add_argument(
+        "--flood-sockets", type=int, default=2000, help="sockets the flood keeps open (10-20000)"
+    )
+    p.add_argument("--flood-addresses", type=int, default=4, help="its loopback addresses (1-200)")
+    p.add_argument("--flood-seconds", type=float, default=30, help="how long it floods (5-600 s)")
     args = p.parse_args()
     if args.smoke:
         args.steps = 400
+        args.flood_sockets, args.flood_addresses, args.flood_seconds = 300, 1, 8.0
     if args.rounds < 1 or args.steps <= CRASH_MARGIN:
         p.error(f"--rounds ≥ 1, --steps > {CRASH_MARGIN}")
+    flood = FloodSize(args.flood_sockets, args.flood_addresses, args.flood_seconds)
+    if problem := flood.problem():
+        p.error(problem)
     with tempfile.TemporaryDirectory(prefix="crashdrill-abuse-") as tmp:
         port = free_port()
         env = {**os.environ, "CRASHDRILL_INSTRUCTOR_TOKEN": TOKEN, "CRASHDRILL_TELEMETRY": "0"}
@@ -245,51 +237,28 @@ def main() -> int:
         server = spawn_server(port, env, log, "--data-dir", str(Path(tmp) / "lab"))
         base = f"http://127.0.0.1:{port}"
         try:
-            return run_attacks(base, args.rounds, args.steps, args.smoke)
+            code = run_attacks(base, args.rounds, args.steps, args.smoke, flood)
         finally:
             server.terminate()
             server.wait(30)
+        text = log.read_text(errors="replace")
+        tracebacks, emfile = text.count("Traceback"), text.count("Too many open files")
+        print(f"server log: {tracebacks} tracebacks, {emfile} × Too many open files")
+        return code if tracebacks == emfile == 0 else 1
 
 
-def checkpoints_past_zero(c: httpx.Client, run: str) -> bool:
-    page = c.get(f"/api/runs/{run}/records", params={"limit": 5000}).json()["records"]
-    return any(r["kind"] == "ckpt" and (r.get("step") or 0) > 0 for r in page)
-
-
-def run_attacks(base: str, rounds: int, steps: int, smoke: bool) -> int:
+def run_attacks(base: str, rounds: int, steps: int, smoke: bool, flood_size: FloodSize) -> int:
     size = {name: n[1] if smoke else n[0] for name, n in SIZES.items()}
     honest = httpx.Client(base_url=base, timeout=30)  # its cookie: the honest browser
     made = honest.post("/api/pairs", json={"preset": "quick", "overrides": {"steps": steps}})
     made.raise_for_status()
     pair = made.json()["pair"]
     run_a = made.json()["runs"][0]["id"]
-    poller = Poller(base, pair)
+    poller = Poller(f"{base}/api/pairs/{pair}")
     poller.start()
     rows: list[tuple[str, Counter[str], Counter[int], str]] = []
-    crashed = threading.Event()
-    crash_note: list[str] = []  # why there was no crash test, when there was none
-
-    def crash_when_ready() -> None:
-        deadline = time.monotonic() + FINISH_TIMEOUT_S
-        while time.monotonic() < deadline:
-            a = honest.get(f"/api/pairs/{pair}").json()["runs"][0]
-            if a["state"] in ENDED:
-                crash_note.append(f"run A ended ({a['state']}) before a checkpoint past 0")
-                return
-            if a["stage"] == "train" and checkpoints_past_zero(honest, run_a):
-                if (a["step"] or 0) > steps - CRASH_MARGIN:
-                    crash_note.append(f"run A was at step {a['step']} of {steps}: too late")
-                    return
-                r = honest.post(f"/api/runs/{run_a}/crash")
-                if r.status_code == 202:
-                    crashed.set()
-                else:
-                    crash_note.append(f"refused ({r.status_code}): {r.text[:200]}")
-                return
-            time.sleep(0.1)
-        crash_note.append(f"run A wrote no checkpoint past 0 within {FINISH_TIMEOUT_S} s")
-
-    crasher = threading.Thread(target=crash_when_ready, daemon=True)
+    crash = CrashTest(honest, pair, run_a, steps)
+    crasher = threading.Thread(target=crash.when_ready, daemon=True)
     crasher.start()
     t0 = time.monotonic()
     o, c = flood_pairs(base, size["pairs"] * rounds)
@@ -305,6 +274,7 @@ def run_attacks(base: str, rounds: int, steps: int, smoke: bool) -> int:
     attack_s = time.monotonic() - t0
     attack_latencies = list(poller.latencies)
     crasher.join(FINISH_TIMEOUT_S)
+    flood = flood_phase(base, honest, steps, flood_size)
     runs = wait_runs(
         honest, pair, lambda rs: all(r["state"] in ("finished", "failed") for r in rs), "the end"
     )
@@ -320,8 +290,7 @@ def run_attacks(base: str, rounds: int, steps: int, smoke: bool) -> int:
         )
     identical = bool(checks) and all(ch["bit_identical"] is True for ch in checks)
     print()
-    crash = "pressed" if crashed.is_set() else f"none: {'; '.join(crash_note) or 'not yet'}"
-    print(f"honest pair: {[r['state'] for r in runs]}, crash test on A: {crash},")
+    print(f"honest pair: {[r['state'] for r in runs]}, crash test on A: {crash.text()},")
     print(f"  resume checks of A: {len(checks)}, bit-identical: {identical}")
     ms = [x * 1000 for x in attack_latencies]
     print(
@@ -331,11 +300,80 @@ def run_attacks(base: str, rounds: int, steps: int, smoke: bool) -> int:
         + (f", mean {statistics.fmean(ms):.0f} ms" if ms else "")
     )
     five_xx = sum(o["5xx"] for _, o, _, _ in rows)
+    flood_ok = flood.report()
     if not ms:
         print("the poller took no sample during the attack: nothing measured")
         return 1
     ok = identical and all(r["state"] == "finished" for r in runs) and five_xx == 0
-    return 0 if ok else 1
+    return 0 if ok and flood_ok else 1
+
+
+class FloodOutcome:
+    def __init__(self, summary: FloodSummary | None, health: Poller, crash: CrashTest) -> None:
+        self.summary, self.health, self.crash = summary, health, crash
+        self.runs: list[dict[str, Any]] = []
+        self.checks: list[dict[str, Any]] = []
+
+    def report(self) -> bool:
+        """Print the flood's rows; True when it measured something and the lab held."""
+        f = self.summary
+        print()
+        if f is None:
+            print("socket flood: the attacker's process reported nothing: nothing measured")
+            return False
+        print(
+            f"socket flood: {f.sockets} sockets from {f.addresses} address(es) for {f.seconds:.0f}"
+            f" s: opened {f.opened}, refused with 503 {f.refused_503}, closed with 408"
+            f" {f.closed_408}, closed silently {f.closed_silently}, connects failed"
+            f" {f.connect_failed}"
+        )
+        print(f"  sockets held by the attacker: {f.held_text()}")
+        ms = [x * 1000 for x in self.health.latencies]
+        print(
+            f"GET /api/health during the flood ({len(ms)} requests, {self.health.errors}"
+            f" failed): p50 {pct(ms, 0.5):.0f} ms, p99 {pct(ms, 0.99):.0f} ms,"
+            f" max {max(ms, default=float('nan')):.0f} ms"
+        )
+        identical = bool(self.checks) and all(ch["bit_identical"] is True for ch in self.checks)
+        print(
+            f"crash test during the flood: {self.crash.text()}, flood pair"
+            f" {[r['state'] for r in self.runs]},"
+        )
+        print(f"  resume checks of A: {len(self.checks)}, bit-identical: {identical}")
+        finished = bool(self.runs) and all(r["state"] == "finished" for r in self.runs)
+        return bool(f.held and ms) and self.health.errors == 0 and identical and finished
+
+
+def flood_phase(base: str, honest: httpx.Client, steps: int, size: FloodSize) -> FloodOutcome:
+    """The socket flood; once it holds its sockets, the honest browser starts a second pair
+    and presses Crash test on its run A; the flood goes on until that is done."""
+    health = Poller(f"{base}/api/health")
+    health.start()
+    port = int(base.rsplit(":", 1)[1])
+    child, results, stop = start_flood(port, size.sockets, size.addresses, size.seconds)
+    time.sleep(min(3.0, size.seconds / 2))  # the flood ramps up at 1000 sockets a second
+    made = honest.post("/api/pairs", json={"preset": "quick", "overrides": {"steps": steps}})
+    started = made.status_code == 201
+    pair, run_a = (made.json()["pair"], made.json()["runs"][0]["id"]) if started else ("", "")
+    crash = CrashTest(honest, pair, run_a, steps, deadline_s=FLOOD_EXTRA_S)
+    if started:
+        crash.when_ready()
+    else:  # past max_connections every address is refused: the limit of a cap in all
+        crash.notes.append(f"the pair was refused: {made.status_code} {made.text.strip()!r}")
+    stop.set()
+    try:  # before join: a child does not exit while its queue holds unread data
+        summary: FloodSummary | None = FloodSummary(**results.get(timeout=size.seconds + 200))
+    except queue.Empty:
+        summary = None
+    child.join(60)
+    health.stop_flag.set()
+    outcome = FloodOutcome(summary, health, crash)
+    if started:
+        outcome.runs = wait_runs(
+            honest, pair, lambda rs: all(r["state"] in ENDED for r in rs), "the flood pair's end"
+        )
+        outcome.checks = honest.get(f"/api/runs/{run_a}/resume-checks").json()["checks"]
+    return outcome
 
 
 if __name__ == "__main__":

@@ -66,7 +66,41 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         help="run the trainers on a Ray cluster: auto, HOST:PORT or ray://HOST:PORT (needs"
         " crashdrill[ray] and --mirror; default: subprocesses on this machine)",
     )
+    _add_connection_arguments(p)
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def _add_connection_arguments(p: argparse.ArgumentParser) -> None:
+    """The front door's caps (docs/server.md "The front door")."""
+    g = p.add_argument_group("connections")
+    g.add_argument(
+        "--max-connections",
+        type=int,
+        help="connections open at once, all addresses (default 2000, lowered to fit the"
+        " open-files limit)",
+    )
+    g.add_argument(
+        "--max-connections-per-address",
+        type=int,
+        help="connections open at once from one client address (default 256)",
+    )
+    g.add_argument(
+        "--request-read-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="a request's line, headers and body must arrive within this (default 10)",
+    )
+    g.add_argument(
+        "--keep-alive-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="close a connection idle this long after a response (default 5)",
+    )
+    g.add_argument(
+        "--listen-backlog",
+        type=int,
+        help="connections the kernel queues before the lab accepts them (default 256)",
+    )
 
 
 def run_limit_text(settings: Settings) -> str:
@@ -80,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
 
     from crashdrill.server.app import create_app
     from crashdrill.server.db import DatabaseUnavailable
+    from crashdrill.server.front_door import ConnectionLimits, FrontDoor, open_files_limit
     from crashdrill.server.settings import Settings, SettingsError
 
     try:
@@ -92,7 +127,15 @@ def run(args: argparse.Namespace) -> int:
             mirror=args.mirror,
             ray=args.ray,
             allowed_hosts=parse_names(args.allowed_hosts) if args.allowed_hosts else None,
+            max_connections=args.max_connections,
+            max_connections_per_address=args.max_connections_per_address,
+            request_read_timeout_s=args.request_read_timeout,
+            keep_alive_timeout_s=args.keep_alive_timeout,
+            listen_backlog=args.listen_backlog,
         )
+        # Before anything opens a file: the soft limit up to the hard one, then the caps
+        # fitted below it with a reserve for the database, runs and telemetry.
+        door = FrontDoor(ConnectionLimits.fit(settings, open_files_limit()))
     except SettingsError as e:
         print(f"crashdrill serve: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -113,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"crashdrill: the lab is at http://{settings.host}:{settings.port}"
         f" (data in {settings.data_dir}; database: {app.state.lab.db.describe()};"
-        f" {run_limit_text(settings)}; {instructor_mode(settings)})",
+        f" {run_limit_text(settings)}; {door.limits.describe()}; {instructor_mode(settings)})",
         file=sys.stderr,
         flush=True,
     )
@@ -126,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
         # X-Forwarded-* are believed only from the `trusted_proxies` setting
         # (server/forwarded.py), not from every loopback peer as uvicorn would.
         proxy_headers=False,
+        **door.uvicorn_options(settings),  # timeouts, caps, backlog: server/front_door.py
     )
     uvicorn.Server(config).run()
     return EXIT_OK

@@ -163,6 +163,12 @@ class Settings:
     allowed_hosts: tuple[str, ...] = field(default_factory=allowed_hosts_from_environ)
     stream_max_per_address: int = 64  # open event streams per client address
     stream_max_total: int = 1000  # open event streams in all
+    # ---- connections (docs/server.md "The front door"; server/front_door.py)
+    max_connections: int = 2000  # open at once, all addresses; lowered to fit open files
+    max_connections_per_address: int = 256  # a class of 60 behind one NAT uses ~120-200
+    request_read_timeout_s: float = 10.0  # a request's line, headers and body, from its start
+    keep_alive_timeout_s: float = 5.0  # an idle connection after a response
+    listen_backlog: int = 256  # connections the kernel queues before the lab accepts them
 
     def __post_init__(self) -> None:
         self._check_hardening()
@@ -175,6 +181,7 @@ class Settings:
         if self.max_pairs_per_session < 1 or self.max_queued_runs < 2:
             raise SettingsError("max_pairs_per_session must be ≥ 1 and max_queued_runs ≥ 2")
         self._check_class_limits()
+        self._check_connections()
         if self.max_wrong_tokens < 0:
             raise SettingsError(
                 f"max_wrong_tokens = {self.max_wrong_tokens}: a whole number ≥ 0 (0: no limit)"
@@ -226,6 +233,21 @@ class Settings:
             raise SettingsError(
                 f"housekeeping_interval_s = {self.housekeeping_interval_s}: seconds > 0"
             )
+
+    def _check_connections(self) -> None:
+        """The front door's caps (server/front_door.py)."""
+        if not 16 <= self.max_connections <= 1_000_000:
+            raise SettingsError(f"max_connections = {self.max_connections}: 16 to 1000000")
+        if not 1 <= self.max_connections_per_address <= self.max_connections:
+            raise SettingsError(
+                f"max_connections_per_address = {self.max_connections_per_address}: 1 to"
+                f" max_connections ({self.max_connections})"
+            )
+        for name in ("request_read_timeout_s", "keep_alive_timeout_s"):
+            if not 0.5 <= getattr(self, name) <= 300:
+                raise SettingsError(f"{name} = {getattr(self, name)}: 0.5 to 300 seconds")
+        if not 16 <= self.listen_backlog <= 65535:
+            raise SettingsError(f"listen_backlog = {self.listen_backlog}: 16 to 65535")
 
     def _check_ray(self) -> None:
         if self.ray is None:

@@ -90,6 +90,15 @@ def _hardening_env() -> dict[str, object]:
         values["stream_max_per_address"] = _int("CRASHDRILL_STREAM_MAX_PER_ADDRESS")
     if env.get("CRASHDRILL_STREAM_MAX_TOTAL"):
         values["stream_max_total"] = _int("CRASHDRILL_STREAM_MAX_TOTAL")
+    for variable, (name, parse) in {
+        "CRASHDRILL_MAX_CONNECTIONS": ("max_connections", _int),
+        "CRASHDRILL_MAX_CONNECTIONS_PER_ADDRESS": ("max_connections_per_address", _int),
+        "CRASHDRILL_REQUEST_READ_TIMEOUT_S": ("request_read_timeout_s", _float),
+        "CRASHDRILL_KEEP_ALIVE_TIMEOUT_S": ("keep_alive_timeout_s", _float),
+        "CRASHDRILL_LISTEN_BACKLOG": ("listen_backlog", _int),
+    }.items():
+        if env.get(variable, "").strip():
+            values[name] = parse(variable)
     return values
 
 

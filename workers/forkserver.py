@@ -80,6 +80,16 @@ def supported() -> bool:
     return hasattr(os, "fork") and hasattr(socket, "send_fds") and hasattr(socket, "SOCK_SEQPACKET")
 
 
+def readable(fd: int | socket.socket, timeout: float | None) -> bool:
+    """Block until `fd` is readable (or at EOF) or `timeout` passed. poll(2), not
+    select(2): the lab server holds connections by the thousand, so the descriptors its
+    threads wait on are often numbered past select's FD_SETSIZE (1024), where select()
+    raises ValueError (issue #24: a crash test's restart never happened)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(None if timeout is None else max(0, int(timeout * 1000 + 0.999))))
+
+
 def _pair() -> tuple[socket.socket, socket.socket]:
     return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 
@@ -128,7 +138,7 @@ class ForkedProcess:
     def _receive(self, timeout: float | None) -> None:
         if self._lost:
             raise ForkServerError(self._lost)
-        if not select.select([self._status], [], [], timeout)[0]:
+        if not readable(self._status, timeout):
             return
         try:
             msg = self._status.recv(4096)
@@ -379,7 +389,7 @@ def serve(
             # The pid goes out once the child leads its own session and shows its command
             # line (or has died trying): a kill, a group signal or an adoption that follows
             # at once finds what an exec'd process would be.
-            select.select([ready_r], [], [], READY_TIMEOUT)
+            readable(ready_r, READY_TIMEOUT)
             os.close(ready_r)
             pidfd = _pidfd(pid)
             children[pid] = _Child(status, pidfd)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import select
 import signal
 import subprocess
 from collections.abc import Iterable, Mapping
@@ -35,7 +34,12 @@ from typing import IO
 
 import psutil
 
-from crashdrill.workers.forkserver import ForkedProcess, ForkServerError, die_with_parent_process
+from crashdrill.workers.forkserver import (
+    ForkedProcess,
+    ForkServerError,
+    die_with_parent_process,
+    readable,
+)
 from crashdrill.workers.process_tree import kill_tree, tree_marker
 from crashdrill.workers.warm import WarmTrainers
 
@@ -119,7 +123,7 @@ class TrainerProcess:
         if self._pidfd is None:
             return True  # nothing to block on: the caller's own wait polls
         try:
-            return bool(select.select([self._pidfd], [], [], max(0.0, timeout))[0])
+            return readable(self._pidfd, timeout)
         except (OSError, ValueError):
             return True
 

@@ -29,9 +29,17 @@ SMOKES = [
         [
             rf"^cookie-less pair flood\s+{N}\s+{N}\s+0\s+{N}",
             rf"^SSE flood \(one address\)\s+{N}\s+{N}\s+0\s+{N}",
-            r"^honest pair: \['finished', 'finished'\], crash test on A: pressed,",
+            rf"^honest pair: \['finished', 'finished'\], crash test on A:"
+            rf" pressed \(202 in {N} ms\),",
             r"resume checks of A: 1, bit-identical: True",
             rf"^GET /api/pairs/\{{id\}} during the attack .*: p50 {N} ms, p99 {N} ms",
+            rf"^socket flood: 300 sockets from 1 address\(es\) for 8 s: opened {N}, refused"
+            rf" with 503 [1-9]",
+            rf"^  sockets held by the attacker: max {N}, mean {N}",
+            rf"^GET /api/health during the flood \({N} requests, 0 failed\): p50 {N} ms,"
+            rf" p99 {N} ms",
+            r"^crash test during the flood: pressed .*\['finished', 'finished'\],",
+            r"^  resume checks of A: 1, bit-identical: True",
         ],
         id="abuse",
     ),

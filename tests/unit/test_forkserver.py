@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -265,3 +266,23 @@ sys.stdin.read()  # until the test kills it
     drill.stdout.close()
     assert drill.stdin is not None
     drill.stdin.close()
+
+
+def test_a_child_is_waited_on_when_this_process_holds_over_1024_descriptors(
+    server: ForkServer, tmp_path: Path
+) -> None:
+    """The lab server holds connections by the thousand, so a restart's status socket is
+    numbered past select()'s FD_SETSIZE: waiting on it must not raise (issue #24)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the hard open-files limit is {hard}: no room past 1024")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.dup(0) for _ in range(1100)]  # the next descriptors are numbered past 1024
+    try:
+        child = server.spawn(module(tmp_path, "whoami", WHOAMI), {**os.environ}, str(tmp_path))
+        out, _, code = finish(child)
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert code == 0 and json.loads(out)["pid"] == child.pid

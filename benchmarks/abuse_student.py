@@ -1,0 +1,103 @@
+"""The honest student of benchmarks/abuse.py: a poller of one URL, waiting for a pair's
+runs, and the crash test it presses once run A can be crashed (a checkpoint past step 0,
+CRASH_MARGIN steps still to train)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+FINISH_TIMEOUT_S = 600
+ENDED = ("finished", "failed", "stopped")  # server/schemas.py RunState
+CRASH_MARGIN = 100  # steps run A must have left when it is crashed
+
+
+class Poller(threading.Thread):
+    """GET `url` every `every_s`; latencies in seconds (failures count 10 s)."""
+
+    def __init__(self, url: str, every_s: float = 0.1) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.every_s = every_s
+        self.latencies: list[float] = []
+        self.errors = 0
+        self.stop_flag = threading.Event()
+
+    def run(self) -> None:
+        with httpx.Client(timeout=10) as client:
+            while not self.stop_flag.is_set():
+                t0 = time.perf_counter()
+                try:
+                    ok = client.get(self.url).status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                self.latencies.append(time.perf_counter() - t0 if ok else 10.0)
+                self.errors += not ok
+                self.stop_flag.wait(self.every_s)
+
+
+def wait_runs(
+    c: httpx.Client, pair: str, ok: Callable[[list[dict[str, Any]]], bool], what: str
+) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + FINISH_TIMEOUT_S
+    while True:
+        runs: list[dict[str, Any]] = c.get(f"/api/pairs/{pair}").json()["runs"]
+        if ok(runs):
+            return runs
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}: {runs}")
+        time.sleep(0.2)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def checkpoints_past_zero(c: httpx.Client, run: str) -> bool:
+    page = c.get(f"/api/runs/{run}/records", params={"limit": 5000}).json()["records"]
+    return any(r["kind"] == "ckpt" and (r.get("step") or 0) > 0 for r in page)
+
+
+class CrashTest:
+    """The honest browser's crash test on run A of its pair: pressed once A has written a
+    checkpoint past step 0 with CRASH_MARGIN steps still to train, within `deadline_s`."""
+
+    def __init__(
+        self, honest: httpx.Client, pair: str, run_a: str, steps: int, deadline_s: float = 0
+    ) -> None:
+        self.honest, self.pair, self.run_a, self.steps = honest, pair, run_a, steps
+        self.deadline = time.monotonic() + (deadline_s or FINISH_TIMEOUT_S)
+        self.pressed = threading.Event()
+        self.answer = ""  # the crash request's status and time
+        self.notes: list[str] = []  # why there was no crash test, when there was none
+
+    def when_ready(self) -> None:
+        while time.monotonic() < self.deadline:
+            a = self.honest.get(f"/api/pairs/{self.pair}").json()["runs"][0]
+            if a["state"] in ENDED:
+                self.notes.append(f"run A ended ({a['state']}) before a checkpoint past 0")
+                return
+            if a["stage"] == "train" and checkpoints_past_zero(self.honest, self.run_a):
+                if (a["step"] or 0) > self.steps - CRASH_MARGIN:
+                    self.notes.append(f"run A was at step {a['step']} of {self.steps}: too late")
+                    return
+                t0 = time.perf_counter()
+                r = self.honest.post(f"/api/runs/{self.run_a}/crash")
+                self.answer = f"{r.status_code} in {(time.perf_counter() - t0) * 1000:.0f} ms"
+                if r.status_code == 202:
+                    self.pressed.set()
+                else:
+                    self.notes.append(f"refused ({r.status_code}): {r.text[:200]}")
+                return
+            time.sleep(0.1)
+        self.notes.append("run A was not ready for a crash test in time")
+
+    def text(self) -> str:
+        if self.pressed.is_set():
+            return f"pressed ({self.answer})"
+        return f"none: {'; '.join(self.notes) or 'not yet'}"
