@@ -1,5 +1,6 @@
 """The records check of benchmarks/class_load.py: did every line a run wrote reach its
-student's stream and the records API, once each, and did the trainer write every step?
+student's page (the records its first load fetched, then the stream: `stream_*`) and the
+records API, once each, and did the trainer write every step?
 
     problems = audit_run(run_dir, seen, api_records)   # {"stream_lost": 0, …, "file": [...]}
 

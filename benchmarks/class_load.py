@@ -250,7 +250,9 @@ def main() -> int:
     if args.json:
         args.json.write_text(
             json.dumps(
-                {"args": vars(args) | {"json": str(args.json)}, "results": results}, indent=2
+                {"args": vars(args), "results": results},
+                indent=2,
+                default=str,  # the paths among the arguments
             )
         )
     return 1 if any(r["failed_checks"] for r in results) else 0

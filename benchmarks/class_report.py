@@ -179,7 +179,7 @@ def report(r: dict[str, Any]) -> None:
         ("verdicts bit-identical", f"{r['bit_identical']} of {r['verdicts']}"),
         ("5xx answers", f"{r['http_5xx']} (all answers: {r['statuses']})"),
         (
-            "records lost / repeated, stream",
+            "records lost / repeated, page (first load + stream)",
             f"{r['records']['stream_lost']} / {r['records']['stream_repeated']}"
             f" ({r['stream_gaps']} gaps refetched)",
         ),

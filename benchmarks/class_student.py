@@ -42,6 +42,7 @@ class RunSeen:
     state: str = "queued"
     steps: int | None = None
     records: dict[int, dict[str, Any]] = field(default_factory=dict)  # by record id
+    loaded: set[int] = field(default_factory=set)  # ids the page's first load brought
     repeated_ids: int = 0  # records the stream sent twice
     gaps: int = 0  # stream messages that said records were dropped
     left_queue_at: float | None = None  # the first view not `queued`
@@ -172,7 +173,12 @@ class Student:
         await self._get_pair(client)
         await self._call(client, "GET", "/api/record-kinds")
         for run in self.runs.values():
-            await self._call(client, "GET", f"/api/runs/{run.id}/records", params={"after": 0})
+            r = await self._call(client, "GET", f"/api/runs/{run.id}/records", params={"after": 0})
+            if r.status_code == 200:  # what the page shows before the stream brings more
+                for rec in r.json()["records"]:
+                    if rec["id"] not in run.records:
+                        run.records[rec["id"]] = rec
+                        run.loaded.add(rec["id"])
             await self._call(client, "GET", f"/api/runs/{run.id}/resume-checks")
         await self._call(client, "GET", "/api/machine", params={"pair": self.pair})
 
@@ -246,6 +252,9 @@ class Student:
     def _on_record(
         self, client: httpx.AsyncClient, run: RunSeen, rec: dict[str, Any], now: float
     ) -> None:
+        if rec["id"] in run.loaded:  # the first load had it; the stream too: not repeated
+            run.loaded.discard(rec["id"])
+            return
         if rec["id"] in run.records:
             run.repeated_ids += 1
             return
