@@ -55,7 +55,7 @@ SMOKES = [
             rf"^  GET /api/pairs/\{{id\}} p50 / p99\s+{N} / {N} ms",
             r"^  verdicts bit-identical\s+([1-9]\d*) of \1$",
             r"^  5xx answers\s+0 ",
-            r"^  records lost / repeated, stream\s+0 / 0 ",
+            r"^  records lost / repeated, page \(first load \+ stream\)\s+0 / 0 ",
             r"^  records lost / repeated, records API\s+0 / 0$",
             rf"^  server CPU over the class\s+{N} % of a core",
             rf"^  peak RSS server / all trainers\s+{N} / {N} MB",

@@ -43,7 +43,9 @@ def test_a_client_that_stops_reading_gets_latest_values_and_a_gap(base_url: str)
         slow = socket.socket()
         slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         slow.connect(("127.0.0.1", port))
-        slow.sendall(f"GET /api/stream?pair={pair} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        slow.sendall(
+            f"GET /api/stream?pair={pair} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+        )
         deadline = time.monotonic() + 90
         # The slow client reads nothing while 60000 records (~12 MB) go by: more than
         # the kernel's socket buffers on both ends hold.

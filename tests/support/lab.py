@@ -116,6 +116,42 @@ def wait_for_pair(
         time.sleep(poll_s)
 
 
+CRASH_TRIES = 3
+
+
+def crash_costing_steps(
+    client: httpx.Client, pair: str, index: int, after_step: int, timeout_s: float = 150
+) -> tuple[str, int]:
+    """Crash test on run `index` of `pair` once it trains past `after_step`, until a kill
+    costs steps to recompute: one that lands just after a checkpoint (a loaded machine
+    can delay it that long) costs none and makes no comparison, so another follows 30
+    steps later. Returns the run's id and the segment whose resume check compares."""
+    for _ in range(CRASH_TRIES):
+        runs = wait_for_pair(
+            client,
+            pair,
+            lambda rs, past=after_step: rs[index]["can_crash"] and (rs[index]["step"] or 0) >= past,
+            f"run {index} training past step {after_step}",
+            timeout_s,
+        )
+        run_id, segment = runs[index]["id"], (runs[index]["segment"] or 0) + 1
+        crashed = client.post(f"/api/runs/{run_id}/crash")
+        assert crashed.status_code == 202, crashed.text
+        deadline = time.monotonic() + timeout_s
+        while True:
+            checks = client.get(f"/api/runs/{run_id}/resume-checks").json()["checks"]
+            check = next((c for c in checks if c["segment"] == segment), None)
+            if check is not None:
+                break
+            assert time.monotonic() < deadline, f"no resume check of segment {segment}"
+            time.sleep(0.1)
+        if check["expected_points"] > 0:
+            return run_id, segment
+        after_step = int(client.get(f"/api/pairs/{pair}").json()["runs"][index]["step"] or 0)
+        after_step += 30
+    raise AssertionError(f"{CRASH_TRIES} crash tests in a row cost no step to recompute")
+
+
 def stand_in_settings(
     data_dir: Path, monkeypatch: Any, *, steps: int, token: str | None = None
 ) -> Any:
