@@ -49,8 +49,6 @@ import json
 import os
 import random
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -65,7 +63,7 @@ from class_student import Student
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.support is not installed
 
-from tests.support.lab import free_port, spawn_server  # noqa: E402
+from tests.support.lab import free_port, spawn_server, stop_server  # noqa: E402
 
 PRESET = "quick"
 SAMPLE_S = 0.5
@@ -172,11 +170,7 @@ def measure(executor: str, args: Any, work: Path, cluster: Any) -> dict[str, Any
         out.update(summarize(students, base_url, data_dir))
     finally:
         sampler.stop.set()
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_server(server)
     return out
 
 

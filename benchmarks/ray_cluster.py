@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -49,7 +47,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.support is not installed
 
-from tests.support.lab import free_port, spawn_server  # noqa: E402
+from tests.support.lab import free_port, spawn_server, stop_server  # noqa: E402
 
 ENDED = ("finished", "failed", "stopped")  # server/schemas.py RunState
 WAIT_S = 300  # for the runs to reach a state; each wait says what it waited for
@@ -258,11 +256,7 @@ def measure(executor: str, args: argparse.Namespace, work: Path, cluster: Any) -
             else:
                 out["why"]["record_visible_p50_ms"] = "no step record was seen in the API"
     finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_server(server)
     return out
 
 

@@ -4,6 +4,7 @@ serve` as a subprocess, and waiting for a pair's runs to reach a state."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
@@ -94,6 +95,16 @@ def spawn_server(
                 proc.kill()
                 raise AssertionError("no server:\n" + log.read_text()) from None
             time.sleep(0.1)
+
+
+def stop_server(proc: subprocess.Popen[bytes], wait_s: float = 30) -> None:
+    """Stop a `spawn_server` server as Ctrl-C does (SIGINT); SIGKILL past `wait_s`."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def wait_for_pair(
