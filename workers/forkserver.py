@@ -75,6 +75,11 @@ class ForkServerError(RuntimeError):
     """The fork server could not start a process or report how one ended."""
 
 
+class CommandTooLong(ForkServerError):
+    """This command line does not fit the room a forked child has to show it (the server
+    is fine: start this one with exec)."""
+
+
 def supported() -> bool:
     """fork, fd passing and SOCK_SEQPACKET Unix sockets (Linux): else the drill uses exec."""
     return hasattr(os, "fork") and hasattr(socket, "send_fds") and hasattr(socket, "SOCK_SEQPACKET")
@@ -224,7 +229,7 @@ class ForkServer:
         if (stdout is None) != (stderr is None):
             raise ValueError("give both stdout and stderr files, or neither (pipes)")
         if len(_title(argv)) > TITLE_ROOM:
-            raise ForkServerError(
+            raise CommandTooLong(
                 f"the command line of {argv[2]} is {len(_title(argv))} bytes, more than the"
                 f" {TITLE_ROOM} a forked child can show"
             )

@@ -27,7 +27,13 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
-from crashdrill.workers.forkserver import ForkedProcess, ForkServer, ForkServerError, supported
+from crashdrill.workers.forkserver import (
+    CommandTooLong,
+    ForkedProcess,
+    ForkServer,
+    ForkServerError,
+    supported,
+)
 from crashdrill.workers.trainer_env import env_pass_from_environ, trainer_environment
 
 log = logging.getLogger(__name__)
@@ -153,6 +159,8 @@ class WarmTrainers:
         if server is not None:
             try:  # not under the lock: the first start waits for the imports; status not
                 child = server.spawn(list(argv), dict(env), cwd, stdout=stdout, stderr=stderr)
+            except CommandTooLong:
+                pass  # this one execs; the warm process stays for the others
             except ForkServerError as e:
                 with self._lock:
                     if self._server is server:

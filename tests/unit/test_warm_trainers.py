@@ -217,3 +217,16 @@ def test_with_die_with_parent_the_trainer_dies_with_its_owner(toy: Path) -> None
     finally:
         owner.kill()
         owner.wait()
+
+
+def test_a_command_too_long_to_show_execs_and_keeps_the_warm_process(
+    warm: WarmTrainers, toy: Path
+) -> None:
+    first = start(warm, toy / "runs" / "r10", "--exit", "0")
+    assert first.forked is not None and first.wait(10) == 0
+    pid = warm.status()["pid"]
+    deep = toy.joinpath("runs", *(["d" * 200] * 6))  # a run dir of 1,200+ characters
+    proc = start(warm, deep, "--exit", "0")
+    assert proc.popen is not None and proc.wait(30) == 0  # exec'd: its argv shows in full
+    status = warm.status()
+    assert status["mode"] == "fork" and status["pid"] == pid and status["exec"] == 1
