@@ -15,6 +15,7 @@ import { LessonSettings, ShareLink, lessonFromPath } from "./lesson_link.js";
 import { clusterBanner, pairNodes } from "./cluster.js";
 import { EnergyLedger, MachinePanel } from "./machine.js";
 import { PairModel } from "./model.js";
+import { showLessonPicker, stopPair } from "./pair_actions.js";
 import { PredictionPanel } from "./predict.js";
 import { followLive } from "./realtime.js";
 
@@ -45,7 +46,6 @@ const page = {
   settings: null, // the settings a student may change (lesson_link.js)
   share: null, // the lesson's link and Copy button
   predict: null, // "Your prediction" (predict.js)
-  presets: null, // the lessons a student may start, in course order (the lesson picker)
 };
 
 function status(text, kind = "info") {
@@ -239,7 +239,7 @@ async function openPair(pairId) {
   page.finalDrawn = false;
   page.cards = pair.ordered().map((r) => new RunCard(cards, controls, r, askFirst(crash), askFirst(preempt)));
   page.predict.show(pair);
-  showSwitcher(view.preset?.id);
+  showLessonPicker(view.preset?.id);
   page.stages = pair.ordered().map((r) => new StageList(stages, r));
   page.machine ||= new MachinePanel($("#machine"));
   if (!page.charts) page.charts = createCharts($("#loss-chart"), $("#chart-grid"));
@@ -369,40 +369,6 @@ function askFirst(action) {
   };
 }
 
-/** While a pair is open: the lesson picker (another lesson opens its start view; this
- * pair trains on until it ends or its owner presses Stop). */
-async function showSwitcher(current) {
-  const select = $("#switch-lesson");
-  try {
-    page.presets ||= await api.presets();
-  } catch {
-    return;
-  }
-  select.replaceChildren(...page.presets.map((p) => new Option(`${p.number} · ${p.title}`, p.id)));
-  if (current && !page.presets.some((p) => p.id === current)) select.prepend(new Option(current, current));
-  select.value = current || "";
-  $("#switch-form").hidden = false;
-  select.onchange = () => {
-    if (select.value && select.value !== current) location.href = `/?new=1&preset=${encodeURIComponent(select.value)}`;
-  };
-}
-
-async function stopPair() {
-  const pair = page.pair;
-  if (!pair) return;
-  $("#stop-pair").disabled = true;
-  status("Stopping both runs…");
-  try {
-    await api.stopPair(pair.id);
-    status("Stopped: both runs end now, and you may start another lesson.");
-  } catch (e) {
-    status(`Could not stop the runs: ${e.message}`, "error");
-  } finally {
-    $("#stop-pair").disabled = false;
-    scheduleRender();
-  }
-}
-
 async function crash(run, card) {
   card.busy = true;
   card.say(`Sending SIGKILL to run ${run.label}…`);
@@ -474,7 +440,7 @@ function boot() {
   page.settings = new LessonSettings($("#lesson-settings"));
   page.share = new ShareLink();
   page.predict = new PredictionPanel($("#predict"), api);
-  $("#stop-pair").addEventListener("click", stopPair);
+  $("#stop-pair").addEventListener("click", () => stopPair(page.pair, status).finally(scheduleRender));
   $("#answer summary").addEventListener("click", (ev) => {
     if ($("#answer").dataset.outcome === "held") ev.preventDefault(); // not before the outcome
   });

@@ -10,6 +10,8 @@
 
 import * as f from "./format.js";
 
+const REFRESH_MS = 2000; // how often the page may ask the server for the outcome
+
 function el(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
@@ -42,6 +44,8 @@ export class PredictionPanel {
     this.pending = null; // the crash test (or preemption) waiting for the answer
     this.shown = "";
     this.fetching = false;
+    this.refreshedAt = -Infinity;
+    this.timer = null;
   }
 
   /** The lesson's question, or null when it asks none. */
@@ -179,7 +183,15 @@ export class PredictionPanel {
     const q = this.question(pair);
     if (!q || !view || view.skipped || this.fetching || signature === this.refreshedFor) return;
     if (q.runs.every((r) => view.outcome?.[r] !== null && view.outcome?.[r] !== undefined)) return;
+    // Each ask measures on the server: at most every REFRESH_MS, the last change included.
+    const wait = REFRESH_MS - (performance.now() - this.refreshedAt);
+    if (wait > 0) {
+      clearTimeout(this.timer);
+      this.timer = setTimeout(() => this.refresh(pair, signature), wait);
+      return;
+    }
     this.refreshedFor = signature;
+    this.refreshedAt = performance.now();
     this.fetching = true;
     this.api.pair(pair.id).then((v) => {
       if (v.prediction) pair.view.prediction = v.prediction;
