@@ -5,14 +5,17 @@ trainer's, in-process."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from crashdrill.server.app import create_app
 from crashdrill.server.lesson_policy import LockedSetting, apply_student_overrides
+from crashdrill.server.predictions import run_outcome
 from crashdrill.trainer.prediction import MEASURES, Prediction
 from crashdrill.trainer.presets import (
     PresetError,
@@ -230,3 +233,63 @@ def test_the_docs_describe_the_predict_table() -> None:
     doc = (Path(__file__).parents[2] / "docs" / "presets.md").read_text()
     for word in ("[predict]", *MEASURES, "answer_after_outcome"):
         assert word in doc, word
+
+
+# ---- the outcome of a run's first restart, as each measure reads it --------------------
+
+
+class RecordsOf:
+    """The part of a Store that measuring reads: a run's records by kind."""
+
+    def __init__(self, records: list[tuple[str, int, int | None, dict[str, object]]]) -> None:
+        self.rows = [
+            {"id": i, "segment": seg, "step": step, "t": float(i), "data": json.dumps(data)}
+            for i, (kind, seg, step, data) in enumerate(records, 1)
+            for data in [{"kind": kind, **data}]
+        ]
+
+    def records_of_kind(self, run_id: str, kind: str) -> list[dict[str, object]]:
+        return [r for r in self.rows if json.loads(str(r["data"]))["kind"] == kind]
+
+
+def steps(segment: int, lo: int, hi: int, loss: float = 1.0) -> list[Any]:
+    return [
+        ("step", segment, s, {"step": s, "loss": loss + s / 1000, "lr": 0.1})
+        for s in range(lo, hi + 1)
+    ]
+
+
+def resume(from_step: int | None) -> Any:
+    path = None if from_step is None else f"ckpt/step-{from_step}"
+    return ("resume", 1, from_step, {"segment": 1, "from_step": from_step, "path": path})
+
+
+RUN = {"id": "r", "crashes": 1, "segment": 1, "step": 30}
+CASES = {
+    # trained 1..30, crashed, resumed from 20 and recomputed 21..30 exactly
+    "identical": [*steps(0, 1, 30), resume(20), *steps(1, 21, 30)],
+    # ... but with other losses (the checkpoint lacked the optimizer state)
+    "different": [*steps(0, 1, 30), resume(20), *steps(1, 21, 30, loss=2.0)],
+    # no checkpoint: trained from step 1 again
+    "fresh": [*steps(0, 1, 30), resume(None), *steps(1, 1, 30)],
+    # the restart refused to train without a checkpoint
+    "refused": [*steps(0, 1, 30), ("event", 1, None, {"code": "no_checkpoint", "text": "x"})],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_each_measure_reads_the_first_restart_s_outcome(kind: str) -> None:
+    store = RecordsOf(CASES[kind])
+    assert run_outcome(store, RUN, "resume") == kind  # type: ignore[arg-type]
+    assert run_outcome(store, RUN, "bit_identical") == ("yes" if kind == "identical" else "no")  # type: ignore[arg-type]
+    lost = {"identical": 10, "different": 10, "fresh": 30, "refused": 30}[kind]
+    assert run_outcome(store, RUN, "lost_steps") == lost  # type: ignore[arg-type]
+
+
+def test_an_outcome_is_not_read_before_it_is_final() -> None:
+    half = RecordsOf([*steps(0, 1, 30), resume(20), *steps(1, 21, 25)])  # 5 of 10 so far
+    assert run_outcome(half, RUN, "resume") is None  # type: ignore[arg-type]
+    assert run_outcome(half, RUN, "lost_steps") == 10  # type: ignore[arg-type]
+    never = RecordsOf(steps(0, 1, 30))
+    fresh_run = {**RUN, "crashes": 0, "segment": 0}
+    assert run_outcome(never, fresh_run, "resume") is None  # type: ignore[arg-type]
