@@ -25,8 +25,8 @@ from crashdrill.server.errors import BadInput, Conflict, Forbidden
 from crashdrill.server.ingest_loop import resume_checks
 from crashdrill.server.store import Store
 from crashdrill.trainer.prediction import LABELS, Prediction
+from crashdrill.trainer.records import NO_CHECKPOINT_CODE
 
-REFUSED_CODE = "no_checkpoint"  # the trainer's event when a restart found no checkpoint
 CLASS_PAIRS = 500  # predictions per lab the class view reads, newest first
 
 
@@ -108,7 +108,7 @@ def run_outcome(store: Store, run: Row, measure: str) -> Any:
     if not (run["crashes"] or 0) and not (run["segment"] or 0):
         return None  # not crashed nor restarted yet: nothing to read (and no query)
     refused = any(
-        json.loads(e["data"]).get("code") == REFUSED_CODE and (e["segment"] or 0) == 1
+        json.loads(e["data"]).get("code") == NO_CHECKPOINT_CODE and (e["segment"] or 0) == 1
         for e in store.records_of_kind(run["id"], "event")
     )
     check = next((c for c in resume_checks(store, run["id"]) if c["segment"] == 1), None)
