@@ -147,3 +147,33 @@ def test_an_instructor_writes_the_question_and_new_preset_opens_the_editor_in_vi
     assert "[predict] measure = 'vibes' is not allowed" in error.inner_text()
     assert [e for e in teacher.errors if "status of 422" not in e] == []  # the refusal's 422
     teacher.context.close()
+
+
+def test_a_choice_question_is_answered_from_the_lesson_s_words(
+    lab: LabServer, browser: Any
+) -> None:
+    page = new_page(browser)
+    page.goto(lab.url + "/?new=1&preset=lesson-1.12")
+    page.locator("#start:not([disabled])").click()
+    form = page.locator("#predict .predict-form")
+    form.wait_for()
+    choices = form.locator("select[name=A] option").all_inner_texts()
+    assert choices == [
+        "choose…",
+        "resumes, bit-identical",
+        "resumes, but not bit-identical",
+        "starts over from step 0",
+        "refuses to start (an error)",
+    ]
+    form.locator("select[name=A]").select_option("refused")
+    form.locator("select[name=B]").select_option("identical")
+    form.locator(".predict-submit").click()
+    page.locator("#predict[data-state=made]").wait_for()
+    page.reload()  # stored with the pair
+    row = page.locator("#predict .predict-result tr[data-run=A]")
+    row.wait_for()
+    assert row.locator(".predicted").inner_text() == "refuses to start (an error)"
+    assert "waiting for its first restart" in row.locator(".measured").inner_text()
+    page.locator("#stop-pair").click()
+    assert page.errors == []
+    page.context.close()
