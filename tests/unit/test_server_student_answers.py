@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 
 from crashdrill.server.app import create_app
 from crashdrill.server.settings import Settings
+from crashdrill.server.views import record_json, run_view
 from crashdrill.trainer.record_contract import float32_bits
 from tests.support.lab import stand_in_settings
 from tests.unit.test_server_routes import FakeSampler
@@ -68,6 +69,27 @@ def student_answers(client: TestClient, pair: str) -> list[str]:
     for text in texts:
         strict_json(text)
     return texts
+
+
+def test_a_nan_stored_before_ingest_made_it_null_is_served_as_null() -> None:
+    old = '{"v":1,"kind":"step","step":9,"loss":NaN,"grad_norm":Infinity,"text":"NaN"}'
+    served = strict_json(record_json(7, "r1", old))
+    assert served == {
+        "id": 7,
+        "run": "r1",
+        "v": 1,
+        "kind": "step",
+        "step": 9,
+        "loss": None,
+        "grad_norm": None,
+        "text": "NaN",  # a string stays as it was
+    }
+    row = {"id": "r1", "label": "A", "state": "failed", "stage": "failed"}
+    row |= {"stage_progress": 1.0, "step": 9, "segment": 0, "crashes": 0, "message": None}
+    row |= {"exit_code": 1, "latest_json": '{"step":' + old + "}"}
+    pair = {"preset_json": '{"run": {"steps": 20}}'}
+    view = run_view(row, pair, {})
+    assert strict_json(json.dumps(view, allow_nan=False))["latest"]["step"]["loss"] is None
 
 
 @pytest.fixture
