@@ -29,6 +29,7 @@ SMOKES = [
         [
             rf"^cookie-less pair flood\s+{N}\s+{N}\s+0\s+{N}",
             rf"^SSE flood \(one address\)\s+{N}\s+{N}\s+0\s+{N}",
+            r"^disk-hog overrides\s+3\s+3\s+0\s+0\s+422×3\s+e\.g\. .*max_disk_bytes_per_run",
             rf"^honest pair: \['finished', 'finished'\], crash test on A:"
             rf" pressed \(202 in {N} ms\),",
             r"resume checks of A: 1, bit-identical: True",
@@ -40,6 +41,8 @@ SMOKES = [
             rf" p99 {N} ms",
             r"^crash test during the flood: pressed .*\['finished', 'finished'\],",
             r"^  resume checks of A: 1, bit-identical: True",
+            rf"^diverging settings .*: runs \['diverged', 'diverged'\] at steps \[{N}, {N}\]"
+            rf" after {N} s; {N} student answers read, 0 with a NaN, a traceback or a server path",
         ],
         id="abuse",
     ),
