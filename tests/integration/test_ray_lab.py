@@ -20,9 +20,11 @@ import httpx
 import pytest
 
 from tests.support import ray_cluster
+from tests.support.extras import require_extra
 from tests.support.lab import crash_costing_steps, free_port, serving, spawn_server, wait_for_pair
 
-ray = pytest.importorskip("ray")
+require_extra("ray", module=True)
+import ray  # noqa: E402 (after the skip: without the ray extra there is none)
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -12,6 +12,7 @@ from crashdrill.server import cli
 from crashdrill.server.cluster import executor_for
 from crashdrill.server.settings import Settings, SettingsError
 from crashdrill.workers.executor import LocalExecutor
+from tests.support.extras import require_extra
 
 
 def closed_port() -> int:
@@ -47,7 +48,7 @@ def test_serve_with_ray_and_no_mirror_exits_2_naming_the_setting(
 def test_serve_with_an_unreachable_ray_address_exits_2_naming_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pytest.importorskip("ray")
+    require_extra("ray")
     address = f"127.0.0.1:{closed_port()}"
     args = ["--data-dir", str(tmp_path / "lab"), "--port", str(closed_port())]
     code = cli.main([*args, "--ray", address, "--mirror", str(tmp_path / "mirror")])
