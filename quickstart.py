@@ -31,7 +31,6 @@ import secrets
 import shutil
 import subprocess
 import sys
-import tomllib
 import venv
 from pathlib import Path
 
@@ -108,6 +107,8 @@ def install_torch() -> None:
 def lock_inputs(name: str) -> str:
     """A fingerprint of what requirements/<name>.txt is compiled from: pyproject's base
     dependencies and the set's extras, and the torch that quickstart installs."""
+    import tomllib  # here, not at the top: on Python < 3.11 main() must still say why
+
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project.get("optional-dependencies", {})
     unknown = [e for e in INSTALL_SETS[name] if e not in extras]
