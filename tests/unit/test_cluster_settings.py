@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import socket
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from crashdrill.server.cluster import executor_for
 from crashdrill.server.settings import Settings, SettingsError
 from crashdrill.workers.executor import LocalExecutor
 from tests.support.extras import require_extra
+from tests.support.quickstart import quickstart
 
 
 def closed_port() -> int:
@@ -60,7 +60,5 @@ def test_serve_with_an_unreachable_ray_address_exits_2_naming_it(
 
 
 def test_the_test_setup_installs_ray_and_the_default_lab_does_not() -> None:
-    quickstart = (Path(__file__).resolve().parents[2] / "quickstart.py").read_text()
-    match = re.search(r'extras = "([^"]*)" if test else "([^"]*)"', quickstart)
-    assert match, "quickstart.py's extras line changed shape"
-    assert "ray" in match.group(1).split(",") and "ray" not in match.group(2).split(",")
+    sets = quickstart().INSTALL_SETS
+    assert "ray" in sets["test"] and "ray" not in sets["lab"]
