@@ -18,7 +18,6 @@ from crashdrill.workers.launch import ENDED
 
 ACTIVE_STATES = ("starting", "running", "restarting")
 TERMINAL_STATES: tuple[str, ...] = ENDED  # finished, failed, stopped, diverged
-RUN_STATES = ("queued", *ACTIVE_STATES, *TERMINAL_STATES)
 
 
 def marks(values: Sequence[object]) -> str:

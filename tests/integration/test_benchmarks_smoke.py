@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.extras import require_extra
 from tests.support.postgres import find_bin_dir, unavailable
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -141,7 +142,7 @@ def needs(script: str, args: list[str]) -> None:
         if find_bin_dir() is None:
             unavailable("no PostgreSQL binaries in /usr/lib/postgresql/*/bin or on PATH")
     if "ray" in args:
-        pytest.importorskip("ray")
+        require_extra("ray")
 
 
 @pytest.mark.parametrize(("script", "args", "rows"), SMOKES)
