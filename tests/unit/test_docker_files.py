@@ -201,9 +201,13 @@ def test_the_lab_believes_forwarded_addresses_from_its_proxy_alone() -> None:
     assert "ports" not in services["server"], "the lab must be reached through the proxy"
     trusted = with_defaults([services["server"]["environment"]["CRASHDRILL_TRUSTED_PROXIES"]])
     pinned = with_defaults([services["proxy"]["networks"]["default"]["ipv4_address"]])
-    subnet = with_defaults([stack["networks"]["default"]["ipam"]["config"][0]["subnet"]])
+    ipam = stack["networks"]["default"]["ipam"]["config"][0]
+    subnet, dynamic = with_defaults([ipam["subnet"], ipam["ip_range"]])
     assert trusted == pinned
-    assert ipaddress.ip_address(pinned[0]) in ipaddress.ip_network(subnet[0])
+    proxy_address = ipaddress.ip_address(pinned[0])
+    assert proxy_address in ipaddress.ip_network(subnet)
+    assert ipaddress.ip_network(dynamic).subnet_of(ipaddress.ip_network(subnet))
+    assert proxy_address not in ipaddress.ip_network(dynamic), "Docker could give it away"
     assert with_defaults(services["proxy"]["ports"]) == ["127.0.0.1:8000:8080"]
     assert proxy_env(services["proxy"])["CRASHDRILL_PROXY_UPSTREAM"] == "server:8000"
 
