@@ -22,8 +22,11 @@ kill`), and A must resume on another node from the mirror ("Lost host … resume
 from __future__ import annotations
 
 import argparse
+import functools
+import http.client
 import http.cookiejar
 import json
+import ssl
 import subprocess
 import sys
 import time
@@ -41,17 +44,37 @@ class StepFailed(Exception):
 
 
 class Client:
-    """JSON over HTTP with one cookie jar: the lab ties a pair to the browser's session."""
+    """JSON over HTTP with one cookie jar: the lab ties a pair to the browser's session.
+    `source`: connect from this local address (127.0.0.30: another client on loopback);
+    `tls`: the context for https URLs."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(
+        self, url: str, source: str | None = None, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.url = url.rstrip("/")
-        jar = http.cookiejar.CookieJar()
-        self._open = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar)).open
+        self.jar = http.cookiejar.CookieJar()
+        bind = {"source_address": (source, 0)} if source else {}
 
-    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        class FromSource(urllib.request.HTTPHandler):
+            def http_open(self, req: Any) -> Any:
+                return self.do_open(functools.partial(http.client.HTTPConnection, **bind), req)
+
+        class FromSourceTLS(urllib.request.HTTPSHandler):
+            def https_open(self, req: Any) -> Any:
+                conn = functools.partial(http.client.HTTPSConnection, context=tls, **bind)
+                return self.do_open(conn, req)
+
+        handlers = [FromSource(), FromSourceTLS(), urllib.request.HTTPCookieProcessor(self.jar)]
+        self._open = urllib.request.build_opener(*handlers).open
+
+    def call(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method)
         req.add_header("Content-Type", "application/json")
+        for name, value in (headers or {}).items():
+            req.add_header(name, value)
         try:
             with self._open(req, timeout=30) as r:
                 return r.status, json.loads(r.read() or b"null")
