@@ -26,7 +26,6 @@ import functools
 import http.client
 import http.cookiejar
 import json
-import ssl
 import subprocess
 import sys
 import time
@@ -45,27 +44,20 @@ class StepFailed(Exception):
 
 class Client:
     """JSON over HTTP with one cookie jar: the lab ties a pair to the browser's session.
-    `source`: connect from this local address (127.0.0.30: another client on loopback);
-    `tls`: the context for https URLs."""
+    `source`: connect from this local address (127.0.0.30: another client on loopback)."""
 
-    def __init__(
-        self, url: str, source: str | None = None, tls: ssl.SSLContext | None = None
-    ) -> None:
+    def __init__(self, url: str, source: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.jar = http.cookiejar.CookieJar()
-        bind = {"source_address": (source, 0)} if source else {}
+        bind = (source, 0) if source else None
 
         class FromSource(urllib.request.HTTPHandler):
             def http_open(self, req: Any) -> Any:
-                return self.do_open(functools.partial(http.client.HTTPConnection, **bind), req)
-
-        class FromSourceTLS(urllib.request.HTTPSHandler):
-            def https_open(self, req: Any) -> Any:
-                conn = functools.partial(http.client.HTTPSConnection, context=tls, **bind)
+                conn = functools.partial(http.client.HTTPConnection, source_address=bind)
                 return self.do_open(conn, req)
 
-        handlers = [FromSource(), FromSourceTLS(), urllib.request.HTTPCookieProcessor(self.jar)]
-        self._open = urllib.request.build_opener(*handlers).open
+        cookies = urllib.request.HTTPCookieProcessor(self.jar)
+        self._open = urllib.request.build_opener(FromSource(), cookies).open
 
     def call(
         self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
