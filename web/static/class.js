@@ -9,7 +9,7 @@ import * as f from "./format.js";
 
 const enc = encodeURIComponent;
 const REFRESH_MS = 2000;
-const ENDED = new Set(["finished", "failed", "stopped"]);
+const ENDED = new Set(["finished", "failed", "stopped", "diverged"]);
 const PAGE = 50;
 const PREDICTIONS_EVERY_MS = 10000; // outcomes come once per crash: no need to ask often
 let offset = 0;
@@ -31,6 +31,11 @@ function runCell(run) {
   const buttons = el("span", { className: "class-buttons" });
   buttons.append(crash, stop);
   td.append(buttons);
+  if (run.detail) { // a failure's error output: shown to instructors only, never to students
+    const more = el("details", { className: "run-detail" });
+    more.append(el("summary", {}, "error output"), el("pre", {}, run.detail));
+    td.append(more);
+  }
   return td;
 }
 
