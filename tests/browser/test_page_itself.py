@@ -41,6 +41,8 @@ def test_a_locked_setting_shows_a_padlock_and_a_refusal_names_only_what_is_open(
     text = status.inner_text()
     assert "knob is locked by the instructor" in text, text
     allowed = text.split("a student may change: ", 1)[1].rstrip(".").split(", ")
+    # The refusal shows first; the lesson (without the link's settings) is fetched after it.
+    page.locator("#lesson-settings .setting[data-setting=knob]").wait_for(state="attached")
     shown_locked = page.evaluate(
         """() => [...document.querySelectorAll('#lesson-settings .setting.locked')]
             .map((d) => d.dataset.setting)"""
