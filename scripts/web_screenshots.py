@@ -92,11 +92,26 @@ def wait_step(page, label: str, n: int) -> None:  # type: ignore[no-untyped-def]
     )
 
 
-def crash(page, label: str) -> None:  # type: ignore[no-untyped-def]
+def answer_prediction(page, predicted: dict[str, str]) -> None:  # type: ignore[no-untyped-def]
+    """Answer the lesson's question as a student would: `predicted` holds a number per run
+    (a choice lesson takes its first choice)."""
+    for field in page.locator("#predict [name]").all():
+        name = field.get_attribute("name") or ""
+        if field.evaluate("e => e.tagName") == "SELECT":
+            field.select_index(1)
+        else:
+            field.fill(predicted.get(name, "0"))
+    page.click("#predict .predict-submit")
+    page.locator("#predict[data-asking=false]").wait_for()
+
+
+def crash(page, label: str, predicted: dict[str, str]) -> None:  # type: ignore[no-untyped-def]
     page.wait_for_function(
         "(l) => !document.querySelector(`.run-${l} .crash`).disabled", arg=label, timeout=900_000
     )
     page.click(f".run-{label} .crash")
+    if page.locator("#predict[data-asking=true]").count():  # the first crash asks first
+        answer_prediction(page, predicted)
     print(
         f"crashed {label} at step {page.locator(f'.run-{label} .steps').inner_text()}", flush=True
     )
@@ -107,6 +122,7 @@ def main() -> int:
     p.add_argument("--preset", default="lesson-1.7")
     p.add_argument("--crash-a", type=int, default=1130)
     p.add_argument("--crash-b", type=int, default=1450)
+    p.add_argument("--predict", default="A=100,B=500", help="the prediction's numbers, run=steps,…")
     p.add_argument("--out", default=str(ROOT / "docs"))
     p.add_argument("--chromium", default=os.environ.get("CRASHDRILL_CHROMIUM", "/usr/bin/chromium"))
     args = p.parse_args()
@@ -128,9 +144,10 @@ def main() -> int:
             page.locator("#start:not([disabled])").click()
             page.locator(".run-card.run-B").wait_for()
             wait_step(page, "A", args.crash_a)
-            crash(page, "A")
+            predicted = dict(kv.split("=", 1) for kv in args.predict.split(",") if "=" in kv)
+            crash(page, "A", predicted)
             wait_step(page, "B", args.crash_b)
-            crash(page, "B")
+            crash(page, "B", predicted)
             page.wait_for_function(
                 "() => document.body.dataset.pairState === 'done'", timeout=1_800_000
             )

@@ -67,6 +67,7 @@ class Lesson:
             "locked": sorted(locked_names(p)),
             "student_adjustable": sorted(student_overrides_allowed(p)),
             "knob_text": p.knob_text(),
+            "predict": p.predict.question if p.predict is not None else None,
         }
 
 

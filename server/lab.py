@@ -45,6 +45,7 @@ from crashdrill.server.ingest_loop import IngestLoop, resume_checks
 from crashdrill.server.lesson_bounds import LabLimits, pair_disk_bytes
 from crashdrill.server.lesson_policy import public_view
 from crashdrill.server.outage import Outage
+from crashdrill.server.predictions import prediction_view
 from crashdrill.server.quotas import check_new_pair
 from crashdrill.server.realtime import realtime_fanout
 from crashdrill.server.reports import SupervisorReports
@@ -394,6 +395,7 @@ class Lab(RunControl):
             waits=self.scheduler.waits.remaining(time.time()),
             start_times=self.start_times.summary(),
         )
+        view["prediction"] = prediction_view(self.store, pair)
         dirs = {r["id"]: Path(r["run_dir"]) for r in runs}
         for run in view["runs"]:  # where each trains: this machine, or a Ray node
             host = self.executor.host(dirs[run["id"]]) if run["state"] != "queued" else None

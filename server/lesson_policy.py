@@ -75,15 +75,20 @@ def _lesson_locked(preset: Preset) -> frozenset[str]:
 
 def locked_names(preset: Preset, limits: LabLimits = DEFAULT_LIMITS) -> frozenset[str]:
     """Settings (and "knob") a student may not change: the lesson's and the server's (the
-    knob too when its setting is one the server locks)."""
+    knob too when its setting is one the server locks, and the knob's setting when the
+    knob is locked)."""
     server = limits.server_locked
     knob = {KNOB} if preset.knob.name in server else set()
-    return _lesson_locked(preset) | server | knob
+    locked = _lesson_locked(preset) | server | knob
+    # A locked knob locks its setting too: the page shows it locked, and refusals agree.
+    return locked | {preset.knob.name} if KNOB in locked else locked
 
 
 def student_overrides_allowed(preset: Preset, limits: LabLimits = DEFAULT_LIMITS) -> set[str]:
-    """Names a student may set when starting the lesson: run settings and/or "knob"."""
-    return {KNOB, *SETTINGS} - locked_names(preset, limits)
+    """Names a student may set when starting the lesson: run settings and/or "knob". Never
+    the knob's own setting: its two values are changed through "knob" alone, so a lesson
+    that locks the knob does not say its setting may be changed."""
+    return {KNOB, *SETTINGS} - locked_names(preset, limits) - {preset.knob.name}
 
 
 def public_view(preset: Preset, limits: LabLimits = DEFAULT_LIMITS) -> dict[str, Any]:
@@ -94,6 +99,7 @@ def public_view(preset: Preset, limits: LabLimits = DEFAULT_LIMITS) -> dict[str,
     d["locked"] = sorted(locked_names(preset, limits))
     d["student_adjustable"] = sorted(student_overrides_allowed(preset, limits))
     d["knob_text"] = preset.knob_text()
+    d["predict"] = preset.predict.to_dict() if preset.predict is not None else None
     return d
 
 

@@ -23,6 +23,7 @@ from crashdrill.server.instructor_sessions import (
     login_cookie,
     logout_cookie,
 )
+from crashdrill.server.predictions import class_predictions
 from crashdrill.server.routes_pairs import (
     catalog_of,
     lab_of,
@@ -183,7 +184,12 @@ async def one_preset(preset: str, request: Request) -> dict[str, Any]:
 async def validate(body: PresetText, request: Request) -> dict[str, Any]:
     preset = instructor_catalog(request).checked(body.text)
     within_budget(preset, limits_of(request))
-    return {"ok": True, "id": preset.id, "knob_text": preset.knob_text()}
+    return {
+        "ok": True,
+        "id": preset.id,
+        "knob_text": preset.knob_text(),
+        "predict": preset.predict.question if preset.predict is not None else None,
+    }
 
 
 @router.post(
@@ -288,3 +294,13 @@ def class_view(
         view["active"] = any(r["state"] == "queued" or r["state"] in ACTIVE_STATES for r in rows)
         pairs.append(view)
     return {"pairs": pairs, "total": total, "offset": offset, "limit": limit}
+
+
+@router.get(
+    "/class/predictions",
+    summary="Per lesson: the class's predictions against the measured outcomes",
+    responses=problems(401, 403, 422, 429),
+)
+def class_predictions_view(request: Request) -> dict[str, Any]:
+    require_instructor(request)
+    return {"lessons": class_predictions(lab_of(request).store)}

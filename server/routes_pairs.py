@@ -14,13 +14,23 @@ from fastapi import APIRouter, Request
 from pydantic import Field
 
 from crashdrill.server.catalog import Catalog, Lesson
-from crashdrill.server.errors import BadInput, Forbidden, LabError
+from crashdrill.server.errors import BadInput, Conflict, Forbidden, LabError, NotFound
 from crashdrill.server.forwarded import client_address
 from crashdrill.server.lab import Lab
 from crashdrill.server.lesson_bounds import LabLimits, budget_problems
 from crashdrill.server.lesson_policy import LockedSetting, apply_student_overrides, public_view
-from crashdrill.server.schemas import NewPair, PairCreated, PairStatus, problems
+from crashdrill.server.predictions import record_prediction
+from crashdrill.server.schemas import (
+    NewPair,
+    PairCreated,
+    PairStatus,
+    PredictionIn,
+    PredictionOut,
+    StopPairResult,
+    problems,
+)
 from crashdrill.server.sessions import is_instructor, session_of
+from crashdrill.server.store import ACTIVE_STATES
 from crashdrill.trainer.presets import KNOB, Preset, PresetError, dump_preset
 
 router = APIRouter(prefix="/api", tags=["pairs"])
@@ -194,3 +204,41 @@ def create_pair(body: NewPairWithSettings, request: Request) -> dict[str, Any]:
 )
 def get_pair(pair: str, request: Request) -> dict[str, Any]:
     return lab_of(request).pair(pair, session_of(request))
+
+
+@router.post(
+    "/pairs/{pair}/prediction",
+    response_model=PredictionOut,
+    summary="The owner's prediction, before the pair's first crash test (or skip: true)",
+    responses=problems(400, 403, 404, 409, 413, 422, 429),
+)
+def predict(pair: str, body: PredictionIn, request: Request) -> dict[str, Any]:
+    lab = lab_of(request)
+    row = lab.store.pair(pair)
+    if row is None:
+        raise NotFound(f"no pair {pair!r}")
+    return record_prediction(lab.store, row, session_of(request), body.model_dump())
+
+
+@router.post(
+    "/pairs/{pair}/stop",
+    status_code=202,
+    response_model=StopPairResult,
+    summary="Stop both runs of a pair for good (its owner or an instructor): frees the quota",
+    responses=problems(403, 404, 409, 413, 429),
+)
+async def stop_pair(pair: str, request: Request) -> dict[str, Any]:
+    lab = lab_of(request)
+    if lab.store.pair(pair) is None:
+        raise NotFound(f"no pair {pair!r}")
+    session, instructor = session_of(request), instructor_of(request)
+    stopped = []
+    for run in lab.store.runs_of_pair(pair):
+        if run["state"] != "queued" and run["state"] not in ACTIVE_STATES:
+            continue
+        try:
+            lab.stop_run(run["id"], session, instructor)
+        except Conflict:
+            continue  # it ended (or is being taken off the queue) meanwhile
+        stopped.append(run["id"])
+    return {"pair": pair, "stopped": stopped}

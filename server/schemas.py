@@ -102,6 +102,28 @@ class StartTimes(BaseModel):
     count: int = Field(description="how many starts the median is of")
 
 
+class PredictionOut(BaseModel):
+    answers: dict[str, Any] | None = Field(
+        description='the owner\'s answer per predicted run ({"A": 40, "B": 150}); null: skipped'
+    )
+    skipped: bool
+    at: float | None = Field(description="when it was made (seconds since the epoch)")
+    outcome: dict[str, Any] = Field(
+        description="per predicted run, what its first restart measured in the question's"
+        " terms (steps lost, or a choice's code); null while it is not in yet"
+    )
+
+
+class PredictionIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    answers: dict[str, int | str] | None = Field(
+        None,
+        description='one answer per run the lesson asks about: {"A": 40, "B": 150} (steps)'
+        ' or {"B": "yes"} (a choice\'s code from the lesson\'s predict.choices)',
+    )
+    skip: bool | None = Field(None, description="true: no prediction this time")
+
+
 class PairStatus(BaseModel):
     pair: str
     preset: dict[str, Any]
@@ -110,6 +132,14 @@ class PairStatus(BaseModel):
     owner: bool = Field(description="true when this browser created the pair")
     start_times: StartTimes = Field(description="how long trainer starts take on this lab")
     runs: list[RunStatus]
+    prediction: PredictionOut | None = Field(
+        None, description="the owner's prediction and its measured outcome; null: none made"
+    )
+
+
+class StopPairResult(BaseModel):
+    pair: str
+    stopped: list[str] = Field(description="the runs asked to stop (queued or active ones)")
 
 
 class PreemptResult(BaseModel):

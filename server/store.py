@@ -117,6 +117,26 @@ class Store:
                     (run_id, pair_id, label, preset, run_dir, now + i * 1e-6, self.lab),
                 )
 
+    def set_prediction(self, pair_id: str, prediction_json: str) -> None:
+        """The owner's prediction (server/predictions.py); a new one replaces the old."""
+        self.db.run(
+            "UPDATE pairs SET prediction_json = ?, outcome_json = NULL WHERE id = ?",
+            (prediction_json, pair_id),
+        )
+
+    def set_outcome(self, pair_id: str, outcome_json: str) -> None:
+        self.db.run("UPDATE pairs SET outcome_json = ? WHERE id = ?", (outcome_json, pair_id))
+
+    def predicted_pairs(self, limit: int) -> list[Row]:
+        """This lab's pairs with a prediction, the newest `limit`, oldest first."""
+        rows = self.db.run(
+            "SELECT * FROM pairs WHERE prediction_json IS NOT NULL AND id IN"
+            " (SELECT DISTINCT pair_id FROM runs WHERE lab = ?)"
+            " ORDER BY created_at DESC, id LIMIT ?",
+            (self.lab, limit),
+        )
+        return rows[::-1]
+
     def pair(self, pair_id: str) -> Row | None:
         return self.db.one("SELECT * FROM pairs WHERE id = ?", (pair_id,))
 

@@ -37,7 +37,7 @@ from crashdrill.trainer.preemption import (
 )
 from crashdrill.trainer.priority import settle_after_first_step
 from crashdrill.trainer.record_contract import to_json
-from crashdrill.trainer.records import RecordWriter, float32_bits
+from crashdrill.trainer.records import NO_CHECKPOINT_CODE, RecordWriter, float32_bits
 from crashdrill.trainer.train_state import CheckpointMismatch, TrainState, restore, state_files
 
 __all__ = ["CheckpointMismatch", "RunDirError", "RunOptions", "train"]
@@ -126,7 +126,7 @@ def _refuse_to_start(run_dir: Path, rec: RecordWriter) -> int:
         "is set; not training from scratch"
     )
     print(f"crashdrill: {msg}", file=sys.stderr)
-    rec.event(f"Refused to start: {msg}.", level="error", code="no_checkpoint")
+    rec.event(f"Refused to start: {msg}.", level="error", code=NO_CHECKPOINT_CODE)
     rec.write("stage", stage="failed", progress=1.0)
     return EXIT_NO_CHECKPOINT
 

@@ -15,6 +15,9 @@ that differs between run A and run B.
     [a], [b]     optional run settings of one side only; A and B must still end up
                  differing in the knob alone (else the preset is refused, naming the setting)
     [knob]       name = "ckpt_every", a = 100, b = 1000   (exactly these three keys)
+    [predict]    question = text, measure = "lost_steps" | "resume" | "bit_identical",
+                 runs = ["A", "B"], answer_after_outcome = true: the prediction a student
+                 makes before the first crash test (trainer/prediction.py)
     [crash]      mode = "kill" | "during_save" | "wipe" | "host"; expect = text (what a
                  crash shows);
                  wall_step = N: the lab preempts each run once when it passes step N
@@ -51,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from crashdrill.trainer.config import ConfigError, TrainConfig
+from crashdrill.trainer.prediction import Prediction, parse_prediction
 from crashdrill.trainer.preset_toml import dump_toml
 
 BUILTIN_DIR = Path(__file__).with_name("presets")
@@ -73,6 +77,7 @@ _TOP_LEVEL = (
     "b",
     "knob",
     "crash",
+    "predict",
 )
 _KNOB_KEYS = ("name", "a", "b")
 _CRASH_KEYS = ("mode", "expect", "wall_step")
@@ -126,6 +131,7 @@ class Preset:
     crash: Crash = field(default_factory=Crash)
     a: dict[str, Any] = field(default_factory=dict)
     b: dict[str, Any] = field(default_factory=dict)
+    predict: Prediction | None = None  # the question asked before the first crash test
     source: str = field(default="", compare=False)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -204,6 +210,7 @@ def parse_preset(data: Mapping[str, Any], source: str = "<memory>") -> Preset:
     sides = {side: _settings_table(data, side, problems) for side in ("a", "b")}
     knob = _parse_knob(data.get("knob"), problems)
     crash = _parse_crash(data.get("crash", {}), problems)
+    predict = parse_prediction(data.get("predict"), problems)
     if knob is None:
         raise PresetError([f"{source}: {p}" for p in problems])
     for side, values in sides.items():
@@ -220,6 +227,7 @@ def parse_preset(data: Mapping[str, Any], source: str = "<memory>") -> Preset:
         published=published,
         locked=locked,
         crash=crash,
+        predict=predict,
         a=sides["a"],
         b=sides["b"],
         source=source,
@@ -411,6 +419,8 @@ def dump_preset(preset: Preset) -> str:
     if preset.crash.wall_step:
         crash["wall_step"] = preset.crash.wall_step
     top["crash"] = crash
+    if preset.predict is not None:
+        top["predict"] = preset.predict.file_table()
     return dump_toml(top)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from crashdrill.trainer.record_contract import VERSION, bits_to_float32, float32_bits, to_json
 
 __all__ = [
+    "NO_CHECKPOINT_CODE",
     "RECORDS_FILE",
     "VERSION",
     "RecordWriter",
@@ -28,6 +29,9 @@ __all__ = [
 ]
 
 RECORDS_FILE = "records.jsonl"
+# The event of a restart that refused to train without a checkpoint (--require-checkpoint);
+# the lab reads a lesson's outcome from it (server/predictions.py).
+NO_CHECKPOINT_CODE = "no_checkpoint"
 
 
 class RecordWriter:

@@ -92,8 +92,9 @@ def test_the_crash_test_buttons_stay_in_view_while_the_runs_train(
         # The window comes from the lesson's own words: A after step 120, B after 250.
         assert "crash after step 120" in page.locator(".run-A .crash-window").inner_text()
         assert "crash after step 250" in page.locator(".run-B .crash-window").inner_text()
-        # The answer is folded, and marked as the answer, until the outcome is in.
-        assert page.locator("#answer").get_attribute("data-outcome") == "waiting"
+        # The answer is shut, and marked as the answer, until the outcome is in (#23: it
+        # cannot be opened before; the lesson's [predict] answer_after_outcome = false lets it).
+        assert page.locator("#answer").get_attribute("data-outcome") == "held"
         assert not page.locator("#lesson-explanation").is_visible()
         assert page_width(page) <= size["width"], f"the page is {page_width(page)} px wide"
 
@@ -129,7 +130,7 @@ def test_against_elapsed_time_the_loss_chart_shows_the_crash_gap(
     assert "A after resume 1" in heads and "A train" in heads, heads
     assert "crash test at step" in table.inner_text()
     # Only A crashed: B's part of the outcome is not there yet.
-    assert page.locator("#answer").get_attribute("data-outcome") == "waiting"
+    assert page.locator("#answer").get_attribute("data-outcome") == "held"
 
     page.locator('input[name="loss-x"][value="step"]').check()
     page.wait_for_function("() => document.querySelector('#chart-loss').dataset.xMode === 'step'")

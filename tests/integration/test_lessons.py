@@ -104,6 +104,20 @@ def crash_event(pair: Pair, label: str) -> dict[str, Any]:
     return next(e for e in pair.events(label) if e["code"] == "crash")
 
 
+def predict(pair: Pair, answers: dict[str, Any]) -> None:
+    """The student's prediction, made before the first crash test (#23)."""
+    r = pair.client.post(f"/api/pairs/{pair.id}/prediction", json={"answers": answers})
+    assert r.status_code == 200, r.text
+
+
+def measured(pair: Pair) -> dict[str, Any]:
+    """What the lab measured for the prediction: each predicted run's first restart."""
+    outcome: dict[str, Any] = pair.client.get(f"/api/pairs/{pair.id}").json()["prediction"][
+        "outcome"
+    ]
+    return outcome
+
+
 def report(lesson: str, **numbers: Any) -> None:
     """The measured outcome, printed for the record (pytest -s shows it)."""
     print(f"\n{lesson}: " + json.dumps(numbers, default=str))
@@ -135,6 +149,7 @@ def test_lesson_1_8_weights_only_diverges_at_once_and_names_what_was_missing(
     client: httpx.Client,
 ) -> None:
     pair = start(client, "lesson-1.8")
+    predict(pair, {"A": "yes", "B": "yes"})
     pair.crash_at("A", 120)
     pair.crash_at("B", 120)
     runs = pair.wait_ended()
@@ -145,6 +160,7 @@ def test_lesson_1_8_weights_only_diverges_at_once_and_names_what_was_missing(
     assert b["from_step"] % every("lesson-1.8", "B") == 0 and b["from_step"] > 0
     assert b["bit_identical"] is False and b["max_abs_delta"] > 0
     assert b["first_divergent_step"] == b["from_step"] + 1
+    assert measured(pair) == {"A": "yes", "B": "no"}  # the prediction's outcome says so too
     assert b["missing"] == [
         "AdamW state (moments and step counts)",
         "schedule position",
@@ -234,6 +250,7 @@ def test_lesson_1_12_one_run_refuses_and_the_other_silently_starts_from_scratch(
     client: httpx.Client,
 ) -> None:
     pair = start(client, "lesson-1.12")
+    predict(pair, {"A": "refused", "B": "identical"})
     pair.crash_at("A", 150)
     pair.crash_at("B", 150)
     runs = pair.wait_ended()
@@ -259,6 +276,7 @@ def test_lesson_1_12_one_run_refuses_and_the_other_silently_starts_from_scratch(
     (b,) = pair.checks("B")
     at_b = crash_event(pair, "B")["step"]
     assert b["started_over"] is True and b["expected_points"] == at_b
+    assert measured(pair) == {"A": "refused", "B": "fresh"}  # the prediction's outcome
     report(
         "lesson-1.12",
         A={"state": runs[0]["state"], "exit": runs[0]["exit_code"]},

@@ -1,5 +1,6 @@
 """What the browser tests do on the lab page: start a lesson, wait for a step, press Crash
-test (until the kill costs steps to recompute), wait for a resume check, stop the pair.
+test (skipping the lesson's prediction, until the kill costs steps to recompute), wait for
+a resume check, stop the pair.
 
 A kill that lands just after a checkpoint — in the evaluation, probe or sample that
 follows it, which on a loaded machine can take longer than the steps between — costs 0
@@ -65,7 +66,16 @@ def press_crash(page: Any, label: str, after_step: int) -> None:
         "(l) => !document.querySelector(`.run-${l} .crash`).disabled", arg=label, timeout=RUN_MS
     )
     page.locator(f".run-{label} .crash").click()
+    skip_prediction(page)
     page.locator(f".run-{label} .crash-why").filter(has_text="Killed process").wait_for()
+
+
+def skip_prediction(page: Any) -> None:
+    """A lesson that asks a prediction asks it at the first Crash test (or Preempt), and
+    sends the crash once it is answered or skipped: tests of other things skip it."""
+    if page.locator("#predict[data-asking=true]").count():
+        page.locator("#predict .predict-skip").click()
+        page.locator("#predict[data-asking=false]").wait_for()
 
 
 def crash(page: Any, label: str, after_step: int, *, recompute: bool = True) -> None:

@@ -43,7 +43,9 @@ def test_the_public_view_names_what_is_locked_and_what_a_student_may_change():
     assert pub["knob_text"] == "ckpt_every: A 2 vs B 5"
     assert "source" not in pub and "extra" not in pub
     assert set(pub["locked"]) | set(pub["student_adjustable"]) == {KNOB, *SETTINGS}
-    assert pub["student_adjustable"] == sorted(STUDENT_ADJUSTABLE)
+    # the knob (ckpt_every) is locked, so its setting is too: never "a student may change" it
+    assert pub["student_adjustable"] == sorted(STUDENT_ADJUSTABLE - {"ckpt_every"})
+    assert "ckpt_every" in pub["locked"]
 
 
 @pytest.mark.parametrize("locked", [None, ["n_layer"], [], ["knob", "steps"]])
@@ -65,7 +67,7 @@ def test_every_builtin_lesson_leaves_its_student_settings_within_the_setting_nam
 
 def test_default_lock_leaves_only_the_student_adjustable_settings_open():
     p = parse_preset(VALID)
-    assert student_overrides_allowed(p) == set(STUDENT_ADJUSTABLE)
+    assert student_overrides_allowed(p) == set(STUDENT_ADJUSTABLE) - {p.knob.name}
     changed = apply_student_overrides(p, {"steps": 20, "seed": 7})
     assert changed.config_for("B").steps == 20 and changed.config_for("A").seed == 7
     assert p.config_for("A").steps == 10  # the original is untouched

@@ -44,6 +44,10 @@ export const api = {
   /** One lesson; `query` ("?steps=600") sets unlocked settings, validated by the server. */
   lesson: (id, query = "") => request("GET", `/api/presets/${enc(id)}${query}`),
   pair: (id) => request("GET", `/api/pairs/${enc(id)}`),
+  /** The owner's prediction: {answers: {A: 40, B: 150}} or {skip: true}. */
+  predict: (pair, body) => request("POST", `/api/pairs/${enc(pair)}/prediction`, body),
+  /** Stop both runs of a pair for good (frees the owner's quota). */
+  stopPair: (pair) => request("POST", `/api/pairs/${enc(pair)}/stop`),
   crash: (run) => request("POST", `/api/runs/${enc(run)}/crash`),
   preempt: (run) => request("POST", `/api/runs/${enc(run)}/preempt`),
   resumeChecks: (run) => request("GET", `/api/runs/${enc(run)}/resume-checks`),

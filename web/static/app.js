@@ -15,6 +15,8 @@ import { LessonSettings, ShareLink, lessonFromPath } from "./lesson_link.js";
 import { clusterBanner, pairNodes } from "./cluster.js";
 import { EnergyLedger, MachinePanel } from "./machine.js";
 import { PairModel } from "./model.js";
+import { showLessonPicker, stopPair } from "./pair_actions.js";
+import { PredictionPanel } from "./predict.js";
 import { followLive } from "./realtime.js";
 
 const $ = (sel) => document.querySelector(sel);
@@ -43,6 +45,7 @@ const page = {
   cadence: null, // the cadence calculator (cadence.js)
   settings: null, // the settings a student may change (lesson_link.js)
   share: null, // the lesson's link and Copy button
+  predict: null, // "Your prediction" (predict.js)
 };
 
 function status(text, kind = "info") {
@@ -79,8 +82,10 @@ function render() {
   const runs = pair.ordered();
   once("probes", runs.map((r) => `${r.probe?.id}:${r.probe?.step}`).join(), () => renderProbes(pair));
   once("samples", runs.map((r) => `${r.sample?.id}:${r.sample?.step}`).join(), () => renderSamples(pair));
-  once("checks", JSON.stringify(runs.map((r) => [pair.checks.get(r.id) || [], r.crashes().map((c) => c.refused)])),
-    () => renderResumeChecks(pair));
+  const checks = JSON.stringify(runs.map((r) => [pair.checks.get(r.id) || [], r.crashes().map((c) => c.refused)]));
+  once("checks", checks, () => renderResumeChecks(pair));
+  page.predict.update(pair);
+  page.predict.refresh(pair, `${checks}|${runs.map((r) => r.view.state).join()}`);
   const done = pair.ordered().every((r) => TERMINAL.has(r.view.state));
   const total = pair.ordered().reduce((n, r) => n + r.events.length, 0);
   if (total !== page.eventCount) page.eventCount = renderEvents(pair);
@@ -91,8 +96,9 @@ function render() {
   }
   if (last) page.finalDrawn = true;
   page.cadence.update(pair);
-  showAnswer(done || outcomeIsIn(pair));
+  showAnswer(done || outcomeIsIn(pair), pair.view.preset?.predict?.answer_after_outcome !== false);
   $("#again").hidden = !done;
+  $("#stop-pair").hidden = done || !pair.view.owner;
   document.body.dataset.pairState = done ? "done" : "running";
   document.body.dataset.loaded = String(page.loaded);
 }
@@ -108,15 +114,19 @@ function outcomeIsIn(pair) {
   });
 }
 
-/** "What happened, and why" stays folded, marked as the answer, until the outcome is in. */
-function showAnswer(ready) {
+/** "What happened, and why" stays folded, marked as the answer, until the outcome is in;
+ * with `hold` (the lesson's answer_after_outcome, the default) it cannot be opened before. */
+function showAnswer(ready, hold = true) {
   const answer = $("#answer");
-  const state = ready ? "ready" : "waiting";
+  const state = ready ? "ready" : hold ? "held" : "waiting";
   if (answer.dataset.outcome === state) return;
   answer.dataset.outcome = state;
-  answer.querySelector(".answer-note").textContent = ready
-    ? "the outcome is in: open the answer"
-    : "the answer: open it once you have seen the outcome";
+  if (state === "held") answer.open = false;
+  answer.querySelector(".answer-note").textContent = {
+    ready: "the outcome is in: open the answer",
+    held: "opens once the outcome is in: predict, crash, watch first",
+    waiting: "the answer: open it once you have seen the outcome",
+  }[state];
 }
 
 // ---- starting a lesson ------------------------------------------------------------
@@ -142,7 +152,8 @@ async function showStart(message) {
     o.textContent = `${p.number} · ${p.title}`;
     return o;
   }));
-  const pick = linked || presets.find((p) => p.id === wanted) || presets.find((p) => p.id === "lesson-1.7") || presets[0];
+  // The first lesson in course order (Quick) unless a link or the address names one.
+  const pick = linked || presets.find((p) => p.id === wanted) || presets[0];
   if (pick) {
     select.value = pick.id;
     showLesson(pick, Boolean(lessonId));
@@ -226,7 +237,9 @@ async function openPair(pairId) {
   stages.replaceChildren();
   memo.clear();
   page.finalDrawn = false;
-  page.cards = pair.ordered().map((r) => new RunCard(cards, controls, r, crash, preempt));
+  page.cards = pair.ordered().map((r) => new RunCard(cards, controls, r, askFirst(crash), askFirst(preempt)));
+  page.predict.show(pair);
+  showLessonPicker(view.preset?.id);
   page.stages = pair.ordered().map((r) => new StageList(stages, r));
   page.machine ||= new MachinePanel($("#machine"));
   if (!page.charts) page.charts = createCharts($("#loss-chart"), $("#chart-grid"));
@@ -347,6 +360,15 @@ function onTelemetry(sample) {
   scheduleRender();
 }
 
+/** Crash test and Preempt ask the lesson's prediction first, once: the action is sent as
+ * soon as the owner answers or skips (predict.js). */
+function askFirst(action) {
+  return (run, card) => {
+    if (page.predict.mustAsk(page.pair)) page.predict.ask(() => action(run, card));
+    else action(run, card);
+  };
+}
+
 async function crash(run, card) {
   card.busy = true;
   card.say(`Sending SIGKILL to run ${run.label}…`);
@@ -417,6 +439,11 @@ function boot() {
   page.cadence = new CadencePanel($("#cadence"));
   page.settings = new LessonSettings($("#lesson-settings"));
   page.share = new ShareLink();
+  page.predict = new PredictionPanel($("#predict"), api);
+  $("#stop-pair").addEventListener("click", () => stopPair(page.pair, status).finally(scheduleRender));
+  $("#answer summary").addEventListener("click", (ev) => {
+    if ($("#answer").dataset.outcome === "held") ev.preventDefault(); // not before the outcome
+  });
   $("#again").addEventListener("click", () => {
     localStorage.removeItem(STORE_KEY);
     page.stream?.close();

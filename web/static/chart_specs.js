@@ -1,9 +1,13 @@
 // What each chart of the lesson draws, built from the pair's records. All charts share the
-// x axis (optimizer step), so one cursor moves across all of them.
+// x axis the loss chart's control picks (optimizer step or elapsed time), so one cursor
+// moves across all of them.
 
 import { ChartPanel, debiasedEma } from "./charts.js";
 import { bytes, compact, isNum, loss as fmtLoss, sci } from "./format.js";
 import { buildLossTime } from "./loss_time.js";
+import { firstStepTime, metricSeries } from "./metric_series.js";
+
+const NOISY_SMOOTHING = 0.9; // throughput and MFU jump step to step: A and B drawn smoothed
 
 const CUBLAS_WORKSPACE_BYTES = 8 * 4096 * 1024; // CUBLAS_WORKSPACE_CONFIG=:4096:8
 
@@ -20,17 +24,6 @@ function column(x, byStep, pick) {
     const v = r ? pick(r) : null;
     return isNum(v) ? v : null;
   });
-}
-
-/** Original trace (earliest segment per step) of one field, for every run. */
-function perRun(pair, x, field, label) {
-  return pair.ordered().map((run) => ({
-    label: `${run.label} ${label}`,
-    run: run.label,
-    style: "line",
-    endLabel: run.label,
-    values: column(x, run.originalByStep(), (r) => r[field]),
-  }));
 }
 
 /** EMA like debiasedEma, but starting from another series' state at index `start`
@@ -72,7 +65,7 @@ function lossControls(state, onChange) {
   for (const radio of wrap.querySelectorAll('input[name="loss-x"]')) {
     radio.addEventListener("change", () => {
       state.x = radio.value;
-      onChange(true);
+      onChange(true, true);
     });
   }
   const log = wrap.querySelector("#loss-log");
@@ -178,17 +171,16 @@ export function memoryEstimate(runRecord) {
   return states + acts + logits + (cuda ? CUBLAS_WORKSPACE_BYTES : 0);
 }
 
-function buildMemory(pair) {
-  const x = stepAxis(pair);
-  const series = perRun(pair, x, "mem_bytes", "measured");
+function buildMemory(pair, opts) {
+  const data = metricSeries(pair, "mem_bytes", "measured", { x: opts.x });
   const estimates = pair.ordered().map((r) => [r.label, memoryEstimate(r.runRecord)]);
   const same = estimates.length === 2 && estimates[0][1] === estimates[1][1];
   for (const [label, est] of same ? estimates.slice(0, 1) : estimates) {
-    if (!isNum(est) || x.length === 0) continue;
-    series.push({ label: same ? "estimate (A and B)" : `${label} estimate`, run: same ? "" : label,
-      style: "dash", values: x.map(() => est) });
+    if (!isNum(est) || data.x.length === 0) continue;
+    data.series.push({ label: same ? "estimate (A and B)" : `${label} estimate`, run: same ? "" : label,
+      style: "dash", values: data.x.map(() => est) });
   }
-  return { x, series, markers: [] };
+  return { ...data, markers: crashMarkers(pair, data.xMode) };
 }
 
 function memoryNote(pair) {
@@ -204,21 +196,26 @@ function mfuNote(pair) {
   return src ? `share of the peak: ${src}` : "share of this precision's peak FLOP/s";
 }
 
-function simple(key, title, note, field, yLabel, yFmt, extra = {}) {
+function simple(opts, key, title, note, field, yLabel, yFmt, extra = {}) {
+  const smoothing = extra.smoothing || 0;
   return {
     key, title, note, yLabel, yFmt, height: 200, ...extra,
     build: (pair) => {
-      const x = stepAxis(pair);
-      return { x, series: perRun(pair, x, field, yLabel), markers: crashMarkers(pair) };
+      const data = metricSeries(pair, field, yLabel, { x: opts.x, smoothing });
+      return { ...data, markers: crashMarkers(pair, data.xMode) };
     },
   };
 }
 
-function crashMarkers(pair) {
+/** Each run's crash tests and preemptions as markers, at their step or elapsed time. */
+function crashMarkers(pair, xMode = "step") {
   const out = [];
+  const t0 = xMode === "time" ? firstStepTime(pair) : null;
   for (const run of pair.ordered()) {
     for (const c of run.crashes()) {
-      out.push({ x: c.reached, run: run.label, kind: c.kind, text: `Run ${run.label} ${what(c)} at step ${c.reached}` });
+      const x = xMode === "time" ? (isNum(c.t) && t0 !== null ? c.t - t0 : null) : c.reached;
+      if (!isNum(x)) continue;
+      out.push({ x, run: run.label, kind: c.kind, text: `Run ${run.label} ${what(c)} at step ${c.reached}` });
     }
   }
   return out;
@@ -229,7 +226,12 @@ export function createCharts(lossBox, gridBox) {
   const opts = { log: false, smoothing: 0.6, x: "step" };
   let current = null;
   const charts = [];
-  const controls = lossControls(opts, (force) => current && lossChart.update(current, force));
+  // The loss chart's x axis control moves every chart (step or elapsed time); its log and
+  // smoothing controls are the loss chart's own.
+  const controls = lossControls(opts, (force, all) => {
+    if (!current) return;
+    for (const c of all ? charts : [lossChart]) c.update(current, force);
+  });
   const lossChart = new ChartPanel(lossBox, {
     key: "loss", title: "Loss", note: "lower is better · starts near ln(vocab)",
     yLabel: "loss", yFmt: fmtLoss, axisFmt: (v) => (v < 1 ? v.toPrecision(2) : v.toFixed(1)),
@@ -237,18 +239,19 @@ export function createCharts(lossBox, gridBox) {
     log: () => opts.log, xMode: () => opts.x, build: (pair) => buildLoss(pair, opts),
   });
   charts.push(lossChart);
-  charts.push(new ChartPanel(gridBox, simple("lr", "Learning rate", "warmup, then cosine", "lr", "lr", sci)));
-  charts.push(new ChartPanel(gridBox, simple("grad", "Gradient norm", "before clipping · log scale",
+  const smoothed = (what) => `${what} · smoothed (pale: each step)`;
+  charts.push(new ChartPanel(gridBox, simple(opts, "lr", "Learning rate", "warmup, then cosine", "lr", "lr", sci)));
+  charts.push(new ChartPanel(gridBox, simple(opts, "grad", "Gradient norm", "before clipping · log scale",
     "grad_norm", "grad norm", (v) => (v >= 100 ? v.toFixed(0) : v >= 1 ? v.toFixed(1) : v.toPrecision(2)),
     { log: () => true })));
-  charts.push(new ChartPanel(gridBox, simple("throughput", "Throughput", "tokens per second",
-    "tokens_per_s", "tokens/s", compact)));
-  charts.push(new ChartPanel(gridBox, simple("mfu", "MFU", mfuNote, "mfu", "MFU",
-    (v) => `${(v * 100).toFixed(v < 0.1 ? 1 : 0)}%`)));
+  charts.push(new ChartPanel(gridBox, simple(opts, "throughput", "Throughput", smoothed("tokens per second"),
+    "tokens_per_s", "tokens/s", compact, { smoothing: NOISY_SMOOTHING })));
+  charts.push(new ChartPanel(gridBox, simple(opts, "mfu", "MFU", (pair) => smoothed(mfuNote(pair)), "mfu", "MFU",
+    (v) => `${(v * 100).toFixed(v < 0.1 ? 1 : 0)}%`, { smoothing: NOISY_SMOOTHING })));
   charts.push(new ChartPanel(gridBox, {
     key: "memory", title: "Memory (measured)", note: memoryNote, yLabel: "bytes", yFmt: bytes,
     axisFmt: (v) => (v >= 1e9 ? `${(v / 1e9).toFixed(1)} GB` : `${Math.round(v / 1e6)} MB`),
-    height: 200, build: buildMemory,
+    height: 200, build: (pair) => buildMemory(pair, opts),
   }));
   return {
     charts,

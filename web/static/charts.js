@@ -18,6 +18,7 @@ export const RUN_COLORS = { A: "#1d5fbf", B: "#c0510a" };
 const DARK = { A: "#0a2a5c", B: "#5c2200" };
 const SYNC_KEY = "crashdrill-steps";
 const TABLE_ROWS = 30;
+const OFFSCREEN_EVERY_MS = 2000; // a chart out of view redraws at most this often
 
 export const uPlotLoaded = () => typeof window.uPlot === "function";
 
@@ -55,10 +56,11 @@ export class ChartPanel {
       this.resizer = new ResizeObserver(() => this.resize());
       this.resizer.observe(this.box);
     }
-    // Off screen, a chart is not redrawn: it keeps the newest pair and draws it when it
-    // scrolls into view (drawing every chart 4 times a second cost the trainers CPU).
+    // Off screen, a chart is redrawn less often: it keeps the newest pair and draws it when
+    // it scrolls into view (drawing every chart 4 times a second cost the trainers CPU).
     this.visible = true;
     this.pending = null;
+    this.offscreenAt = 0;
     if (typeof IntersectionObserver === "function") {
       this.visible = false;
       this.watcher = new IntersectionObserver((entries) => {
@@ -85,15 +87,11 @@ export class ChartPanel {
   update(pair, force = false, version = null) {
     if (!force && version !== null && version === this.drawn) return;
     if (!this.visible && !force) {
+      // Out of view it still follows the records, every OFFSCREEN_EVERY_MS instead of every
+      // render: a chart scrolled to (or in a full-page screenshot) is never minutes behind.
       this.pending = [pair, false, version];
-      if (this.plot) {
-        // drawn once (that sized the page); its data table still follows, more slowly
-        if (performance.now() - this.tableAt > 5000) {
-          this.tableAt = performance.now();
-          this.renderTable(this.spec.build(pair));
-        }
-        return;
-      }
+      if (this.plot && performance.now() - this.offscreenAt < OFFSCREEN_EVERY_MS) return;
+      this.offscreenAt = performance.now();
     }
     this.pending = null;
     this.drawn = version;
@@ -102,6 +100,7 @@ export class ChartPanel {
     if (typeof this.spec.note === "function") this.note.textContent = this.spec.note(pair);
     const hasData = data.x.length > 0 && data.series.some((s) => s.values.some(isNum));
     this.figure.dataset.xMode = data.xMode || "step";
+    this.figure.dataset.xMax = String(data.x.length ? data.x[data.x.length - 1] : ""); // what it drew up to
     this.figure.dataset.gaps = String((data.bands || []).filter((b) => b.kind === "gap").length);
     this.empty.hidden = hasData;
     this.figure.classList.toggle("has-data", hasData);

@@ -4,13 +4,16 @@
 
 import { request } from "./api.js";
 import { $, el, status } from "./dom.js";
+import { renderClassPredictions } from "./class_predictions.js";
 import * as f from "./format.js";
 
 const enc = encodeURIComponent;
 const REFRESH_MS = 2000;
 const ENDED = new Set(["finished", "failed", "stopped", "diverged"]);
 const PAGE = 50;
+const PREDICTIONS_EVERY_MS = 10000; // outcomes come once per crash: no need to ask often
 let offset = 0;
+let predictionsAt = -Infinity;
 
 function runCell(run) {
   const td = el("td", { className: `class-run run-${run.label}` });
@@ -81,6 +84,11 @@ async function act(run, what) {
 async function refresh() {
   try {
     render(await request("GET", `/api/instructor/class?offset=${offset}&limit=${PAGE}`));
+    if (performance.now() - predictionsAt >= PREDICTIONS_EVERY_MS) {
+      predictionsAt = performance.now();
+      const data = await request("GET", "/api/instructor/class/predictions");
+      renderClassPredictions($("#class-predictions"), data.lessons);
+    }
     document.body.dataset.auth = "in";
     $("#need-login").hidden = true;
   } catch (e) {

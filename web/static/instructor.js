@@ -31,6 +31,14 @@ threads = 1
 name = "ckpt_every"
 a = 50
 b = 150
+
+# Asked before the first crash test, shown beside what was measured afterwards.
+# measure: lost_steps (a number) | resume (identical, different, fresh, refused) | bit_identical (yes, no)
+[predict]
+question = "How many steps will each run lose to your crash test?"
+measure = "lost_steps"
+runs = ["A", "B"]
+answer_after_outcome = true   # false: students may open the answer before the outcome
 `;
 
 const state = {
@@ -146,10 +154,18 @@ function renderLocks(preset, editable) {
   $("#save-locks").hidden = !editable;
 }
 
+/** The editor sits below the list: bring it into view and put the cursor in the text,
+ * so that New preset, Edit and Duplicate visibly open it. */
+function revealEditor() {
+  $("#editor").scrollIntoView({ block: "start", behavior: "instant" });
+  $("#preset-text").focus({ preventScroll: true });
+}
+
 async function openPreset(id) {
   try {
     const p = await request("GET", `/api/instructor/presets/${enc(id)}`);
     showEditor(p, p.text);
+    revealEditor();
     status("");
   } catch (e) {
     status(`Could not open ${id}: ${e.message}`, "error");
@@ -179,7 +195,8 @@ async function validate() {
   }
   if (seq !== state.seq) return; // an older answer after a newer keystroke
   out.dataset.state = "ok";
-  out.textContent = `✓ Valid: ${result.id} · ${result.knob_text}`;
+  out.textContent = `✓ Valid: ${result.id} · ${result.knob_text} · `
+    + (result.predict ? `asks first: “${result.predict}”` : "asks no prediction (add a [predict] table)");
   state.validated = true;
   $("#save").disabled = false;
 }
@@ -206,6 +223,7 @@ async function duplicate(id) {
     status(`Duplicated ${id} as ${p.id} (not published).`);
     await loadPresets();
     showEditor(p, p.text);
+    revealEditor();
   } catch (e) {
     status(`Could not duplicate ${id}: ${e.message}`, "error");
   }
@@ -246,7 +264,10 @@ async function boot() {
     await request("POST", "/api/instructor/logout");
     location.reload();
   });
-  $("#new-preset").addEventListener("click", () => showEditor(null, NEW_PRESET));
+  $("#new-preset").addEventListener("click", () => {
+    showEditor(null, NEW_PRESET);
+    revealEditor();
+  });
   $("#preset-text").addEventListener("input", () => validateSoon());
   $("#save").addEventListener("click", save);
   $("#duplicate").addEventListener("click", () => state.current && duplicate(state.current.id));

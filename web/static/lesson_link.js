@@ -41,6 +41,23 @@ function el(tag, props = {}, text) {
   return e;
 }
 
+const SVG = "http://www.w3.org/2000/svg";
+
+/** A padlock drawn inline (a font may lack the 🔒 glyph and show an empty box). */
+export function lockIcon() {
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("viewBox", "0 0 16 16");
+  svg.setAttribute("aria-hidden", "true");
+  svg.setAttribute("focusable", "false");
+  svg.classList.add("lock-icon");
+  const body = document.createElementNS(SVG, "rect");
+  for (const [k, v] of Object.entries({ x: 2.5, y: 7, width: 11, height: 8, rx: 1.5, fill: "currentColor" })) body.setAttribute(k, v);
+  const shackle = document.createElementNS(SVG, "path");
+  for (const [k, v] of Object.entries({ d: "M5 7V5a3 3 0 0 1 6 0v2", fill: "none", stroke: "currentColor", "stroke-width": 1.8 })) shackle.setAttribute(k, v);
+  svg.append(shackle, body);
+  return svg;
+}
+
 /** The settings form inside the start form (#lesson-settings). */
 export class LessonSettings {
   constructor(fieldset) {
@@ -93,7 +110,11 @@ export class LessonSettings {
       div.append(input);
       this.inputs.push([name, side, input, input.value]);
     }
-    if (locked) div.append(el("span", { className: "lock", title: "locked by the instructor" }, "🔒 locked"));
+    if (locked) {
+      const lock = el("span", { className: "lock", title: "locked by the instructor" });
+      lock.append(lockIcon(), "locked");
+      div.append(lock);
+    }
     return div;
   }
 

@@ -105,6 +105,7 @@ export class MachinePanel {
     this.grid = root.querySelector(".tiles");
     this.spark = root.querySelector(".spark");
     this.sparkNote = root.querySelector(".spark-note");
+    this.sparkValue = root.querySelector(".spark-value");
     this.energy = root.querySelector(".experiment-energy");
     this.energyNote = root.querySelector(".experiment-cost");
     this.nodes = root.querySelector(".node-blocks");
@@ -148,10 +149,12 @@ export class MachinePanel {
     this.head.textContent = `${where}${who} · sampled ${f.ago(sample.t)}`;
     this.noGpu.hidden = gpuOk;
     if (!gpuOk) {
+      // Words for people; the sampler's raw reason ("nvmlInit failed: …") in a tooltip.
       this.noGpu.textContent = sample.gpu_state === "nvml_error"
-        ? `The GPU could not be read (${sample.gpu_reason || "NVML error"}); GPU readings are hidden.`
-        : "No GPU on this machine: the runs train on the CPU, so the CPU, RAM and disk tiles tell the story."
-          + (sample.gpu_reason ? ` (${sample.gpu_reason})` : "");
+        ? "The NVIDIA GPU could not be read: GPU fields are not shown."
+        : "No NVIDIA GPU on this machine: GPU fields are not shown. The runs train on the CPU, so the CPU, RAM and disk tiles tell the story.";
+      if (sample.gpu_reason) this.noGpu.title = `the sampler said: ${sample.gpu_reason}`;
+      else this.noGpu.removeAttribute("title");
     }
     if (this.drawnT === sample.t) return; // only "sampled N s ago" moves between samples
     this.drawnT = sample.t;
@@ -184,6 +187,12 @@ export class MachinePanel {
     const lastV = pts.length ? pts[pts.length - 1][idx] : null;
     const what = usePower ? `power, peak ${f.watts(max)}` : "CPU busy %, 0–100";
     this.sparkNote.textContent = pts.length ? `last 5 minutes · ${what}` : "last 5 minutes · –";
+    // The tile's value: the window's mean, next to the newest sample.
+    const mean = pts.length ? pts.reduce((n, p) => n + p[idx], 0) / pts.length : null;
+    const fmt = usePower ? f.watts : f.pct;
+    this.sparkValue.textContent = pts.length
+      ? `${usePower ? "power" : "CPU"} ${fmt(lastV)} now · mean ${fmt(mean)}`
+      : "–";
     this.spark.setAttribute("aria-label", pts.length
       ? `Last 5 minutes of ${usePower ? "power" : "CPU use"}: ${pts.length} samples, now ${usePower ? f.watts(lastV) : f.pct(lastV)}`
       : "No samples yet");

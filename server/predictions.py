@@ -1,0 +1,163 @@
+"""A student's prediction, stored with the pair, and the outcome it is checked against.
+
+    record_prediction(store, pair_row, session, {"answers": {"A": 40, "B": 150}})
+    record_prediction(store, pair_row, session, {"skip": True})
+    prediction_view(store, pair_row)   # {"answers", "skipped", "at", "outcome"} or None
+    class_predictions(store)           # per lesson: the class's answers against outcomes
+
+What the question is and which answers it allows is the lesson's (its `[predict]` table,
+trainer/prediction.py). The pair's owner answers before the pair's first crash test or
+preemption (409 after it: the outcome is no prediction any more); an answer may be
+changed until then. The outcome of each predicted run is read from its first restart
+(segment 1): its resume check, or its refusal to start without a checkpoint. Once every
+predicted run's outcome is final it is stored with the pair and not measured again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from crashdrill.server.db import Row
+from crashdrill.server.errors import BadInput, Conflict, Forbidden
+from crashdrill.server.ingest_loop import resume_checks
+from crashdrill.server.store import Store
+from crashdrill.trainer.prediction import LABELS, Prediction
+from crashdrill.trainer.records import NO_CHECKPOINT_CODE
+
+CLASS_PAIRS = 500  # predictions per lab the class view reads, newest first
+
+
+def lesson_prediction(preset: Mapping[str, Any]) -> Prediction | None:
+    """The question of a pair's lesson, from its public view (None: it asks none)."""
+    p = preset.get("predict")
+    if not isinstance(p, Mapping) or not p.get("question"):
+        return None
+    runs = tuple(r for r in LABELS if r in (p.get("runs") or LABELS))
+    return Prediction(
+        str(p["question"]), str(p.get("measure")), runs, bool(p.get("answer_after_outcome", True))
+    )
+
+
+def record_prediction(
+    store: Store, pair: Row, session: str, body: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Store the owner's answers (or that they skipped); 403 for another browser, 409 when
+    the lesson asks nothing or the first crash already happened, 422 for a bad answer."""
+    if pair["owner"] != session:
+        raise Forbidden("only the browser that started this lesson makes its prediction")
+    preset = json.loads(pair["preset_json"])
+    question = lesson_prediction(preset)
+    if question is None:
+        raise Conflict(f"lesson {pair['preset']!r} asks no prediction")
+    runs = store.runs_of_pair(pair["id"])
+    if any((r["crashes"] or 0) > 0 or (r["segment"] or 0) > 0 for r in runs):
+        raise Conflict(
+            "the first crash test already happened: a prediction is made before the outcome"
+        )
+    skipped = body.get("skip") is True
+    answers = body.get("answers")
+    if skipped and answers is not None:
+        raise BadInput("give answers or skip: true, not both")
+    if not skipped:
+        steps = (preset.get("run") or {}).get("steps")
+        problems = question.answer_problems(answers, steps if isinstance(steps, int) else None)
+        if problems:
+            raise BadInput("; ".join(problems))
+    stored = {"answers": None if skipped else dict(answers or {}), "at": time.time()}
+    store.set_prediction(pair["id"], json.dumps(stored))
+    return prediction_view(store, {**pair, "prediction_json": json.dumps(stored)}) or {}
+
+
+def prediction_view(store: Store, pair: Row) -> dict[str, Any] | None:
+    """The pair's prediction and, per predicted run, the measured outcome (null until it is
+    in); None when none was made."""
+    if not pair.get("prediction_json"):
+        return None
+    stored = json.loads(pair["prediction_json"])
+    answers = stored.get("answers")
+    question = lesson_prediction(json.loads(pair["preset_json"]))
+    outcome = json.loads(pair["outcome_json"]) if pair.get("outcome_json") else None
+    if outcome is None and question is not None:
+        outcome = measure_outcome(store, pair, question)
+    return {
+        "answers": answers,
+        "skipped": answers is None,
+        "at": stored.get("at"),
+        "outcome": outcome or {},
+    }
+
+
+def measure_outcome(store: Store, pair: Row, question: Prediction) -> dict[str, Any] | None:
+    """Each predicted run's outcome so far ({"A": 40, "B": None}); stored with the pair once
+    every one is final."""
+    runs = {r["label"]: r for r in store.runs_of_pair(pair["id"])}
+    outcome = {
+        label: run_outcome(store, runs[label], question.measure) if label in runs else None
+        for label in question.runs
+    }
+    if all(v is not None for v in outcome.values()):
+        store.set_outcome(pair["id"], json.dumps(outcome))
+    return outcome
+
+
+def run_outcome(store: Store, run: Row, measure: str) -> Any:
+    """What the run's first restart did, as `measure` counts it; None until it is known."""
+    if not (run["crashes"] or 0) and not (run["segment"] or 0):
+        return None  # not crashed nor restarted yet: nothing to read (and no query)
+    refused = any(
+        json.loads(e["data"]).get("code") == NO_CHECKPOINT_CODE and (e["segment"] or 0) == 1
+        for e in store.records_of_kind(run["id"], "event")
+    )
+    check = next((c for c in resume_checks(store, run["id"]) if c["segment"] == 1), None)
+    if measure == "lost_steps":
+        if check is not None:
+            return int(check["expected_points"])
+        return int(run["step"] or 0) if refused else None
+    if refused:
+        kind = "refused"
+    elif check is None:
+        return None
+    elif check["started_over"]:
+        kind = "fresh"
+    elif check["bit_identical"] is False:
+        kind = "different"
+    elif check["complete"] and (check["bit_identical"] or not check["expected_points"]):
+        kind = "identical"
+    else:
+        return None  # identical so far: wait until every lost step is recomputed
+    if measure == "bit_identical":
+        return "yes" if kind == "identical" else "no"
+    return kind
+
+
+def class_predictions(store: Store) -> list[dict[str, Any]]:
+    """Per lesson (in the order first predicted): its question and, per prediction, the
+    answers against the outcomes (skipped ones counted apart)."""
+    lessons: dict[str, dict[str, Any]] = {}
+    for pair in store.predicted_pairs(CLASS_PAIRS):
+        preset = json.loads(pair["preset_json"])
+        question = lesson_prediction(preset)
+        view = prediction_view(store, pair)
+        if question is None or view is None:
+            continue
+        lesson = lessons.setdefault(
+            pair["preset"],
+            {
+                "preset_id": pair["preset"],
+                "number": preset.get("number"),
+                "title": preset.get("title"),
+                "predict": question.to_dict(),
+                "skipped": 0,
+                "predictions": [],
+            },
+        )
+        if view["skipped"]:
+            lesson["skipped"] += 1
+        else:
+            lesson["predictions"].append(
+                {"pair": pair["id"], "answers": view["answers"], "outcome": view["outcome"]}
+            )
+    return list(lessons.values())
