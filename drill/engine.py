@@ -493,6 +493,12 @@ def run_crashed(
             and prev.kill_point is not None
             and not prev.kill_point.recovery
             and (prev.kill_point.during_write or prev.kill_point.preempt or prev.in_write)
+            # Damaged: a file rewritten in place or one left under its final name. An
+            # atomic writer's temp file damages nothing: its restart failed by itself.
+            and bool(
+                modified_in_place(prev.snapshot_before_kill, prev.snapshot_after_kill)
+                or appeared_incomplete(prev.snapshot_before_kill, prev.snapshot_after_kill)
+            )
         )
         if damaged and prev is not None and prev.last_step is not None:
             # The write the kill landed in came after prev's last printed step: the first
