@@ -513,6 +513,14 @@ def run_crashed(
         progressed = target.has_checkpoint(after) and after != before
         if not (seg.crashed and i > 0 and progressed):
             break  # finished, hung, or crashed where a restart would crash again
+    # Keep only the copies that were put back (evidence, with --work-dir): a checkpoint
+    # dir can be large, and a passing drill needs none of them.
+    used = {s.state_copy for s in segments if s.restored_from is not None}
+    for s in segments:
+        if s.state_copy is not None and s.state_copy not in used:
+            shutil.rmtree(s.state_copy, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        copies.rmdir()  # only when empty
     return segments
 
 

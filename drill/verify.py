@@ -134,7 +134,8 @@ def verify_preset(
         except forkserver.ForkServerError as e:
             _note(f"{e}; running the drill again, every trainer process started with exec")
             if work_dir is not None:
-                for sub in ("reference", "crashed"):  # made by the first try in an empty dir
+                # made by the first try in an empty dir
+                for sub in ("reference", "crashed", "crashed-copies"):
                     shutil.rmtree(Path(work_dir) / sub, ignore_errors=True)
         target.fork_server = None
         marks.clear()
