@@ -323,6 +323,7 @@ def _follow(
     deadline = seg.started + target.timeout
     bufs = {"out": b"", "err": b""}
     seen: dict[str, Snapshot] = {}  # observe_checkpoints: the dir at the last change
+    changed_at: list[int] = []  # observe_checkpoints: how many lines were read at each change
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ, "out")
     sel.register(proc.stderr, selectors.EVENT_READ, "err")
@@ -366,7 +367,13 @@ def _follow(
         elif observe_checkpoints:
             snap = target.snapshot(ckpt_dir)
             if snap != seen["dir"]:  # a write came after the previous step line
-                seg.write_steps.append(seg.points[-2].step)
+                # One write can show at two lines in a row: begun when one line was read
+                # (a script that writes right after printing), finished at the next one.
+                if seg.write_steps and changed_at[-1] == len(seg.points) - 1:
+                    seg.write_steps[-1] = seg.points[-2].step
+                else:
+                    seg.write_steps.append(seg.points[-2].step)
+                changed_at.append(len(seg.points))
                 seg.first_ckpt_step = seg.write_steps[0]
                 seen["dir"] = snap
         if kill is None or seg.killed or seg.term_time is not None:
