@@ -408,7 +408,8 @@ def _check(
     if landing.in_place and not landing.in_write:
         add(
             "in-place-write",
-            f"{', '.join(landing.in_place[:3])} was rewritten in place (the same file), not "
+            f"{', '.join(landing.in_place[:3])} {'were' if len(landing.in_place) > 1 else 'was'}"
+            " rewritten in place (the same file), not "
             "written under a temp name and renamed. This kill landed after that write had "
             f"finished, so nothing was torn this time; a kill inside it would tear it — {TORN}",
             fails=False,

@@ -93,7 +93,8 @@ def judge_landing(
             f"{', '.join(temps[:3])} was still being written under a temp name when the kill landed"
         )
     if in_place:
-        evidence.append(f"{', '.join(in_place[:3])} was rewritten in place (the same file)")
+        were = "were" if len(in_place) > 1 else "was"
+        evidence.append(f"{', '.join(in_place[:3])} {were} rewritten in place (the same file)")
     if partial:
         evidence.append(f"{', '.join(partial[:3])} appeared under its final name during the write")
     proof = bool(temps)
