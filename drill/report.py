@@ -274,8 +274,26 @@ def table(result: DrillResult) -> str:
             summary = "PASS: the run reproduced bit for bit (no kill landed)"
     else:
         summary = "FAIL" if an.exit_code == 1 else "ERROR"
+    lines.append(f"  seed: {_replays(result)}")
     lines.append(f"{summary} · wall {result.wall_s:.1f} s · replay with --seed {result.seed}")
     return "\n".join(lines)
+
+
+def _replays(result: DrillResult) -> str:
+    """What `--seed` replays of this drill and what depends on timing (docs/verify.md,
+    "What a seed replays")."""
+    seed = result.seed
+    if result.mode == "preset":
+        return (
+            f"--seed {seed} replays this plan exactly, the write kill too (the trainer holds "
+            "the write open for it); a plain kill lands at its step or a little later"
+        )
+    return (
+        f"--seed {seed} replays this plan (which kills, armed at which steps); where a kill "
+        "lands in a write depends on timing: the same seed can land inside the write or "
+        "just after it (then it is judged like a plain kill), and a plain kill at its step "
+        "or a little later"
+    )
 
 
 def _held(r: ResumeVerdict) -> bool:

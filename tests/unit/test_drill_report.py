@@ -97,3 +97,5 @@ def test_table_names_each_resume_and_the_verdict() -> None:
     assert "inside a checkpoint write after step 22" in text
     assert "bit-identical" in text and text.splitlines()[-1].startswith("PASS")
     assert "--seed 7" in text
+    assert "trials: a kill before the first checkpoint: resume(s) 1 passed" in text
+    assert "--seed 7 replays this plan" in text and "depends on timing" in text
