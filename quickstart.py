@@ -5,16 +5,28 @@
     python3 quickstart.py lab --instructor   # the same with instructor mode on (login link printed)
     python3 quickstart.py test    # set up with test tools, then the whole test suite
     python3 quickstart.py setup   # set up only (add --test for the test tools)
+    python3 quickstart.py lock    # recompile requirements/*.txt from pyproject's extras
+
+What is installed: pyproject's extras for the lab (server, gpu) or for the tests (every
+extra), at the versions pinned in requirements/lab.txt or requirements/test.txt, the ones
+the tests passed with (`--unlocked`: the newest that pyproject allows instead). `lock`
+recompiles both with uv after pyproject's dependencies change; add `--upgrade` (or
+`--upgrade-package NAME`) to move to newer releases. docs/development.md says more.
 
 torch: on a machine with an NVIDIA GPU the regular (CUDA) build is installed. Without
 one, a CPU build is taken instead of gigabytes of CUDA libraries: from a local wheel when
 pip can find one, else from PyTorch's CPU index. Override with CRASHDRILL_TORCH_INDEX
-(a pip index URL) or CRASHDRILL_TORCH="torch==X" for the requirement itself.
+(a pip index URL) or CRASHDRILL_TORCH="torch==X" for the requirement itself. torch is
+installed first and is not in the lock (which build is right depends on the machine);
+the lock pins its dependencies but not its CUDA libraries, which torch pins itself.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -28,6 +40,18 @@ BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PY = BIN / "python"
 TORCH = os.environ.get("CRASHDRILL_TORCH", "torch==2.13.0")
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+REQUIREMENTS = ROOT / "requirements"
+# The install sets: pyproject's extras each takes. `ray` only for the tests (the Ray tier):
+# the default lab needs no cluster. Each set has its lock, requirements/<set>.txt.
+INSTALL_SETS: dict[str, tuple[str, ...]] = {
+    "test": ("server", "gpu", "data", "postgres", "gcs", "supabase", "ray", "test"),
+    "lab": ("server", "gpu"),
+}
+LOCK_PYTHON = "3.11"  # the oldest Python pyproject allows: the lock resolves for it and up
+UV = "uv==0.13.9"  # compiles the locks (`python3 quickstart.py lock`)
+# torch's own requirements that are its CUDA stack: the CUDA build pins them exactly, the
+# CPU build has none, so they stay out of the lock (requirements/torch.in).
+CUDA_STACK = re.compile(r"^(nvidia-|triton|cuda-)", re.I)
 
 
 def say(msg: str) -> None:
@@ -80,20 +104,124 @@ def install_torch() -> None:
             pip(TORCH, "--index-url", CPU_INDEX)  # that index also serves torch's dependencies
 
 
-def setup(test: bool) -> None:
+def lock_inputs(name: str) -> str:
+    """A fingerprint of what requirements/<name>.txt is compiled from: pyproject's base
+    dependencies and the set's extras, and the torch that quickstart installs."""
+    import tomllib  # here, not at the top: on Python < 3.11 main() must still say why
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project.get("optional-dependencies", {})
+    unknown = [e for e in INSTALL_SETS[name] if e not in extras]
+    if unknown:
+        raise SystemExit(
+            f"quickstart: install set {name!r} names extras pyproject lacks: {unknown}"
+        )
+    data = {
+        "dependencies": project["dependencies"],
+        "extras": {e: extras[e] for e in INSTALL_SETS[name]},
+        "torch": TORCH,
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+LOCK_STAMP = "# crashdrill lock of install set {name}: inputs {inputs}"
+
+
+def lock_problem(name: str) -> str | None:
+    """Why requirements/<name>.txt cannot be trusted as the tested versions, or None."""
+    path = REQUIREMENTS / f"{name}.txt"
+    if not path.is_file():
+        return f"{path.relative_to(ROOT)} is missing: run `python3 quickstart.py lock`"
+    first = path.read_text().split("\n", 1)[0]
+    if first != LOCK_STAMP.format(name=name, inputs=lock_inputs(name)):
+        return (
+            f"{path.relative_to(ROOT)} was compiled from other dependencies than pyproject's"
+            " now: run `python3 quickstart.py lock`"
+        )
+    return None
+
+
+def make_venv() -> None:
     if not PY.exists():
         say(f"creating {VENV}")
         venv.EnvBuilder(with_pip=True).create(VENV)
+
+
+def setup(test: bool, unlocked: bool = False) -> None:
+    make_venv()
     install_torch()
-    # `ray` only for the tests (the Ray tier): the default lab needs no cluster.
-    extras = "server,gpu,data,postgres,gcs,supabase,ray,test" if test else "server,gpu"
-    pip("-e", f".[{extras}]")
+    name = "test" if test else "lab"
+    extras = ",".join(INSTALL_SETS[name])
+    problem = None if unlocked else lock_problem(name)
+    if unlocked:
+        pip("-e", f".[{extras}]")
+    else:
+        if problem:
+            say(f"warning: {problem}; what pyproject adds since is installed unpinned")
+        # the pins first, then this package with the set's extras: pip takes the pinned
+        # versions, and torch stays the build install_torch chose
+        pip("-r", f"requirements/{name}.txt", "-e", f".[{extras}]")
     # front-end packages from npm (uPlot), never committed; without Node.js the page still
     # works and says that its charts are missing
     if sh(PY, "scripts/build_web.py", check=False) != 0:
         say("could not fetch uPlot from npm: the lab page will run without charts")
     if test:
         ensure_chromium()
+
+
+def lock(argv: list[str]) -> int:
+    """Recompile requirements/test.txt and requirements/lab.txt with uv from pyproject's
+    extras; argv goes to `uv pip compile` (`--upgrade`, `--upgrade-package NAME`)."""
+    make_venv()
+    install_torch()  # its metadata says what torch itself requires
+    if sh(PY, "-m", "pip", "install", "--disable-pip-version-check", "-q", UV, check=False):
+        say(f"could not install {UV} into {VENV}")
+        return 1
+    code = (
+        "import importlib.metadata as m; "
+        "print('\\n'.join(r for r in m.requires('torch') or [] if 'extra ==' not in r))"
+    )
+    requires = subprocess.run([str(PY), "-c", code], capture_output=True, text=True, check=True)
+    kept = [r for r in requires.stdout.split("\n") if r and not CUDA_STACK.match(r)]
+    (REQUIREMENTS / "torch.in").write_text(
+        f"# What {TORCH} itself requires, but its CUDA stack (torch pins that exactly itself).\n"
+        "# Written by `python3 quickstart.py lock` from the installed torch: do not edit.\n"
+        + "".join(f"{r}\n" for r in kept)
+    )
+    for name in ("test", "lab"):  # lab within test's pins: it installs tested versions
+        out = f"requirements/{name}.txt"
+        cmd: list[str | Path] = [
+            BIN / "uv",
+            "pip",
+            "compile",
+            "pyproject.toml",
+            "requirements/torch.in",
+        ]
+        cmd += [a for e in INSTALL_SETS[name] for a in ("--extra", e)]
+        cmd += [
+            "--universal",
+            "--python-version",
+            LOCK_PYTHON,
+            "--override",
+            "requirements/overrides.txt",
+        ]
+        cmd += [
+            "--no-emit-package",
+            "torch",
+            "--custom-compile-command",
+            "python3 quickstart.py lock",
+            "--quiet",
+        ]
+        cmd += (["-c", "requirements/test.txt"] if name == "lab" else []) + ["-o", out, *argv]
+        if sh(*cmd, check=False) != 0:
+            say(f"FAILED: could not compile {out}")
+            return 1
+        path = ROOT / out
+        lines = [x for x in path.read_text().split("\n") if not x.startswith("# crashdrill lock")]
+        path.write_text("\n".join([LOCK_STAMP.format(name=name, inputs=lock_inputs(name)), *lines]))
+        pins = sum(1 for x in lines if "==" in x and not x.startswith((" ", "#")))
+        say(f"{out}: {pins} packages pinned")
+    return 0
 
 
 def ensure_chromium() -> None:
@@ -161,7 +289,8 @@ def run_tests() -> int:
     steps: list[list[str | Path]] = [
         [BIN / "ruff", "check", "."],
         [BIN / "ruff", "format", "--check", "."],
-        [BIN / "mypy", "server", "workers", "drill"],
+        [BIN / "mypy", "server", "workers", "drill", "crashdrill/processes"],
+        [PY, "scripts/lint_imports.py"],  # the layers: import-linter contracts in pyproject
         [PY, "-m", "pytest", "tests", "-p", "no:cacheprovider"],
         [BIN / "crashdrill", "verify", "--preset", "quick", "--kills", "2"],
     ]
@@ -175,16 +304,18 @@ def run_tests() -> int:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("lab", "test", "setup"):
+    if not argv or argv[0] not in ("lab", "test", "setup", "lock"):
         print(__doc__)
         return 2
     if sys.version_info < (3, 11):  # noqa: UP036 - this script runs before any venv exists
         print("crashdrill needs Python ≥ 3.11", file=sys.stderr)
         return 2
     cmd = argv[0]
-    setup(test=cmd == "test" or "--test" in argv)
+    if cmd == "lock":
+        return lock(argv[1:])
+    setup(test=cmd == "test" or "--test" in argv, unlocked="--unlocked" in argv)
     if cmd == "lab":
-        serve([a for a in argv[1:] if a != "--test"])
+        serve([a for a in argv[1:] if a not in ("--test", "--unlocked")])
     if cmd == "test":
         return run_tests()
     return 0

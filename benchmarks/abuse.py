@@ -16,13 +16,20 @@ address, as a class behind a NAT would be), the attacker plays, one after the ot
   over max_body_bytes, a data = file:/proc/self/environ it may not set;
 - token guessing: wrong instructor tokens at login and in a header, then the right one;
 - SSE floods: as many event streams as it can hold open;
-- cross-origin posts: starting pairs and crash tests with another site's Origin/Referer.
+- cross-origin posts: starting pairs and crash tests with another site's Origin/Referer;
+- disk hogs: lesson-1.13 with steps and ckpt_every that would write gigabytes of
+  checkpoints, each within its range (benchmarks/abuse_bounds.py): refused up front.
 All the while a poller reads GET /api/pairs/{honest pair} every 0.1 s. It prints, per attack,
 the requests sent and how they were answered (refused with 4xx, 5xx, or got through), then
 whether the honest pair finished with a bit-identical resume and the p50/p99/max of the
 poller's latency during the attack.
 
-Last comes the socket flood (benchmarks/socket_flood.py, a child process): up to
+Once the honest pair has finished, a browser of its own starts lesson-1.7-fast with
+settings that diverge (lr 1.0, weight_decay 10, warmup 0, grad_clip 1000; abuse_bounds.py):
+both runs must end "diverged", and what its page reads must be valid JSON with no
+traceback and no path of the server's.
+
+Before that comes the socket flood (benchmarks/socket_flood.py, a child process): up to
 `--flood-sockets` idle or half-sent (`GET / HTTP/1.1\r\n`) sockets from `--flood-addresses`
 loopback addresses of its own, reopened as the lab closes them, for `--flood-seconds`. Once
 the flood holds its sockets, the honest browser starts a second pair and presses Crash test
@@ -32,7 +39,8 @@ the attacker held and how the others ended, health p50/p99/max, and whether that
 test's resume was bit-identical. Run-time numbers vary with the machine; the tests assert
 the behaviour (tests/integration/test_server_hardening.py, test_front_door.py). Exit 1
 when an honest pair did not finish with a bit-identical resume, a request got a 5xx, a
-health request failed during the flood, the server logged a traceback or ran out of open
+disk hog got through, the diverging pair did not end diverged or leaked, a health request
+failed during the flood, the server logged a traceback or ran out of open
 files, or a poller (or the flood) measured nothing.
 """
 
@@ -57,6 +65,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.support is not installed
 
+from abuse_bounds import disk_hogs, diverging_pair, repo_paths  # noqa: E402
 from abuse_student import (  # noqa: E402  siblings: benchmarks run as scripts
     CRASH_MARGIN,
     ENDED,
@@ -237,7 +246,8 @@ def main() -> int:
         server = spawn_server(port, env, log, "--data-dir", str(Path(tmp) / "lab"))
         base = f"http://127.0.0.1:{port}"
         try:
-            code = run_attacks(base, args.rounds, args.steps, args.smoke, flood)
+            secret = [str(Path(tmp).resolve()), *repo_paths()]
+            code = run_attacks(base, args.rounds, args.steps, args.smoke, flood, secret)
         finally:
             server.terminate()
             server.wait(30)
@@ -247,7 +257,10 @@ def main() -> int:
         return code if tracebacks == emfile == 0 else 1
 
 
-def run_attacks(base: str, rounds: int, steps: int, smoke: bool, flood_size: FloodSize) -> int:
+def run_attacks(
+    base: str, rounds: int, steps: int, smoke: bool, flood_size: FloodSize, secret: list[str]
+) -> int:
+    """`secret`: paths of the server's that no student answer may hold."""
     size = {name: n[1] if smoke else n[0] for name, n in SIZES.items()}
     honest = httpx.Client(base_url=base, timeout=30)  # its cookie: the honest browser
     made = honest.post("/api/pairs", json={"preset": "quick", "overrides": {"steps": steps}})
@@ -271,6 +284,9 @@ def run_attacks(base: str, rounds: int, steps: int, smoke: bool, flood_size: Flo
     rows.append(("SSE flood (one address)", o, c, ""))
     o, c = cross_origin(base, run_a, size["origins"] * rounds)
     rows.append(("cross-origin posts", o, c, ""))
+    o, c, note = disk_hogs(base, rounds)
+    rows.append(("disk-hog overrides", o, c, note))
+    hogs_through = o["through"]
     attack_s = time.monotonic() - t0
     attack_latencies = list(poller.latencies)
     crasher.join(FINISH_TIMEOUT_S)
@@ -280,6 +296,7 @@ def run_attacks(base: str, rounds: int, steps: int, smoke: bool, flood_size: Flo
     )
     poller.stop_flag.set()
     checks = honest.get(f"/api/runs/{run_a}/resume-checks").json()["checks"]
+    diverged = diverging_pair(base, secret)
 
     print(f"{'attack':<26} {'sent':>5} {'refused':>8} {'5xx':>4} {'through':>8}  statuses")
     for name, outcomes, codes, note in rows:
@@ -301,11 +318,12 @@ def run_attacks(base: str, rounds: int, steps: int, smoke: bool, flood_size: Flo
     )
     five_xx = sum(o["5xx"] for _, o, _, _ in rows)
     flood_ok = flood.report()
+    diverge_ok = diverged.report()
     if not ms:
         print("the poller took no sample during the attack: nothing measured")
         return 1
     ok = identical and all(r["state"] == "finished" for r in runs) and five_xx == 0
-    return 0 if ok and flood_ok else 1
+    return 0 if ok and flood_ok and diverge_ok and hogs_through == 0 else 1
 
 
 class FloodOutcome:

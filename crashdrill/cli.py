@@ -28,7 +28,7 @@ from typing import Any
 
 from crashdrill.closed_output import quiet_when_output_closed
 
-EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_USAGE = 0, 2
 
 
 class _Parser(argparse.ArgumentParser):

@@ -22,6 +22,8 @@ kill`), and A must resume on another node from the mirror ("Lost host … resume
 from __future__ import annotations
 
 import argparse
+import functools
+import http.client
 import http.cookiejar
 import json
 import subprocess
@@ -41,17 +43,30 @@ class StepFailed(Exception):
 
 
 class Client:
-    """JSON over HTTP with one cookie jar: the lab ties a pair to the browser's session."""
+    """JSON over HTTP with one cookie jar: the lab ties a pair to the browser's session.
+    `source`: connect from this local address (127.0.0.30: another client on loopback)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, source: str | None = None) -> None:
         self.url = url.rstrip("/")
-        jar = http.cookiejar.CookieJar()
-        self._open = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar)).open
+        self.jar = http.cookiejar.CookieJar()
+        bind = (source, 0) if source else None
 
-    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        class FromSource(urllib.request.HTTPHandler):
+            def http_open(self, req: Any) -> Any:
+                conn = functools.partial(http.client.HTTPConnection, source_address=bind)
+                return self.do_open(conn, req)
+
+        cookies = urllib.request.HTTPCookieProcessor(self.jar)
+        self._open = urllib.request.build_opener(FromSource(), cookies).open
+
+    def call(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method)
         req.add_header("Content-Type", "application/json")
+        for name, value in (headers or {}).items():
+            req.add_header(name, value)
         try:
             with self._open(req, timeout=30) as r:
                 return r.status, json.loads(r.read() or b"null")

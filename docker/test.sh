@@ -14,15 +14,21 @@
 #   3. builds docker/server.Dockerfile (with the ray extra) and docker/worker.Dockerfile
 #      (CPU torch here; the CUDA build is for machines with a registry and a GPU), unless
 #      CRASHDRILL_TEST_SERVER_IMAGE and CRASHDRILL_TEST_WORKER_IMAGE name images to test
-#      (kept then);
+#      (kept then), and docker/proxy.Dockerfile (nginx; CRASHDRILL_TEST_PROXY_IMAGE: kept);
 #   4. docker/compose.yaml + docker/compose.hostnet.yaml up on free loopback ports: Postgres,
-#      a Ray head, two CPU workers, the lab (SIGTERM-clean, healthy);
-#   5. through the API (docker/lab_check.py): a quick pair with a student's setting (a
+#      a Ray head, two CPU workers, the lab (SIGTERM-clean, healthy) and nginx in front;
+#   5. through the proxy (docker/lab_check.py): a quick pair with a student's setting (a
 #      frozen preset each worker trains its own copy of), run A crash-tested, its resume
 #      check bit-identical; then a longer pair whose run A loses its worker container
 #      (docker kill) and resumes on the other worker from the mirror, bit-identically;
-#   6. tears down what it made: the stack, its volumes, the images it built, the daemon it
-#      started, the build inputs it put in docker/local/.
+#   6. the proxy (docker/proxy_check.py): the idle/half-sent socket flood of
+#      benchmarks/socket_flood.py against it while /api/health is polled and a crash test
+#      runs (sockets held, health p99, bit-identical); per-address pair quotas see each
+#      client's own address through it and nobody's X-Forwarded-For, through it or
+#      straight to the lab; the event stream's first frame; https with a self-signed
+#      certificate made here (skipped without openssl);
+#   7. tears down what it made: the stack, its volumes, the images it built, the daemon it
+#      started, the build inputs it put in docker/local/, the certificate.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,6 +44,7 @@ PROJECT="crashdrilltest$$"
 BUILT_IMAGES=()
 LOCAL_FILES=()
 STACK_UP=0
+TLS_DIR=""
 
 step() { STEP="$1"; echo "== $1 ($(($(date +%s) - T0)) s)"; }
 fail() { echo "FAILED step '$STEP': $*" >&2; exit 1; }
@@ -63,6 +70,7 @@ teardown() {
         docker images -q 'crashdrill-local/*' | xargs -r docker rmi -f >/dev/null 2>&1
     fi
     for f in "${LOCAL_FILES[@]}"; do rm -rf "$f"; done
+    [ -n "$TLS_DIR" ] && rm -rf "$TLS_DIR"
     if [ -n "$DOCKERD_PID" ]; then
         kill "$DOCKERD_PID" 2>/dev/null
         for _ in $(seq 1 30); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 1; done
@@ -188,22 +196,44 @@ else
         || fail "$(tail -15 "$WORK/worker-build.log")"
     echo "   built in $(($(date +%s) - t)) s: $(size "$WORKER_IMAGE")"
 fi
+PROXY_IMAGE="${CRASHDRILL_TEST_PROXY_IMAGE:-}"
+if [ -n "$PROXY_IMAGE" ]; then
+    step "proxy image given: $PROXY_IMAGE ($(size "$PROXY_IMAGE"))"
+else
+    # On the Python base: Debian bookworm, the same as debian:bookworm-slim for nginx, and
+    # already here (no registry needed).
+    PROXY_IMAGE="crashdrill-test-proxy:$ID"
+    step "build the proxy image (docker/proxy.Dockerfile: Debian's nginx)"
+    t=$(date +%s)
+    BUILT_IMAGES+=("$PROXY_IMAGE")
+    docker build --network host -f docker/proxy.Dockerfile --build-arg BASE="$PYTHON_IMAGE" \
+        -t "$PROXY_IMAGE" . >"$WORK/proxy-build.log" 2>&1 \
+        || fail "$(tail -15 "$WORK/proxy-build.log")"
+    echo "   built in $(($(date +%s) - t)) s: $(size "$PROXY_IMAGE")"
+fi
 
 # ---- 4. the stack -----------------------------------------------------------------------
-step "compose up (Postgres, Ray head, two CPU workers, the lab) on free loopback ports"
-read -r LAB_PORT DB_PORT RAY_PORT CLIENT_PORT AGENT_HEAD AGENT_1 AGENT_2 < <(python3 - <<'EOF'
+step "compose up (Postgres, Ray head, two CPU workers, the lab, its proxy) on free loopback ports"
+read -r PORT LAB_PORT DB_PORT RAY_PORT CLIENT_PORT AGENT_HEAD AGENT_1 AGENT_2 < <(python3 - <<'EOF'
 import socket
-socks = [socket.socket() for _ in range(7)]
+socks = [socket.socket() for _ in range(8)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))
 EOF
 )
-export CRASHDRILL_PORT=$LAB_PORT CRASHDRILL_DB_PORT=$DB_PORT CRASHDRILL_RAY_PORT=$RAY_PORT
+export CRASHDRILL_PORT=$PORT CRASHDRILL_LAB_PORT=$LAB_PORT CRASHDRILL_DB_PORT=$DB_PORT
+export CRASHDRILL_RAY_PORT=$RAY_PORT CRASHDRILL_PROXY_IMAGE=$PROXY_IMAGE
 export CRASHDRILL_RAY_CLIENT_PORT=$CLIENT_PORT CRASHDRILL_RAY_AGENT_PORT_HEAD=$AGENT_HEAD
 export CRASHDRILL_RAY_AGENT_PORT_1=$AGENT_1 CRASHDRILL_RAY_AGENT_PORT_2=$AGENT_2
 export CRASHDRILL_SERVER_IMAGE=$SERVER_IMAGE CRASHDRILL_WORKER_IMAGE=$WORKER_IMAGE
 export CRASHDRILL_POSTGRES_IMAGE=$POSTGRES_IMAGE CRASHDRILL_PYTHON_IMAGE=$PYTHON_IMAGE
+# compose makes the stack's own network (compose.yaml pins its range for the proxy's
+# address) though no service here uses it: a range of its own per run, so that two runs on
+# one machine do not ask Docker for the same one.
+net=$((RANDOM % 200 + 20))
+export CRASHDRILL_SUBNET=172.30.$net.0/24 CRASHDRILL_SUBNET_DYNAMIC=172.30.$net.0/25
+export CRASHDRILL_PROXY_ADDRESS=172.30.$net.200
 # 2 CPUs a worker (the compose default) and no run limit of the lab's own: the cluster's
 # nodes decide how many runs train (the Ray queue). The lost-worker check needs the
 # surviving worker to have room for A beside B.
@@ -212,13 +242,15 @@ CRASHDRILL_POSTGRES_PASSWORD=$(python3 -c 'import secrets; print(secrets.token_h
 export CRASHDRILL_POSTGRES_PASSWORD
 COMPOSE+=(-p "$PROJECT" -f docker/compose.yaml -f docker/compose.hostnet.yaml)
 STACK_UP=1
-"${COMPOSE[@]}" up -d --no-build db ray-head worker worker-2 lab >"$WORK/up.log" 2>&1 \
+"${COMPOSE[@]}" up -d --no-build db ray-head worker worker-2 lab lab-proxy >"$WORK/up.log" 2>&1 \
     || fail "$(tail -10 "$WORK/up.log")"
-URL="http://127.0.0.1:$LAB_PORT"
-echo "   the lab at $URL (Postgres :$DB_PORT, Ray :$RAY_PORT, client :$CLIENT_PORT)"
+URL="http://127.0.0.1:$PORT"
+LAB_URL="http://127.0.0.1:$LAB_PORT"
+echo "   the lab at $URL through nginx, itself at $LAB_URL (Postgres :$DB_PORT, Ray :$RAY_PORT, client :$CLIENT_PORT)"
 
-step "the lab is ready and its container healthy"
+step "the lab is ready through the proxy and its container healthy"
 python3 docker/lab_check.py --url "$URL" --ready-only --ready-timeout 240 || fail "see above"
+"${COMPOSE[@]}" logs --no-color lab-proxy 2>&1 | grep -o 'crashdrill-proxy: .*' | head -1 | sed 's/^/   /'
 server_container=$("${COMPOSE[@]}" ps -q lab)
 for _ in $(seq 1 60); do
     health=$(docker inspect -f '{{.State.Health.Status}}' "$server_container")
@@ -230,13 +262,43 @@ user=$(docker exec "$server_container" id -un)
 [ "$user" = crashdrill ] || fail "the server runs as $user, not the non-root user crashdrill"
 echo "   healthy, as user $user"
 
-# ---- 5. through the API -----------------------------------------------------------------
+# ---- 5. through the API, through the proxy ------------------------------------------------
 step "a quick pair; run A crash-tested; its resume check bit-identical"
 python3 docker/lab_check.py --url "$URL" || fail "see above"
 
 step "run A's worker container killed mid-run; A resumes on the other worker from the mirror"
 python3 docker/lab_check.py --url "$URL" --kill-worker-of-a \
     "$("${COMPOSE[@]}" ps -q worker)" "$("${COMPOSE[@]}" ps -q worker-2)" || fail "see above"
+
+# ---- 6. the proxy -------------------------------------------------------------------------
+step "socket flood through the proxy: /api/health polled, a crash test bit-identical"
+python3 docker/proxy_check.py flood --url "$URL" --sockets 2000 --addresses 4 --seconds 15 \
+    || fail "see above"
+
+step "per-address quotas see each client's own address through the proxy, and no one's X-Forwarded-For"
+python3 docker/proxy_check.py forwarded --url "$URL" --lab-url "$LAB_URL" || fail "see above"
+
+step "https through the proxy (a self-signed certificate made now)"
+if command -v openssl >/dev/null; then
+    TLS_DIR="$(mktemp -d /tmp/crashdrill-docker-tls.XXXXXX)"
+    chmod 755 "$TLS_DIR"  # nginx reads it as www-data; a throwaway key
+    openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 \
+        -addext "subjectAltName=IP:127.0.0.1,DNS:localhost" -keyout "$TLS_DIR/key.pem" \
+        -out "$TLS_DIR/cert.pem" >"$WORK/openssl.log" 2>&1 || fail "$(tail -3 "$WORK/openssl.log")"
+    chmod 644 "$TLS_DIR"/*.pem
+    CRASHDRILL_PROXY_TLS=1 CRASHDRILL_PROXY_TLS_DIR="$TLS_DIR" "${COMPOSE[@]}" up -d --no-deps \
+        --no-build lab-proxy >"$WORK/tls-up.log" 2>&1 || fail "$(tail -10 "$WORK/tls-up.log")"
+    ok=0
+    for _ in $(seq 1 30); do
+        python3 docker/proxy_check.py tls --url "https://127.0.0.1:$PORT" --cafile "$TLS_DIR/cert.pem" \
+            >"$WORK/tls.log" 2>&1 && { ok=1; break; }
+        sleep 0.5
+    done
+    cat "$WORK/tls.log"
+    [ "$ok" = 1 ] || fail "see above"
+else
+    echo "   skipped: no openssl to make a certificate"
+fi
 
 step "SIGTERM: docker stop ends the lab cleanly"
 t=$(date +%s)

@@ -18,6 +18,7 @@ from pathlib import Path
 from crashdrill.drill.engine import Child, Segment, Snapshot, Target, WriteWatch, scan
 from crashdrill.drill.plan import KillPoint, draw_kills
 from crashdrill.drill.trace import LossParser
+from crashdrill.processes.forkserver import TRAINER_PRELOAD, ForkServer
 from crashdrill.trainer.checkpoint_layout import (
     INPLACE_SLOT,
     ckpt_root,
@@ -25,8 +26,6 @@ from crashdrill.trainer.checkpoint_layout import (
     parse_step_dir,
     temp_dir_name,
 )
-from crashdrill.workers.forkserver import ForkServer
-from crashdrill.workers.warm import TRAINER_PRELOAD
 
 PAUSE_SECONDS = 30  # the kill lands as soon as the pause begins; this only bounds a miss
 EXIT_NO_CHECKPOINT = 3
@@ -73,7 +72,7 @@ class PauseWatch(WriteWatch):
 # What the fork server imports once, so that a trainer start forked from it does not:
 # code only (torch and everything `crashdrill run` imports), never a run's state.
 FORK_SERVER_PRELOAD = [
-    *TRAINER_PRELOAD,  # what the lab's warm trainers import (workers/warm.py)
+    *TRAINER_PRELOAD,  # what the lab's warm trainers import too (workers/warm.py)
     "crashdrill.drill.final_state",  # the final comparison, run after the last step
 ]
 

@@ -26,7 +26,7 @@ from crashdrill.drill.compare import EXIT_USAGE
 from crashdrill.drill.engine import StartError
 from crashdrill.drill.plan import PREEMPT_MODES
 from crashdrill.drill.trace import TraceError
-from crashdrill.workers.process_tree import become_subreaper
+from crashdrill.processes.process_tree import become_subreaper
 
 MAX_KILLS = 100
 

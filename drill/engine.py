@@ -35,7 +35,7 @@ from crashdrill.drill.snapshot import (  # re-exported: the engine's callers imp
     scan,
 )
 from crashdrill.drill.trace import LossParser, StepPoint
-from crashdrill.workers.process_tree import kill_tree, tree_marker
+from crashdrill.processes.process_tree import kill_tree, tree_marker
 
 __all__ = [
     "Child",

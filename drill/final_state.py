@@ -20,7 +20,7 @@ from pathlib import Path
 
 from crashdrill.drill.compare import FinalParams
 from crashdrill.drill.engine import Child
-from crashdrill.workers.forkserver import ForkServer
+from crashdrill.processes.forkserver import ForkServer
 
 METHOD = "torch.equal"
 

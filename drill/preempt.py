@@ -27,8 +27,6 @@ from typing import Any
 from crashdrill.drill.compare import Analysis, Evidence, Finding, executed_kills
 from crashdrill.drill.engine import Segment, Target
 
-DIAGNOSES = ("ignores-sigterm", "saves-too-slowly", "exits-without-saving", "torn-checkpoint")
-
 
 @dataclass(frozen=True)
 class StopVerdict:

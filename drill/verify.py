@@ -7,10 +7,10 @@
 
 For the built-in trainer the cadence is known from the preset, so the reference and the
 crashed run start together (one core each), and every trainer process is forked from a
-fork server that has imported torch once (workers/forkserver.py; `fork_server=False` or
-CRASHDRILL_FORK_SERVER=0 for plain exec). For any other script the reference runs
-first: it tells the drill how many steps there are and when the first checkpoint appears,
-which is what the kill plan needs.
+fork server that has imported torch once (crashdrill/processes/forkserver.py;
+`fork_server=False` or CRASHDRILL_FORK_SERVER=0 for plain exec). For any other script the
+reference runs first: it tells the drill how many steps there are and when the first
+checkpoint appears, which is what the kill plan needs.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from crashdrill.drill.plan import KillPoint, draw_kills, preempt_plan
 from crashdrill.drill.preempt import StopVerdict, judge_stops, stop_findings
 from crashdrill.drill.record_fields import RunRecords
 from crashdrill.drill.trace import LossParser
-from crashdrill.workers import forkserver
+from crashdrill.processes import forkserver
 
 REFERENCE_NICE = 5
 

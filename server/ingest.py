@@ -21,7 +21,8 @@ from typing import Any
 from crashdrill.server.db import Row
 from crashdrill.server.run_paths import RunPaths
 from crashdrill.server.store import NewRecord, Store
-from crashdrill.trainer.record_contract import STATE_KINDS, STEP_KEYED_KINDS
+from crashdrill.trainer.divergence import STAGE as DIVERGED
+from crashdrill.trainer.record_contract import STATE_KINDS, STEP_KEYED_KINDS, finite_or_null
 from crashdrill.workers.mirror import MIRROR_LOG
 from crashdrill.workers.run_dir import RECORDS
 
@@ -85,6 +86,7 @@ def parse_lines(
         if not _storable(value):
             bad += 1
             continue
+        value = finite_or_null(value)  # a bare NaN or Infinity token: null (record_contract)
         if paths is not None:
             value = paths.value(value)
         kind = value["kind"]
@@ -102,7 +104,7 @@ def parse_lines(
             key = f"{segment}:{step}:{kind}"
         else:
             key = f"@{offset}"
-        text = json.dumps(value, separators=(",", ":"))
+        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
         parsed.append(Parsed(NewRecord(key, segment, kind, step, t, text), value))
     return parsed, end + 1, bad
 
@@ -153,7 +155,7 @@ def run_fields_after(run: Row, values: list[dict[str, Any]]) -> dict[str, Any]:
             segment = max(segment, seg)
         if kind == "stage" and isinstance(value.get("stage"), str):
             newer = gone is None or (isinstance(seg, int) and seg > gone)
-            if newer or value["stage"] in ("finished", "failed"):
+            if newer or value["stage"] in ("finished", "failed", DIVERGED):
                 gone = None
                 fields["stage"] = value["stage"]
                 progress = value.get("progress")

@@ -13,7 +13,7 @@ remote Postgres's round trips would stall the loop). Supervisors watch trainers 
 own threads; so does the telemetry sampler.
 
 Lifecycle of a run (`state`): queued → starting → running ⇄ restarting → finished |
-failed | stopped.
+failed | stopped | diverged (its loss turned NaN: trainer/divergence.py; never restarted).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from crashdrill.server.errors import BadInput, NotFound
 from crashdrill.server.fanout import Fanout, LocalFanout
 from crashdrill.server.housekeeping import Housekeeping
 from crashdrill.server.ingest_loop import IngestLoop, resume_checks
+from crashdrill.server.lesson_bounds import LabLimits, pair_disk_bytes
 from crashdrill.server.lesson_policy import public_view
 from crashdrill.server.outage import Outage
 from crashdrill.server.quotas import check_new_pair
@@ -55,6 +56,7 @@ from crashdrill.server.store import ACTIVE_STATES, TERMINAL_STATES, Store
 from crashdrill.server.telemetry_feed import Sampler, TelemetryFeed, default_sampler
 from crashdrill.server.views import pair_view, queue_positions
 from crashdrill.trainer.corpus_files import CORPORA_DIR_VARIABLE
+from crashdrill.trainer.divergence import STAGE as DIVERGED
 from crashdrill.trainer.presets import LABELS, Preset, PresetError, list_presets
 from crashdrill.trainer.priority import NICE_VARIABLE
 from crashdrill.workers.graceful_stop import Wall
@@ -209,7 +211,7 @@ class Lab(RunControl):
                 self.supervisors[row["id"]] = sup
                 continue
             _, _, stage = rd.last_seen()
-            if stage in ("finished", "failed"):
+            if stage in ("finished", "failed", DIVERGED):
                 self.store.update_run(row["id"], state=stage, ended_at=time.time(), pid=None)
                 self._release_mirror(row)
                 continue
@@ -240,8 +242,8 @@ class Lab(RunControl):
                 sup.start()
             except Exception as e:  # the executor's own failure (OSError is the supervisor's)
                 log.exception("could not start run %s", run_id)
-                message = f"Could not start the trainer: {e}"
-                self.store.update_run(run_id, state="failed", ended_at=time.time(), message=message)
+                fields = {"message": "Could not start the trainer.", "detail": repr(e)}
+                self.store.update_run(run_id, state="failed", ended_at=time.time(), **fields)
                 self.supervisors.pop(run_id, None)
                 self.schedule()
 
@@ -330,6 +332,7 @@ class Lab(RunControl):
                 raise NotFound(f"unknown preset {preset_name!r}; known presets: {known}")
             preset = found
         check_corpora(preset, self.settings.corpora)  # again: a preset dir may have changed
+        disk_bytes = pair_disk_bytes(preset, LabLimits.from_settings(self.settings))
         with self._create_lock:  # the limits and the insert, one request at a time
             check_new_pair(
                 self.settings,
@@ -338,8 +341,9 @@ class Lab(RunControl):
                 client=client,
                 instructor=instructor,
                 disk_free=self.housekeeping.disk_free,
+                disk_bytes=disk_bytes,
             )
-            return self._create_pair(preset, owner, public, frozen_text, client)
+            return self._create_pair(preset, owner, public, frozen_text, client, disk_bytes)
 
     def _create_pair(
         self,
@@ -348,6 +352,7 @@ class Lab(RunControl):
         public: dict[str, Any] | None,
         frozen_text: str | None,
         client: str | None,
+        disk_bytes: int,
     ) -> dict[str, Any]:
         pair_id = new_id()
         runs = [(new_id(), label) for label in LABELS]
@@ -365,6 +370,7 @@ class Lab(RunControl):
                 public or public_view(preset),
                 [(rid, label, str(self.settings.runs_dir / rid)) for rid, label in runs],
                 client,
+                disk_bytes,
             )
         except BaseException:
             for rid, _ in runs:

@@ -6,7 +6,8 @@ applies them; the numbers come from the server's settings (server/settings.py).
     student_range("keep", preset, config, limits)   # Range: "a whole number from 2 to 10"
     type_problem("keep", "x")                       # "keep = 'x' is not allowed: a whole number"
     budget_problems(preset, limits)                 # each limit a preset's run goes over
-    run_cost(config)                                # parameters, tokens, checkpoint bytes
+    run_cost(config, mirrored=True)                 # parameters, tokens, checkpoint bytes
+    pair_disk_bytes(preset, limits)                 # what a pair's runs write, both of them
 
 Types come from TrainConfig's defaults (a whole number, a number, text). Ranges come from
 the lesson (a student may lengthen a lesson up to STUDENT_MAX_STEPS_FACTOR times, never
@@ -18,9 +19,12 @@ precision) stay locked for students whatever a preset's `locked` list says, unle
 server's `student_unlockable` setting names them.
 
 The budget bounds every run the lab starts, a student's changes included, and every
-instructor preset it publishes: parameters, tokens per run (steps × batch × ctx) and
+instructor preset it publishes: parameters, tokens per run (steps × batch × ctx),
 checkpoint bytes per run (one checkpoint × keep; a checkpoint holds the fp32 weights and
-AdamW's two moments, CHECKPOINT_BYTES_PER_PARAM bytes a parameter).
+AdamW's two moments, CHECKPOINT_BYTES_PER_PARAM bytes a parameter) and disk bytes per
+run: what it writes over its life, one checkpoint × the checkpoints it saves (step 0, every
+`ckpt_every`, the last), twice when the lab copies them to its mirror. The bytes a
+client's live pairs write together are bounded per address (server/quotas.py).
 """
 
 from __future__ import annotations
@@ -74,6 +78,8 @@ class LabLimits:
     max_params: int | None = None
     max_tokens: int | None = None
     max_checkpoint_bytes: int | None = None
+    max_disk_bytes: int | None = None
+    mirrored: bool = False  # the lab copies checkpoints to a mirror: they count twice
     cores: int = 1
     gpus: int = 0
     gpt2_tokenizer: bool = False
@@ -85,6 +91,8 @@ class LabLimits:
             settings.max_params_per_run,
             settings.max_tokens_per_run,
             settings.max_checkpoint_bytes_per_run,
+            settings.max_disk_bytes_per_run,
+            settings.mirror_url is not None,
         )
 
     @property
@@ -94,7 +102,14 @@ class LabLimits:
 
 
 @functools.lru_cache(maxsize=16)
-def _limits(unlockable: frozenset[str], params: int, tokens: int, ckpt: int) -> LabLimits:
+def _limits(
+    unlockable: frozenset[str],
+    params: int,
+    tokens: int,
+    ckpt: int,
+    disk: int | None,
+    mirrored: bool,
+) -> LabLimits:
     from crashdrill.server.settings import count_gpus
 
     try:
@@ -106,6 +121,8 @@ def _limits(unlockable: frozenset[str], params: int, tokens: int, ckpt: int) -> 
         max_params=params,
         max_tokens=tokens,
         max_checkpoint_bytes=ckpt,
+        max_disk_bytes=disk,
+        mirrored=mirrored,
         cores=cores,
         gpus=count_gpus(),
         gpt2_tokenizer=importlib.util.find_spec("tiktoken") is not None,
@@ -277,6 +294,9 @@ class RunCost:
     params: int
     tokens: int
     checkpoint_bytes: int  # one checkpoint × keep
+    checkpoints: int  # checkpoints it saves without a crash (a crash test may add one)
+    copies: int  # 2: each checkpoint is copied to the lab's mirror too
+    disk_bytes: int  # one checkpoint × checkpoints × copies
 
 
 def param_count(config: TrainConfig) -> int:
@@ -287,23 +307,71 @@ def param_count(config: TrainConfig) -> int:
     return vocab * d + config.ctx * d + layers * per_layer + 2 * d
 
 
-def run_cost(config: TrainConfig) -> RunCost:
+def checkpoints_saved(config: TrainConfig) -> int:
+    """Checkpoints a run saves if nothing crashes it (trainer/loop.py): step 0, every
+    `ckpt_every` steps and the last step; only the last with ckpt_policy "end"."""
+    if config.ckpt_policy != "every":
+        return 1
+    return 1 + config.steps // config.ckpt_every + (1 if config.steps % config.ckpt_every else 0)
+
+
+def run_cost(config: TrainConfig, *, mirrored: bool = False) -> RunCost:
+    """What one run costs; `mirrored`: the lab copies its checkpoints to a mirror (its
+    config's `mirror` decides whether this run is copied)."""
     params = param_count(config)
+    one = params * CHECKPOINT_BYTES_PER_PARAM
+    saved = checkpoints_saved(config)
+    copies = 2 if mirrored and config.mirror == "on" else 1
     return RunCost(
         params=params,
         tokens=config.steps * config.batch * config.ctx,
-        checkpoint_bytes=params * CHECKPOINT_BYTES_PER_PARAM * config.keep,
+        checkpoint_bytes=one * config.keep,
+        checkpoints=saved,
+        copies=copies,
+        disk_bytes=one * saved * copies,
     )
 
 
-_LIMITS = (  # what is counted, RunCost's field, LabLimits' field, the setting
-    ("parameters", "params", "max_params", "max_params_per_run"),
-    ("tokens (steps × batch × ctx)", "tokens", "max_tokens", "max_tokens_per_run"),
+def _configs(preset: Preset) -> dict[str, TrainConfig]:
+    """The preset's four runs: A and B, plain and on CUDA."""
+    return {
+        f"run {label}{' on CUDA' if cuda else ''}": preset.config_for(label, cuda=cuda)
+        for label in LABELS
+        for cuda in (False, True)
+    }
+
+
+def pair_disk_bytes(preset: Preset, limits: LabLimits) -> int:
+    """What a pair's two runs write to disk, as this lab runs them (on CUDA where it has
+    a GPU)."""
+    cuda = limits.gpus > 0
+    return sum(
+        run_cost(preset.config_for(label, cuda=cuda), mirrored=limits.mirrored).disk_bytes
+        for label in LABELS
+    )
+
+
+_SMALLER = "make the run smaller"
+# What is counted, RunCost's field, LabLimits' field, the setting, what to do. Parameters,
+# tokens and checkpoint bytes hold for all four runs of a preset (A, B; plain and CUDA);
+# disk bytes for the two this lab's machine runs (a GPU's larger configs write
+# gigabytes that a CPU lab never will, and a GPU lab's limit is larger).
+_LIMITS = (
+    ("parameters", "params", "max_params", "max_params_per_run", _SMALLER),
+    ("tokens (steps × batch × ctx)", "tokens", "max_tokens", "max_tokens_per_run", _SMALLER),
     (
         "checkpoint bytes (one checkpoint × keep)",
         "checkpoint_bytes",
         "max_checkpoint_bytes",
         "max_checkpoint_bytes_per_run",
+        "lower keep or make the run smaller",
+    ),
+    (
+        "disk bytes written (one checkpoint × the {checkpoints} checkpoints it saves{mirror})",
+        "disk_bytes",
+        "max_disk_bytes",
+        "max_disk_bytes_per_run",
+        "save fewer checkpoints (raise ckpt_every or lower steps) or make the run smaller",
     ),
 )
 
@@ -311,20 +379,20 @@ _LIMITS = (  # what is counted, RunCost's field, LabLimits' field, the setting
 def budget_problems(preset: Preset, limits: LabLimits) -> list[str]:
     """Each of the lab's limits that the preset's largest run goes over (A or B, plain or
     CUDA), and a tokenizer this machine cannot load; [] when it fits."""
-    configs = {
-        f"run {label}{' on CUDA' if cuda else ''}": preset.config_for(label, cuda=cuda)
-        for label in LABELS
-        for cuda in (False, True)
-    }
-    costs = {where: run_cost(config) for where, config in configs.items()}
+    configs = _configs(preset)
+    costs = {w: run_cost(c, mirrored=limits.mirrored) for w, c in configs.items()}
+    here = {w: c for w, c in costs.items() if ("on CUDA" in w) == (limits.gpus > 0)}
     problems: list[str] = []
-    for what, field, limit_field, setting in _LIMITS:
-        where, value = max(((w, getattr(c, field)) for w, c in costs.items()), key=lambda x: x[1])
+    for what, field, limit_field, setting, advice in _LIMITS:
+        runs = here if field == "disk_bytes" else costs
+        where, value = max(((w, getattr(c, field)) for w, c in runs.items()), key=lambda x: x[1])
         limit = getattr(limits, limit_field)
         if limit is not None and value > limit:
+            cost = costs[where]
+            mirror = " × 2 for the copies in the lab's mirror" if cost.copies > 1 else ""
+            what = what.format(checkpoints=cost.checkpoints, mirror=mirror)
             problems.append(
-                f"{where} has {value:,} {what}; this lab's limit is {limit:,} ({setting}):"
-                " make the run smaller"
+                f"{where} has {value:,} {what}; this lab's limit is {limit:,} ({setting}): {advice}"
             )
     if not limits.gpt2_tokenizer and any(c.tokenizer == "gpt2" for c in configs.values()):
         problems.append(

@@ -2,13 +2,17 @@
 lab's queue may grow, and the free space a new pair needs.
 
     check_new_pair(settings, store, owner=session, client="203.0.113.7",
-                   instructor=False, disk_free=keeper.disk_free)   # or TooMany / Unavailable
+                   instructor=False, disk_free=keeper.disk_free,
+                   disk_bytes=pair_disk_bytes(preset, limits))    # or TooMany / Unavailable
 
 One client. A student's browser (its session cookie) may have `max_pairs_per_session`
 pairs queued or training, and so may its address (`max_pairs_per_address`): dropping the
 cookie makes a new browser, not a new address. A class behind one NAT shares an address;
 there, set `max_pairs_per_address` to the class's share (or 0: by cookie alone, trusting
-the students' cookies). Past either limit: 429 naming it. Instructors are exempt.
+the students' cookies). Past either limit: 429 naming it. What an address's live pairs
+will write to disk together (each pair's estimate, server/lesson_bounds.py: checkpoints ×
+their size, mirror copies counted) is bounded by `max_disk_bytes_per_address`: past it,
+429 with the numbers. Instructors are exempt.
 
 The lab. At most `max_queued_runs` runs wait in the queue; past it a new pair gets 503
 with Retry-After (the lab is busy, not the client at fault). With less than
@@ -47,8 +51,10 @@ def check_new_pair(
     client: str | None,
     instructor: bool,
     disk_free: Callable[[], int],
+    disk_bytes: int = 0,
 ) -> None:
-    """Raise TooMany (429) or Unavailable (503) when a new pair may not be created now."""
+    """Raise TooMany (429) or Unavailable (503) when a new pair may not be created now
+    (`disk_bytes`: what the new pair's runs will write)."""
     if not instructor:
         mine = store.active_pairs_of(owner)
         if mine >= settings.max_pairs_per_session:
@@ -64,6 +70,17 @@ def check_new_pair(
                     f"your address already has {ours} pairs queued or training (the limit is"
                     f" {limit} per address, max_pairs_per_address): stop one or let it finish;"
                     " a class behind one address needs the instructor to raise the limit"
+                )
+        budget = settings.max_disk_bytes_per_address
+        if budget and client:
+            live = store.disk_bytes_from(client)
+            if live + disk_bytes > budget:
+                raise TooMany(
+                    f"this pair would write about {size_text(disk_bytes)} of checkpoints"
+                    f" ({disk_bytes:,} bytes) and your address's live pairs"
+                    f" {size_text(live)} ({live:,}); the limit is {size_text(budget)}"
+                    f" ({budget:,} bytes, max_disk_bytes_per_address): save fewer"
+                    " checkpoints (raise ckpt_every or lower steps), or stop a pair"
                 )
     queued = len(store.runs_in(["queued"]))
     if queued + len(LABELS) > settings.max_queued_runs:

@@ -140,9 +140,10 @@ class SupervisorReports:
                     "pid": None,
                     "exit_code": change.exit_code,
                     "message": change.text or None,
+                    "detail": change.detail or None,  # the instructor's class view only
                 }
-                if change.state == "stopped":
-                    fields["stage"] = "stopped"
+                if change.state in ("stopped", "diverged"):
+                    fields["stage"] = change.state
                 self.store.update_run(run_id, **fields)
             view = run_message(self.store, run_id)
             return row, [*messages, *([(f"run:{run_id}", view)] if view else [])]

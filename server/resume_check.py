@@ -104,12 +104,6 @@ class ResumeCheck:
         }
 
 
-def loss_bits(row: Mapping[str, Any]) -> int | None:
-    """The float32 bits of a step record's loss (from `loss_bits`, else from `loss`)."""
-    reading = loss_reading(row)
-    return reading.bits if reading is not None else None
-
-
 def resume_checks(
     records: Iterable[tuple[int, int, Record]],
     resumes: Mapping[int, int | None] | None = None,

@@ -280,6 +280,8 @@ def class_view(
             continue
         runs = sorted(rows, key=lambda r: r["label"])
         view = pair_view(pair, runs, positions, is_owner=False, waits=waits, start_times=starts)
+        for shown, row in zip(view["runs"], runs, strict=True):
+            shown["detail"] = row.get("detail")  # a failure's error output: instructors only
         mine = pair["owner"] == me_
         view["owner_tag"] = "you" if mine else f"student {numbers.get(pair['owner'], '?')}"
         view["preset_id"] = pair["preset"]

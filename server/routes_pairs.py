@@ -179,7 +179,8 @@ def create_pair(body: NewPairWithSettings, request: Request) -> dict[str, Any]:
         session_of(request),
         instructor,
         preset=preset,
-        public=lesson_public(lesson, preset, limits),
+        # The student's changes stay with the pair: a run that diverges names them.
+        public={**lesson_public(lesson, preset, limits), "overrides": body.overrides or {}},
         frozen_text=frozen,
         client=address_of(request),
     )

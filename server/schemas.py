@@ -16,7 +16,9 @@ if TYPE_CHECKING:
 else:
     RecordKind = Literal[KIND_NAMES]
 
-RunState = Literal["queued", "starting", "running", "restarting", "finished", "failed", "stopped"]
+RunState = Literal[
+    "queued", "starting", "running", "restarting", "finished", "failed", "stopped", "diverged"
+]
 
 
 class Problem(BaseModel):
@@ -64,7 +66,8 @@ class RunStatus(BaseModel):
     state: RunState
     stage: str | None = Field(
         description="queued, starting, download, tokenize, build, warmup, train, restarting,"
-        " finished, failed or stopped"
+        " finished, failed, stopped or diverged (its loss or gradient turned NaN or"
+        " infinite: trainer/divergence.py)"
     )
     stage_progress: float | None
     queue_position: int | None = Field(description="1-based place in the queue while queued")

@@ -80,6 +80,14 @@ def count_gpus() -> int:
     return present
 
 
+def default_disk_bytes_per_run(gpus: int | None = None) -> int:
+    """What one run may write over its life: 4 GiB on a CPU machine (lesson-1.13, the
+    largest, writes 0.7 GB as shipped and 2.6 GB with a student's longest run), 32 GiB
+    where a GPU is (lesson-1.7's CUDA checkpoints: 8.1 GB as shipped, 31.5 GB longest)."""
+    gpus = count_gpus() if gpus is None else gpus
+    return (32 if gpus else 4) * 1024**3
+
+
 def default_max_concurrent() -> int:
     """One pair per GPU; on CPU one run per core (presets train with threads = 1), ≥ 2."""
     gpus = count_gpus()
@@ -120,6 +128,11 @@ class Settings:
     max_params_per_run: int = 50_000_000
     max_tokens_per_run: int = 400_000_000
     max_checkpoint_bytes_per_run: int = 2 * 1024**3
+    # Bytes a run writes over its life (one checkpoint × the checkpoints it saves, mirror
+    # copies counted), and a client address's live pairs together (0: no limit). None:
+    # from this machine (default_disk_bytes_per_run; per address 3 × per run).
+    max_disk_bytes_per_run: int | None = None
+    max_disk_bytes_per_address: int | None = None
     # Disk: finished runs' checkpoints deleted after this long (0: kept), a budget for
     # all checkpoints (0: none), and the free space below which new pairs get 503.
     checkpoint_retention_s: float = 24 * 3600.0
@@ -178,6 +191,11 @@ class Settings:
             object.__setattr__(self, "max_concurrent", default_max_concurrent())
         if self.max_concurrent is not None and self.max_concurrent < 1:
             raise SettingsError(f"max_concurrent = {self.max_concurrent}: a whole number ≥ 1")
+        if self.max_disk_bytes_per_run is None:
+            object.__setattr__(self, "max_disk_bytes_per_run", default_disk_bytes_per_run())
+        if self.max_disk_bytes_per_address is None:
+            per_run = self.max_disk_bytes_per_run or 0
+            object.__setattr__(self, "max_disk_bytes_per_address", 3 * per_run)
         if self.max_pairs_per_session < 1 or self.max_queued_runs < 2:
             raise SettingsError("max_pairs_per_session must be ≥ 1 and max_queued_runs ≥ 2")
         self._check_class_limits()
@@ -220,10 +238,20 @@ class Settings:
                 f"student_unlockable: {', '.join(unknown)} is not locked by the server;"
                 f" allowed: {', '.join(sorted(SERVER_LOCKED))}"
             )
-        for name in ("max_pairs_per_address", "disk_budget_bytes", "min_free_disk_bytes"):
+        for name in (
+            "max_pairs_per_address",
+            "disk_budget_bytes",
+            "min_free_disk_bytes",
+            "max_disk_bytes_per_address",
+        ):
             if getattr(self, name) < 0:
                 raise SettingsError(f"{name} = {getattr(self, name)}: a whole number ≥ 0")
-        for name in ("max_params_per_run", "max_tokens_per_run", "max_checkpoint_bytes_per_run"):
+        for name in (
+            "max_params_per_run",
+            "max_tokens_per_run",
+            "max_checkpoint_bytes_per_run",
+            "max_disk_bytes_per_run",
+        ):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{name} = {getattr(self, name)}: a whole number ≥ 1")
         for name in ("idle_stop_s", "checkpoint_retention_s"):

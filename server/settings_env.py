@@ -114,6 +114,8 @@ def _class_env() -> dict[str, object]:
         "CRASHDRILL_MAX_PARAMS_PER_RUN": ("max_params_per_run", _bytes),
         "CRASHDRILL_MAX_TOKENS_PER_RUN": ("max_tokens_per_run", _bytes),
         "CRASHDRILL_MAX_CHECKPOINT_BYTES_PER_RUN": ("max_checkpoint_bytes_per_run", _bytes),
+        "CRASHDRILL_MAX_DISK_BYTES_PER_RUN": ("max_disk_bytes_per_run", _bytes),
+        "CRASHDRILL_MAX_DISK_BYTES_PER_ADDRESS": ("max_disk_bytes_per_address", _bytes),
         "CRASHDRILL_CHECKPOINT_RETENTION_S": ("checkpoint_retention_s", _float),
         "CRASHDRILL_DISK_BUDGET_BYTES": ("disk_budget_bytes", _bytes),
         "CRASHDRILL_MIN_FREE_DISK_BYTES": ("min_free_disk_bytes", _bytes),

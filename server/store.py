@@ -14,10 +14,15 @@ from typing import Any
 
 from crashdrill.server.db import Database, Row
 from crashdrill.server.sql_text import set_clause
+from crashdrill.workers.launch import ENDED
 
 ACTIVE_STATES = ("starting", "running", "restarting")
-TERMINAL_STATES = ("finished", "failed", "stopped")
-RUN_STATES = ("queued", *ACTIVE_STATES, *TERMINAL_STATES)
+TERMINAL_STATES: tuple[str, ...] = ENDED  # finished, failed, stopped, diverged
+
+
+def marks(values: Sequence[object]) -> str:
+    """`?, ?, ?` for an IN list of these values (never empty)."""
+    return ", ".join("?" for _ in values)
 
 
 def state_rank(state: str) -> int:
@@ -46,6 +51,7 @@ _RUN_COLUMNS = frozenset(
         "ingest_offset",
         "latest_json",
         "message",
+        "detail",
         "ckpt_deleted_at",
     }
 )
@@ -92,15 +98,16 @@ class Store:
         preset_public: dict[str, Any],
         runs: Sequence[tuple[str, str, str]],
         client: str | None = None,
+        disk_bytes: int | None = None,
     ) -> None:
         """A pair and its runs (id, label, run_dir), all queued, in one transaction;
-        `client`: the address it came from."""
+        `client`: the address it came from; `disk_bytes`: what its runs will write."""
         now = time.time()
         with self.db.transaction():
             self.db.run(
-                "INSERT INTO pairs (id, owner, preset, preset_json, created_at, client)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (pair_id, owner, preset, json.dumps(preset_public), now, client),
+                "INSERT INTO pairs (id, owner, preset, preset_json, created_at, client,"
+                " disk_bytes) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (pair_id, owner, preset, json.dumps(preset_public), now, client, disk_bytes),
             )
             for i, (run_id, label, run_dir) in enumerate(runs):
                 self.db.run(
@@ -189,13 +196,23 @@ class Store:
         )
         return int(row["n"]) if row else 0
 
+    def disk_bytes_from(self, client: str) -> int:
+        """What the live pairs from the address `client` will write to disk, together."""
+        row = self.db.one(
+            "SELECT COALESCE(SUM(disk_bytes), 0) AS n FROM pairs WHERE client = ? AND id IN"
+            " (SELECT pair_id FROM runs WHERE state IN ('queued', 'starting', 'running',"
+            " 'restarting'))",
+            (client,),
+        )
+        return int(row["n"]) if row else 0
+
     def ended_runs_with_checkpoints(self) -> list[Row]:
         """This lab's runs that have ended and whose checkpoints were not deleted yet,
         the oldest ended first."""
         return self.db.run(
-            "SELECT * FROM runs WHERE lab = ? AND state IN ('finished', 'failed', 'stopped')"
+            f"SELECT * FROM runs WHERE lab = ? AND state IN ({marks(TERMINAL_STATES)})"
             " AND ckpt_deleted_at IS NULL ORDER BY COALESCE(ended_at, 0), id",
-            (self.lab,),
+            (self.lab, *TERMINAL_STATES),
         )
 
     def run(self, run_id: str) -> Row | None:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from crashdrill.server.db import Row
-from crashdrill.trainer.record_contract import STATE_KINDS
+from crashdrill.trainer.record_contract import STATE_KINDS, finite_or_null, to_json
 
 # A run's `latest` shows the newest record of each state kind of the run-record contract,
 # but the `run` record (its whole config) only through `steps`.
@@ -16,7 +16,10 @@ SHOWN_LATEST = tuple(k for k in STATE_KINDS if k != "run")
 
 def record_json(record_id: int, run_id: str, data: str) -> str:
     """A stored record (JSON object text, never empty: it has a kind) with its id and
-    run spliced in, without parsing it again."""
+    run spliced in, without parsing it again (unless a number in it is not finite: stored
+    before ingest made those null, issue #24)."""
+    if "NaN" in data or "Infinity" in data:
+        data = to_json(json.loads(data))
     return f'{{"id":{record_id},"run":{json.dumps(run_id)},{data[1:]}'
 
 
@@ -53,7 +56,10 @@ def run_view(
 ) -> dict[str, Any]:
     """`positions`: each queued run's place; `waits`: each queued run's estimated wait in
     seconds (server/queue_wait.py)."""
-    latest = json.loads(row["latest_json"] or "{}")
+    stored = row["latest_json"] or "{}"
+    latest = json.loads(stored)
+    if "NaN" in stored or "Infinity" in stored:  # stored before ingest made those null (#24)
+        latest = finite_or_null(latest)
     preset = json.loads(pair["preset_json"])
     knob = preset.get("knob") or {}
     state = row["state"]

@@ -205,10 +205,6 @@ class TrainConfig:
                 "'fineweb-edu:PATH' (a local .parquet or .jsonl file of FineWeb-Edu rows)",
             )
 
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_head
-
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d.pop("extra")

@@ -24,6 +24,7 @@ from crashdrill.trainer import checkpoint_layout as layout
 from crashdrill.trainer import determinism, evaluate, metrics
 from crashdrill.trainer.config import TrainConfig
 from crashdrill.trainer.data import BatchSampler, Dataset, load_dataset
+from crashdrill.trainer.divergence import EXIT_DIVERGED, nonfinite, record_divergence
 from crashdrill.trainer.model import GPT, lr_at
 from crashdrill.trainer.optim import AdamW
 from crashdrill.trainer.preemption import (
@@ -35,6 +36,7 @@ from crashdrill.trainer.preemption import (
     stop_and_save,
 )
 from crashdrill.trainer.priority import settle_after_first_step
+from crashdrill.trainer.record_contract import to_json
 from crashdrill.trainer.records import RecordWriter, float32_bits
 from crashdrill.trainer.train_state import CheckpointMismatch, TrainState, restore, state_files
 
@@ -194,7 +196,9 @@ def train(cfg: TrainConfig, run_dir: str | Path, opts: RunOptions | None = None)
         return _train(cfg, run_dir, opts, segment, rec, stop)
     except Exception as e:
         rec.write("stage", stage="failed", progress=1.0)
-        rec.event(f"The run failed: {type(e).__name__}: {e}", level="error")
+        # The message and its traceback go to stderr (the lab's log, the instructor's
+        # view); the records, which students read, name only the kind of error.
+        rec.event(f"The run failed: {type(e).__name__}.", level="error")
         raise
     finally:
         stop.restore()
@@ -312,6 +316,29 @@ def _train(
         stop_and_save(stop, st.step, run_dir, rec, save_this_step, previous, opts.flush)
         return EXIT_STOPPED
 
+    def diverged(step: int, what: str, loss_f: float, lr: float, grad_norm: float | None) -> int:
+        """Stop loudly at update `step`, whose loss or gradient is not finite; no
+        checkpoint after it (trainer/divergence.py)."""
+        record_divergence(
+            rec,
+            step=step,
+            what=what,
+            loss=loss_f,
+            lr=lr,
+            grad_norm=grad_norm,
+            tokens=st.tokens + tokens_per_step,
+            mem_kind=metrics.memory_bytes(device)[1],
+            checkpoint_step=saved["step"],
+            progress=round(st.step / cfg.steps, 4),
+        )
+        if opts.jsonl:
+            line = {"step": step, "loss": loss_f, "loss_bits": float32_bits(loss_f)}
+            sys.stdout.write(to_json({**line, "segment": segment}) + "\n")
+            sys.stdout.flush()
+        print(f"crashdrill: diverged at step {step}: {what}; stopped", file=sys.stderr)
+        return EXIT_DIVERGED
+
+    tokens_per_step = cfg.batch * cfg.ctx
     if info is None and cfg.ckpt_policy == "every":
         save()  # step 0: a crash before the first cadence point still has somewhere to go
     if stop.due():
@@ -320,7 +347,6 @@ def _train(
     rec.write("stage", stage="train", progress=st.step / cfg.steps)
     autocast = evaluate._autocast(device, cfg)
     flops_per_token = model.flops_per_token()
-    tokens_per_step = cfg.batch * cfg.ctx
     window_t, window_steps = time.perf_counter(), 0
     logged = False  # a step record of this process written yet
     model.train()
@@ -334,13 +360,19 @@ def _train(
         with autocast:
             _, loss = model(x, y)
         assert loss is not None
+        loss_f = float(loss.detach())  # a CPU-GPU sync point; we log every step on purpose
+        grad_norm: float | None = None
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
+        if math.isfinite(loss_f):  # checked before backward: no NaN reaches the weights
+            loss.backward()
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
+        what = nonfinite(loss_f, grad_norm)
+        if what is not None:  # checked before the update: the weights stay as they were
+            writer.wait()  # a checkpoint of an earlier step still being written completes
+            return diverged(st.step + 1, what, loss_f, lr, grad_norm)
         opt.step()
         st.step += 1
         st.tokens += tokens_per_step
-        loss_f = float(loss.detach())  # a CPU-GPU sync point; we log every step on purpose
         st.loss_window = [*st.loss_window, loss_f][-cfg.eval_every :]  # checkpointed
         window_steps += 1
 
@@ -377,7 +409,7 @@ def _train(
                     "loss_bits": float32_bits(loss_f),
                     "segment": segment,
                 }
-                sys.stdout.write(json.dumps(line) + "\n")
+                sys.stdout.write(to_json(line) + "\n")
                 sys.stdout.flush()
             window_t, window_steps = now, 0
         if opts.progress:

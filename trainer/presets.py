@@ -15,7 +15,8 @@ that differs between run A and run B.
     [a], [b]     optional run settings of one side only; A and B must still end up
                  differing in the knob alone (else the preset is refused, naming the setting)
     [knob]       name = "ckpt_every", a = 100, b = 1000   (exactly these three keys)
-    [crash]      mode = "kill" | "during_save" | "wipe"; expect = text (what a crash shows);
+    [crash]      mode = "kill" | "during_save" | "wipe" | "host"; expect = text (what a
+                 crash shows);
                  wall_step = N: the lab preempts each run once when it passes step N
                  (SIGTERM, then SIGKILL after the run's stop_grace), as a platform's
                  session limit does (0, the default: no wall)
@@ -26,6 +27,8 @@ Crash modes (what the lab's Crash test button does for this lesson):
                write open through CRASHDRILL_CKPT_PAUSE)
   wipe         SIGKILL, and the run's local checkpoint directory is deleted, like a disk
                that vanished with the session
+  host         the same, and the run restarts on another machine of the lab's Ray cluster
+               from the mirror (without Ray: on the same one, as wipe; docs/cluster.md)
 
 `published` and `locked` are only read and checked here: what they let a student see and
 change (and the bounds on a student's values, and the during_save pause) is the lab's

@@ -14,11 +14,20 @@ the lab and in `crashdrill verify --preset`) compares every one of them by its e
 value; a field that is `bits_of` another holds that one's exact bits (the check reads the
 loss through `loss_bits`). Timing and machine fields are not compared.
 
+A number that is not finite (NaN, ±inf: a run that diverged, trainer/divergence.py) is
+written as null, since JSON has none: `to_json` does it for every record, so the files,
+the database, API answers, stream frames and Realtime payloads stay valid JSON. A field
+with `bits_of` keeps the exact value (`loss_bits` of a NaN loss is 2143289344); readers
+take null in a float field as "not a number here", and `finite_or_null` turns an older
+file's bare `NaN` token (Python's json wrote one) into null the same way.
+
 Imports nothing but the standard library: the drill and the server use it without torch.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +49,23 @@ def bits_to_float32(bits: int) -> float:
 def round_to_float32(x: float) -> float:
     """x rounded to the nearest float32 (as a Python float)."""
     return bits_to_float32(float32_bits(x))
+
+
+def finite_or_null(value: Any) -> Any:
+    """`value` (a record, or any part of one) with every float that is not finite made
+    None: what a non-finite number is in JSON here (null)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_or_null(v) for v in value]
+    return value
+
+
+def to_json(record: dict[str, Any]) -> str:
+    """One record as compact JSON text, non-finite numbers as null (never `NaN`)."""
+    return json.dumps(finite_or_null(record), separators=(",", ":"), allow_nan=False)
 
 
 @dataclass(frozen=True)
@@ -85,7 +111,11 @@ KINDS: tuple[Kind, ...] = (
         ("trainer", "supervisor"),
         "where the process is; its progress within that stage",
         (
-            Field("stage", "str", "download, tokenize, build, warmup, train, finished, failed"),
+            Field(
+                "stage",
+                "str",
+                "download, tokenize, build, warmup, train, finished, failed, diverged",
+            ),
             Field("progress", "float", "0..1 within the stage"),
         ),
     ),
@@ -95,7 +125,13 @@ KINDS: tuple[Kind, ...] = (
         "one logged optimizer update (every `log_every` steps and the last)",
         (
             _STEP,
-            Field("loss", "float", "the loss of the batch of update `step`", deterministic=True),
+            Field(
+                "loss",
+                "float or null",
+                "the loss of the batch of update `step` (null: not finite, the run diverged;"
+                " `loss_bits` says which)",
+                deterministic=True,
+            ),
             Field(
                 "loss_bits",
                 "int",
@@ -104,7 +140,13 @@ KINDS: tuple[Kind, ...] = (
                 bits_of="loss",
             ),
             Field("lr", "float", "the learning rate of this update", deterministic=True),
-            Field("grad_norm", "float", "the gradient norm before clipping", deterministic=True),
+            Field(
+                "grad_norm",
+                "float or null",
+                "the gradient norm before clipping (null: not finite, or not computed in a"
+                " step whose loss was not)",
+                deterministic=True,
+            ),
             Field("tokens", "int", "tokens trained on so far", deterministic=True),
             Field("tokens_per_s", "float", "throughput since the previous step record"),
             Field(
@@ -238,7 +280,18 @@ KINDS: tuple[Kind, ...] = (
                 'a graceful stop\'s cause: "SIGTERM", "SIGINT" or "stop_after" (code'
                 " stopped_gracefully, trainer/preemption.py)",
             ),
-            Field("checkpoint_step", "int", "a graceful stop: the step of its checkpoint"),
+            Field(
+                "what",
+                "str",
+                "a divergence (code diverged, trainer/divergence.py): what was not finite,"
+                ' e.g. "the loss is nan"',
+            ),
+            Field(
+                "checkpoint_step",
+                "int or null",
+                "a graceful stop: the step of its checkpoint; a divergence: the newest"
+                " checkpoint, from before it (null: none)",
+            ),
             Field(
                 "save_seconds",
                 "float",

@@ -16,7 +16,7 @@ from typing import Any
 
 # The contract (kinds, fields, version, float32 bits) lives in record_contract; these
 # names are re-exported for the writer's users.
-from crashdrill.trainer.record_contract import VERSION, bits_to_float32, float32_bits
+from crashdrill.trainer.record_contract import VERSION, bits_to_float32, float32_bits, to_json
 
 __all__ = [
     "RECORDS_FILE",
@@ -50,7 +50,7 @@ class RecordWriter:
     def write(self, kind: str, **fields: Any) -> dict[str, Any]:
         rec = {"v": VERSION, "kind": kind, "t": round(time.time(), 3), "segment": self.segment}
         rec.update(fields)
-        os.write(self._fd, (json.dumps(rec, separators=(",", ":")) + "\n").encode())
+        os.write(self._fd, (to_json(rec) + "\n").encode())  # NaN, ±inf: null
         return rec
 
     def event(self, text: str, level: str = "info", **fields: Any) -> dict[str, Any]:

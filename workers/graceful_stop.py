@@ -41,7 +41,6 @@ class Preemption:
         self.grace_s = grace_s
         self.step = step  # the last step seen when the SIGTERM went out
         self.name = name  # who sent it, for the event: "Preempted", "The session wall …"
-        self.sent_at = time.monotonic()
         self.killed = False
         proc.signal(signal.SIGTERM)
         self._timer = threading.Timer(grace_s, self._kill, args=(proc,))

@@ -14,7 +14,8 @@ from typing import Literal
 from crashdrill.workers.trainer_env import env_pass_from_environ
 
 DEFAULT_COMMAND = (sys.executable, "-m", "crashdrill", "run")
-State = Literal["running", "restarting", "finished", "failed", "stopped"]
+State = Literal["running", "restarting", "finished", "failed", "stopped", "diverged"]
+ENDED: tuple[State, ...] = ("finished", "failed", "stopped", "diverged")
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ class Change:
     pid: int | None = None
     pid_started: float | None = None
     exit_code: int | None = None
-    text: str = ""
+    text: str = ""  # for everyone who sees the run: no path, no traceback
+    detail: str = ""  # a failure's stderr tail: the lab's log and the instructor's view only
 
 
 class NotRunning(RuntimeError):

@@ -37,12 +37,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from crashdrill.processes.process_tree import become_subreaper
 from crashdrill.trainer.checkpoint_layout import ckpt_root
 from crashdrill.workers.executor import Host
 from crashdrill.workers.mirror import MIRROR_LOG
 from crashdrill.workers.mirror_restore import MirrorPull, pull_for_restart
 from crashdrill.workers.node_telemetry import NodeTelemetry
-from crashdrill.workers.process_tree import become_subreaper
 from crashdrill.workers.run_dir import FROZEN_PRESET, RECORDS, RUN_JSON, RunDir
 from crashdrill.workers.trainer_env import GCS_ENV_NAMES, writes_gcs_mirror
 from crashdrill.workers.trainer_process import TrainerProcess
@@ -149,8 +149,8 @@ class NodeRun:
         }
 
     def signal(self, sig: int) -> bool:
-        """SIGKILL: the trainer's whole process tree (workers/process_tree.py), as on the
-        server's machine; another signal: its process group. False when it is not running."""
+        """SIGKILL: the trainer's whole process tree (crashdrill/processes/process_tree.py), as
+        on the server's machine; another signal: its process group. False when it is not running."""
         if self.proc is None:
             return False
         try:

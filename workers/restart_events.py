@@ -2,7 +2,8 @@
 
     event = restart_event(lead, segment, step, ckpt, pulled, require, code=..., level=...)
     event = moved_event(lead, old, new, segment, step, ckpt, pulled, moved=False)
-    text = failure_text(exit_code, stderr_tail)
+    text = failure_text(exit_code)            # what the student sees
+    text = diverged_text(records, step)       # a divergence: the trainer's own sentence
 
 Pure functions of what the supervisor found (workers/supervisor.py decides; these say it).
 The sentences are the lab's event log: a restart names the step it resumes from and how
@@ -14,6 +15,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
+from crashdrill.trainer.divergence import CODE as DIVERGED_CODE
 from crashdrill.workers.executor import Host
 from crashdrill.workers.mirror import Restored
 
@@ -112,20 +114,33 @@ def moved_event(
     return event
 
 
-def failure_text(code: int | None, tail: str) -> str:
-    """Why a trainer that was not killed ended the run, with its stderr's last lines."""
+def failure_text(code: int | None) -> str:
+    """Why a trainer that was not killed ended the run, for everyone who sees the run.
+    Its stderr (a traceback, the server's paths) is not in it: that goes to the lab's log
+    and the instructor's class view (Change.detail), never into the records."""
     if code == EXIT_NO_CHECKPOINT:
-        text = (
+        return (
             "The trainer found no complete checkpoint to resume from (exit status 3),"
             " so the run cannot continue."
         )
-    elif code is not None and code < 0:
+    if code is not None and code < 0:
         name = signal.Signals(-code).name if -code in signal.valid_signals() else -code
-        text = f"The trainer was ended by signal {name}."
-    elif code is None:
-        text = "The trainer exited while nobody was watching its exit status."
-    else:
-        text = f"The trainer failed (exit status {code})."
-    if tail:
-        text += " The end of its error output:\n" + tail
-    return text
+        return f"The trainer was ended by signal {name}."
+    if code is None:
+        return "The trainer exited while nobody was watching its exit status."
+    return (
+        f"The trainer failed (exit status {code}). The instructor's class view and the"
+        " lab's log have its error output."
+    )
+
+
+def diverged_text(records: list[dict[str, Any]], step: int | None) -> str:
+    """The sentence of a run that diverged (trainer/divergence.py): the trainer's own
+    event's, from the end of its records, else one from the step it reached."""
+    for rec in reversed(records):
+        if rec.get("kind") == "event" and rec.get("code") == DIVERGED_CODE:
+            text = rec.get("text")
+            if isinstance(text, str) and text:
+                return text
+    at = f" at step {step}" if step is not None else ""
+    return f"Diverged{at}: the loss or the gradient was no longer a finite number."

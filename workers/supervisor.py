@@ -30,9 +30,13 @@ checkpoint of its last step) is restarted as a resume whose event says the stop 
 steps; so is one that stopped itself (its time budget) or was SIGTERMed by its machine;
 one that died on the SIGTERM or was SIGKILLed after the grace resumes from its newest
 complete checkpoint, and the event counts the steps lost (workers/graceful_stop.py).
-Exit 0 is finished; every other death marks the run failed, with the stderr tail as an
-event. The supervisor writes its events into the run's records.jsonl (only while no
-trainer is alive), so the file tells the whole story in order.
+Exit 0 is finished; exit 4 (trainer/divergence.py) is a run that diverged: its loss
+or gradient turned NaN or infinite, and it is not restarted (it would diverge again, bit
+for bit). Every other death marks the run failed: the event says how it ended, and the
+stderr tail (a traceback, the server's paths) goes to the lab's log and to
+`Change.detail` (the instructor's class view), never into the records a student reads.
+The supervisor writes its events into the run's records.jsonl (only while no trainer is
+alive), so the file tells the whole story in order.
 
 The trainer runs in its own session with its output in files, not pipes: it outlives a
 server that is killed, and a new server adopts it (`adopt`). Where it runs, and how it is
@@ -55,6 +59,8 @@ from typing import Any
 
 import psutil
 
+from crashdrill.trainer.divergence import EXIT_DIVERGED
+from crashdrill.trainer.divergence import STAGE as DIVERGED
 from crashdrill.trainer.presets import CRASH_MODES
 from crashdrill.workers.executor import Executor, Host, LocalExecutor, Trainer
 from crashdrill.workers.graceful_stop import (
@@ -66,9 +72,10 @@ from crashdrill.workers.graceful_stop import (
     is_stop,
     trainer_stop,
 )
-from crashdrill.workers.launch import Change, Launch, NotRunning
+from crashdrill.workers.launch import ENDED, Change, Launch, NotRunning
 from crashdrill.workers.mirror import Restored
 from crashdrill.workers.restart_events import (
+    diverged_text,
     failure_text,
     moved_event,
     restart_event,
@@ -287,7 +294,11 @@ class Supervisor:
                     return
             except Exception as e:  # never leave a run silently unwatched
                 log.exception("supervisor of %s failed", self.launch.run_dir)
-                self._fail(f"The supervisor itself failed: {e!r}", exit_code=None)
+                self._fail(
+                    f"The supervisor itself failed ({type(e).__name__}).",
+                    exit_code=None,
+                    detail=repr(e),
+                )
                 return
 
     def _after_exit(self, code: int | None, lost_host: Host | None = None) -> bool:
@@ -303,6 +314,11 @@ class Supervisor:
         segment, step, stage = self.run_dir.last_seen()
         if code == EXIT_OK or (code is None and stage == "finished" and not stop):
             self._notify(Change("finished", exit_code=code))
+            return False
+        if code == EXIT_DIVERGED or (code is None and stage == DIVERGED):
+            # Not a crash: a restart would resume the checkpoint before it and diverge again.
+            text = diverged_text(self.run_dir.tail_records(), step)
+            self._notify(Change("diverged", exit_code=code, text=text))
             return False
         if stop:
             self._stopped(stop, segment)
@@ -355,7 +371,9 @@ class Supervisor:
                 " (perhaps the out-of-memory killer)"
             )
             return self._restart(lead, segment, step, code="killed", level="warn")
-        self._fail(self._failure_text(code), exit_code=code, segment=segment, stage=stage)
+        self._fail(
+            failure_text(code), exit_code=code, segment=segment, stage=stage, detail=self._tail()
+        )
         return False
 
     def _wipe_checkpoints(self) -> str:
@@ -458,7 +476,7 @@ class Supervisor:
                 self._stopped(stop, self.run_dir.last_seen()[0])
                 return False
             what = self.launch.command[0]
-            self._fail(f"Could not start the trainer ({what}): {e}.", exit_code=None)
+            self._fail("Could not start the trainer.", exit_code=None, detail=f"{what}: {e}")
             return False
         with self._lock:
             self._proc = proc
@@ -470,12 +488,13 @@ class Supervisor:
 
     # ---- endings --------------------------------------------------------------------
 
-    def _failure_text(self, code: int | None) -> str:
+    def _tail(self) -> str:
+        """The end of the trainer's stderr since its start (a traceback, paths): for the
+        lab's log and the instructor, never for the records."""
         try:
-            tail = self.executor.stderr_tail(self.launch.run_dir, self._stderr_since)
+            return self.executor.stderr_tail(self.launch.run_dir, self._stderr_since)
         except Exception:  # its host is gone with its error output
-            tail = ""
-        return failure_text(code, tail)
+            return ""
 
     def _fail(
         self,
@@ -484,7 +503,10 @@ class Supervisor:
         exit_code: int | None,
         segment: int | None = None,
         stage: str | None = None,
+        detail: str = "",
     ) -> None:
+        if detail:
+            log.warning("run %s failed: %s\n%s", self.launch.run_dir, text, detail)
         if segment is None:
             segment, _, stage = self.run_dir.last_seen()
         records: list[dict[str, Any]] = [
@@ -496,7 +518,7 @@ class Supervisor:
             self._append(records)
         except OSError:  # the run is failed either way; say so even if the disk will not
             log.exception("could not write the failure of %s", self.launch.run_dir)
-        self._notify(Change("failed", exit_code=exit_code, text=text))
+        self._notify(Change("failed", exit_code=exit_code, text=text, detail=detail))
 
     def _stopped(self, who: str, segment: int) -> None:
         text = f"Stopped by {who}."
@@ -520,7 +542,7 @@ class Supervisor:
             return 0
 
     def _notify(self, change: Change) -> None:
-        if change.state in ("finished", "failed", "stopped"):
+        if change.state in ENDED:
             try:  # what held the run where it trained (a Ray node's actor) goes
                 self.executor.release(self.launch.run_dir)
             except Exception:

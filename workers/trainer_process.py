@@ -34,13 +34,13 @@ from typing import IO
 
 import psutil
 
-from crashdrill.workers.forkserver import (
+from crashdrill.processes.forkserver import (
     ForkedProcess,
     ForkServerError,
     die_with_parent_process,
     readable,
 )
-from crashdrill.workers.process_tree import kill_tree, tree_marker
+from crashdrill.processes.process_tree import kill_tree, tree_marker
 from crashdrill.workers.warm import WarmTrainers
 
 

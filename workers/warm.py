@@ -1,6 +1,6 @@
 """Warm trainers: a machine that runs trainers keeps one process that has imported torch and
-crashdrill, and forks every trainer start from it (workers/forkserver.py, the drill's
-mechanism too). A start or a crash test's restart then costs a fork, not ~1.5 s of imports.
+crashdrill, and forks every trainer start from it (crashdrill/processes/forkserver.py, the
+drill's mechanism too). A start or a crash test's restart then costs a fork, not ~1.5 s of imports.
 
     warm = WarmTrainers(keep_children=True)    # the lab's machine (the local executor)
     warm = WarmTrainers(die_with_parent=True)  # a Ray node's run actor
@@ -27,7 +27,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
-from crashdrill.workers.forkserver import (
+from crashdrill.processes.forkserver import (
+    TRAINER_PRELOAD,
     CommandTooLong,
     ForkedProcess,
     ForkServer,
@@ -38,14 +39,6 @@ from crashdrill.workers.trainer_env import env_pass_from_environ, trainer_enviro
 
 log = logging.getLogger(__name__)
 
-# What the warm process imports: code only (torch and everything `crashdrill run` imports),
-# never a run's state, never CUDA.
-TRAINER_PRELOAD = [
-    "crashdrill.cli",
-    "crashdrill.trainer.presets",
-    "crashdrill.trainer.loop",
-    "numpy.random",
-]
 RETRY_S = 30.0  # after the warm process failed: exec until this long has passed
 ENV_SWITCH = "CRASHDRILL_WARM_TRAINERS"  # "0": every start execs (the old way)
 

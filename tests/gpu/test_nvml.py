@@ -12,6 +12,7 @@ import pytest
 
 from crashdrill.workers.nvml import GPU_READING_FIELDS, open_gpu
 from crashdrill.workers.telemetry import TelemetrySample, TelemetrySampler
+from tests.support.extras import require_extra
 
 pytestmark = pytest.mark.gpu
 
@@ -22,7 +23,7 @@ SAMPLE_GPU_FIELDS = tuple(f for f in GPU_READING_FIELDS if f != "energy_counter_
 
 @pytest.fixture(scope="module")
 def real_gpu() -> None:
-    pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
+    require_extra("gpu")
     gpu = open_gpu(0)
     try:
         if gpu.state != "ok":

@@ -20,9 +20,11 @@ import httpx
 import pytest
 
 from tests.support import ray_cluster
+from tests.support.extras import require_extra
 from tests.support.lab import crash_costing_steps, free_port, serving, spawn_server, wait_for_pair
 
-ray = pytest.importorskip("ray")
+require_extra("ray", module=True)
+import ray  # noqa: E402 (after the skip: without the ray extra there is none)
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -82,7 +84,7 @@ def test_a_pair_on_the_cluster_is_crash_tested_and_resumes_bit_identically(
         assert trained.name == "preset.toml" and trained.is_file(), trained
         assert not trained.is_relative_to(tmp_path / "lab"), f"the server's copy: {trained}"
         # forked from the node actor's warm process, not exec'd (no `import torch` per start)
-        assert "crashdrill.workers.forkserver" in trainer_parent(run_a)
+        assert "crashdrill.processes.forkserver" in trainer_parent(run_a)
         _, segment = crash_costing_steps(client, pair, 0, 60)
         runs = wait_for_pair(
             client, pair, lambda rs: all(r["state"] == "finished" for r in rs), "the end"

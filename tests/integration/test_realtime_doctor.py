@@ -10,10 +10,12 @@ from collections.abc import Iterator
 import pytest
 
 from crashdrill.server import realtime_doctor
+from tests.support.extras import require_extra
 from tests.support.fake_realtime import ANON_KEY, SERVICE_KEY, FakeRealtime
 from tests.support.lab import free_port
 
 pytestmark = pytest.mark.timeout(60)
+require_extra("supabase", module=True)  # every test here runs Supabase's client
 
 
 @pytest.fixture(autouse=True)

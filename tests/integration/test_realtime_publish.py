@@ -15,10 +15,12 @@ import pytest
 
 from crashdrill.server.realtime import topic_of
 from crashdrill.server.settings import Settings
+from tests.support.extras import require_extra
 from tests.support.fake_realtime import ANON_KEY, SERVICE_KEY, Broadcast, FakeRealtime
 from tests.support.lab import STAND_IN, free_port, serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+require_extra("supabase", module=True)  # the lab publishes through Supabase's client
 
 TICK_S = 0.25
 

@@ -15,7 +15,7 @@ import pytest
 from crashdrill.drill import verify
 from crashdrill.drill.builtin import FORK_SERVER_PRELOAD, PresetTarget
 from crashdrill.drill.engine import run_segment
-from crashdrill.workers.forkserver import ForkServer, supported
+from crashdrill.processes.forkserver import ForkServer, supported
 from tests.conftest import run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

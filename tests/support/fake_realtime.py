@@ -41,6 +41,8 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from tests.support.extras import require_extra
+
 ANON_KEY = "anon-key-for-tests"
 SERVICE_KEY = "service-key-for-tests-SECRET"
 PATH = "/realtime/v1/websocket"
@@ -129,6 +131,7 @@ class FakeRealtime:
         self.stop()
 
     def start(self) -> None:
+        require_extra("supabase")  # what talks to it is Supabase's own client
         ready = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
         self._thread.start()

@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tests.support.extras import require_extra
+
 BUCKET = "crashdrill-test"
 
 
@@ -24,7 +26,10 @@ def free_port() -> int:
 
 @contextmanager
 def gcs_emulator(port: int | None = None, bucket: str = BUCKET) -> Iterator[str]:
-    """Serve an empty in-memory emulator with `bucket`; yields its http://host:port."""
+    """Serve an empty in-memory emulator with `bucket`; yields its http://host:port. What
+    talks to it is google-cloud-storage: without the gcs extra the test skips (or fails
+    under CI=true, tests/support/extras.py)."""
+    require_extra("gcs")
     from gcp_storage_emulator.server import create_server
 
     port = port or free_port()

@@ -7,7 +7,8 @@ Fixtures (registered in tests/conftest.py): `postgres_server`, one server per te
 session, and `postgres_url`, a fresh database per test. The binaries are found in
 /usr/lib/postgresql/*/bin (newest first), then on PATH. Without them, or without psycopg,
 the tests that need Postgres skip and say why; with CI=true they fail instead, so CI
-really runs them. Postgres refuses to run as root: as root the server runs as `nobody`.
+really runs them (tests/support/extras.py: the rule of every optional extra). Postgres
+refuses to run as root: as root the server runs as `nobody`.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 
 from crashdrill.server.db import Database, PostgresDatabase
+from tests.support.extras import require_extra, unavailable
 from tests.support.lab import free_port
 
 USER = "crashdrill"  # the superuser initdb creates
@@ -53,13 +55,6 @@ def find_bin_dir() -> Path | None:
         if (d / "initdb").is_file() and (d / "postgres").is_file():
             return d
     return None
-
-
-def unavailable(reason: str) -> NoReturn:
-    """Skip the test, or fail it under CI=true: CI must not skip Postgres silently."""
-    if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
-        pytest.fail(f"{reason} (CI=true: Postgres tests must run in CI)", pytrace=False)
-    pytest.skip(reason)
 
 
 class PostgresServer:
@@ -192,10 +187,7 @@ class PostgresServer:
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        unavailable("psycopg is not installed: pip install 'crashdrill[postgres]'")
+    require_extra("postgres")
     bin_dir = find_bin_dir()
     if bin_dir is None:
         unavailable("no PostgreSQL binaries in /usr/lib/postgresql/*/bin or on PATH")

@@ -10,8 +10,11 @@ resume is bit-identical unless CRASHDRILL_STANDIN_DRIFT is set. For fast supervi
 tests and the fan-out benchmark; integration tests use the real trainer.
 
 Environment: CRASHDRILL_STANDIN_STEPS (default 60), _STEP_S (0.01), _CKPT_EVERY (10),
-_STARTUP_S (0), _FAIL_AT (a step at which to die with exit 1), _DRIFT (a resumed segment
-adds segment × 1e-4 to the loss). Graceful stops (trainer/preemption.py's exit 75 and
+_STARTUP_S (0), _FAIL_AT (a step at which to die with exit 1 and a traceback through this
+file), _DIVERGE_AT (a step whose loss is NaN: written as Python's json writes it, the bare
+token NaN, as a script outside the contract would; then the divergence's event and stage
+and exit 4, trainer/divergence.py), _DRIFT (a resumed segment adds segment × 1e-4 to the
+loss). Graceful stops (trainer/preemption.py's exit 75 and
 stopped_gracefully event): _GRACEFUL=1 stops so on SIGTERM, its save taking _SAVE_S (0);
 _STOP_AT (a step at which segment 0 stops itself, as a time budget does; every segment
 with _STOP_ALWAYS=1).
@@ -99,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     step_s = _env("STEP_S", 0.01)
     every = int(_env("CKPT_EVERY", 10))
     fail_at = int(_env("FAIL_AT", -1))
+    diverge_at = int(_env("DIVERGE_AT", -1))
     run_dir = Path(args.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     info_path = run_dir / "run.json"
@@ -142,10 +146,21 @@ def main(argv: list[str] | None = None) -> int:
     for step in range(start + 1, steps + 1):
         if step == fail_at:
             print(
-                "Traceback (most recent call last):\nRuntimeError: stand-in failure",
+                "Traceback (most recent call last):\n"
+                f'  File "{Path(__file__).resolve()}", line 1, in main\n'
+                f"RuntimeError: stand-in failure in {run_dir.resolve()}",
                 file=sys.stderr,
             )
             return 1
+        if step == diverge_at:
+            nan = float("nan")
+            bits = struct.unpack("<I", struct.pack("<f", nan))[0]
+            rec.write("step", step=step, loss=nan, loss_bits=bits, lr=1e-3, grad_norm=nan)
+            text = f"Diverged at step {step}: the loss is nan."
+            rec.write("event", text=text, level="error", code="diverged", step=step)
+            rec.write("stage", stage="diverged", progress=step / steps)
+            print(f"crashdrill: diverged at step {step}: the loss is nan; stopped", file=sys.stderr)
+            return 4
         loss = _loss(step, segment)
         bits = struct.unpack("<I", struct.pack("<f", loss))[0]
         rec.write("step", step=step, loss=loss, loss_bits=bits, lr=1e-3, tokens=step * 64)

@@ -15,6 +15,7 @@ from crashdrill.server.fanout import Message
 from crashdrill.server.telemetry_feed import MACHINE_CHANNEL, TelemetryFeed, pair_nodes
 from crashdrill.workers.cluster_health import ClusterHealth
 from crashdrill.workers.executor import LocalExecutor
+from tests.support.extras import require_extra
 
 
 class Clock:
@@ -67,7 +68,9 @@ def test_the_local_executor_is_always_reachable() -> None:
 def test_a_ray_call_that_times_out_marks_the_cluster_unreachable_and_one_that_answers_clears_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    ray_executor = pytest.importorskip("crashdrill.workers.ray_executor")
+    require_extra("ray")
+    from crashdrill.workers import ray_executor
+
     executor = ray_executor.RayExecutor("/mirror", "head:6379")
 
     class Method:
@@ -93,7 +96,9 @@ def test_a_ray_call_that_times_out_marks_the_cluster_unreachable_and_one_that_an
 def test_the_executor_keeps_each_node_s_newest_sample_and_tells_the_server_once(
     tmp_path: Path,
 ) -> None:
-    ray_executor = pytest.importorskip("crashdrill.workers.ray_executor")
+    require_extra("ray")
+    from crashdrill.workers import ray_executor
+
     executor = ray_executor.RayExecutor("/mirror", "head:6379")
     told: list[dict[str, Any]] = []
     executor.on_node_sample = told.append

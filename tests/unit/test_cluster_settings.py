@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import socket
 from pathlib import Path
 
@@ -12,6 +11,8 @@ from crashdrill.server import cli
 from crashdrill.server.cluster import executor_for
 from crashdrill.server.settings import Settings, SettingsError
 from crashdrill.workers.executor import LocalExecutor
+from tests.support.extras import require_extra
+from tests.support.quickstart import quickstart
 
 
 def closed_port() -> int:
@@ -47,7 +48,7 @@ def test_serve_with_ray_and_no_mirror_exits_2_naming_the_setting(
 def test_serve_with_an_unreachable_ray_address_exits_2_naming_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pytest.importorskip("ray")
+    require_extra("ray")
     address = f"127.0.0.1:{closed_port()}"
     args = ["--data-dir", str(tmp_path / "lab"), "--port", str(closed_port())]
     code = cli.main([*args, "--ray", address, "--mirror", str(tmp_path / "mirror")])
@@ -59,7 +60,5 @@ def test_serve_with_an_unreachable_ray_address_exits_2_naming_it(
 
 
 def test_the_test_setup_installs_ray_and_the_default_lab_does_not() -> None:
-    quickstart = (Path(__file__).resolve().parents[2] / "quickstart.py").read_text()
-    match = re.search(r'extras = "([^"]*)" if test else "([^"]*)"', quickstart)
-    assert match, "quickstart.py's extras line changed shape"
-    assert "ray" in match.group(1).split(",") and "ray" not in match.group(2).split(",")
+    sets = quickstart().INSTALL_SETS
+    assert "ray" in sets["test"] and "ray" not in sets["lab"]

@@ -9,6 +9,7 @@ import torch
 from crashdrill.trainer import corpus
 from crashdrill.trainer.config import TrainConfig
 from crashdrill.trainer.data import BatchSampler, DataError, fixed_batches, load_dataset
+from tests.support.extras import require_extra
 
 
 def test_builtin_corpus_is_deterministic_and_states_the_probed_facts():
@@ -44,7 +45,8 @@ def test_cache_key_follows_content(tmp_path):
     [("file:/no/such/file.txt", "no such file"), ("fineweb-edu:/no/such.parquet", "no such file")],
 )
 def test_missing_files_fail_with_a_clear_message(source, message):
-    pytest.importorskip("datasets") if source.startswith("fineweb") else None
+    if source.startswith("fineweb"):
+        require_extra("data")
     with pytest.raises(DataError, match=message):
         load_dataset(TrainConfig(data=source))
 
@@ -57,7 +59,7 @@ def test_too_small_text_names_the_problem(tmp_path):
 
 
 def test_fineweb_edu_rows_load_from_a_local_jsonl_file(tmp_path):
-    pytest.importorskip("datasets")
+    require_extra("data")
     path = tmp_path / "fineweb.jsonl"
     rows = [{"text": f"Document {i} is about water and the sky. " * 20, "id": i} for i in range(30)]
     path.write_text("\n".join(json.dumps(r) for r in rows))
@@ -91,7 +93,7 @@ def test_sampling_and_validation_never_touch_the_global_rng():
 
 
 def test_fineweb_edu_without_network_fails_fast_with_a_clear_message(monkeypatch):
-    pytest.importorskip("datasets")
+    require_extra("data")
     import time
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -102,7 +104,7 @@ def test_fineweb_edu_without_network_fails_fast_with_a_clear_message(monkeypatch
 
 
 def test_gpt2_tokenizer_loads_or_explains_why_not():
-    pytest.importorskip("tiktoken")
+    require_extra("data")
     from crashdrill.trainer.data import GPT2Tokenizer
 
     try:

@@ -145,7 +145,7 @@ def test_the_server_image_runs_crashdrill_serve_with_arguments_it_accepts() -> N
     assert parser.parse_args(cmd).host == "0.0.0.0"
     hostnet = compose(DOCKER / "compose.hostnet.yaml")["services"]["lab"]["command"]
     args = parser.parse_args(with_defaults(hostnet))
-    assert (args.host, args.port) == ("127.0.0.1", 8000)
+    assert (args.host, args.port) == ("127.0.0.1", 8001)  # behind lab-proxy on 8000
 
 
 @pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda p: p.name)
@@ -184,3 +184,116 @@ def test_the_server_and_the_worker_image_install_torch_with_the_same_lines() -> 
     server = torch_stage("server.Dockerfile")
     assert any("pip install" in line for line in server)
     assert server == torch_stage("worker.Dockerfile")
+
+
+def proxy_env(service: dict[str, Any]) -> dict[str, str]:
+    return {k: v for k, v in service["environment"].items() if k.startswith("CRASHDRILL_PROXY_")}
+
+
+def test_the_lab_believes_forwarded_addresses_from_its_proxy_alone() -> None:
+    """compose.yaml: only the proxy is published, from the address the lab trusts, pinned
+    on the stack's network; compose.hostnet.yaml: the proxy reaches the lab from 127.0.0.2,
+    the one address the lab trusts, so a local client going to the lab's port is not it."""
+    import ipaddress
+
+    stack = compose(DOCKER / "compose.yaml")
+    services = stack["services"]
+    assert "ports" not in services["server"], "the lab must be reached through the proxy"
+    trusted = with_defaults([services["server"]["environment"]["CRASHDRILL_TRUSTED_PROXIES"]])
+    pinned = with_defaults([services["proxy"]["networks"]["default"]["ipv4_address"]])
+    ipam = stack["networks"]["default"]["ipam"]["config"][0]
+    subnet, dynamic = with_defaults([ipam["subnet"], ipam["ip_range"]])
+    assert trusted == pinned
+    proxy_address = ipaddress.ip_address(pinned[0])
+    assert proxy_address in ipaddress.ip_network(subnet)
+    assert ipaddress.ip_network(dynamic).subnet_of(ipaddress.ip_network(subnet))
+    assert proxy_address not in ipaddress.ip_network(dynamic), "Docker could give it away"
+    assert with_defaults(services["proxy"]["ports"]) == ["127.0.0.1:8000:8080"]
+    assert proxy_env(services["proxy"])["CRASHDRILL_PROXY_UPSTREAM"] == "server:8000"
+
+    host = compose(DOCKER / "compose.hostnet.yaml")["services"]
+    lab, proxy = host["lab"], proxy_env(host["lab-proxy"])
+    assert lab["environment"]["CRASHDRILL_TRUSTED_PROXIES"] == proxy["CRASHDRILL_PROXY_SOURCE"]
+    lab_port = with_defaults(lab["command"])[lab["command"].index("--port") + 1]
+    assert with_defaults([proxy["CRASHDRILL_PROXY_UPSTREAM"]]) == [f"127.0.0.1:{lab_port}"]
+    assert with_defaults([proxy["CRASHDRILL_PROXY_LISTEN"]]) == ["127.0.0.1:8000"]
+    assert lab_port in with_defaults([lab["environment"]["CRASHDRILL_HEALTH_URL"]])[0]
+
+
+def test_every_variable_the_compose_files_give_the_proxy_is_one_its_entrypoint_reads() -> None:
+    entrypoint = (DOCKER / "proxy-entrypoint.sh").read_text(encoding="utf-8")
+    given = {
+        name
+        for path, service in [
+            (DOCKER / "compose.yaml", "proxy"),
+            (DOCKER / "compose.hostnet.yaml", "lab-proxy"),
+        ]
+        for name in proxy_env(compose(path)["services"][service])
+    }
+    assert "CRASHDRILL_PROXY_TLS" in given
+    unread = sorted(n for n in given if n not in entrypoint)
+    assert not unread, f"the compose files give the proxy variables nothing reads: {unread}"
+
+
+def test_every_placeholder_of_the_proxy_template_is_filled_in_by_its_entrypoint() -> None:
+    template = (DOCKER / "proxy-nginx.conf").read_text(encoding="utf-8")
+    entrypoint = (DOCKER / "proxy-entrypoint.sh").read_text(encoding="utf-8")
+    names = set(re.findall(r"@([A-Z_]+)@", template))
+    assert {"LISTEN", "UPSTREAM", "CONNECTIONS_PER_ADDRESS", "TLS_LINES"} <= names
+    unfilled = sorted(n for n in names if f"@{n}@" not in entrypoint)
+    assert not unfilled, f"placeholders the entrypoint leaves in nginx.conf: {unfilled}"
+
+
+def test_the_proxy_passes_every_event_stream_of_the_lab_unbuffered() -> None:
+    """The template's unbuffered location matches each streaming route, and no other."""
+    from starlette.responses import StreamingResponse
+
+    from crashdrill.server import (
+        routes_health,
+        routes_instructor,
+        routes_live,
+        routes_pairs,
+        routes_runs,
+    )
+
+    template = (DOCKER / "proxy-nginx.conf").read_text(encoding="utf-8")
+    found = re.search(r"location ~ (\S+) \{\n((?:.*\n)*?)\s*\}", template)
+    assert found is not None and "proxy_buffering off;" in found.group(2)
+    unbuffered = re.compile(found.group(1))
+    paths = {
+        route.path: getattr(route, "response_class", None)
+        for module in (routes_health, routes_instructor, routes_live, routes_pairs, routes_runs)
+        for route in module.router.routes
+    }
+    streams = {
+        p
+        for p, cls in paths.items()
+        if isinstance(cls, type) and issubclass(cls, StreamingResponse)
+    }
+    assert streams, "no streaming route found"
+    assert all(unbuffered.match(p) for p in streams), streams
+    others = [p for p in paths if p not in streams and unbuffered.match(p)]
+    assert not others, f"buffered routes the proxy would not buffer: {others}"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "allowed"),
+    [
+        ("CRASHDRILL_PROXY_CONNECTIONS_PER_ADDRESS", "lots", "a whole number in 1..100000"),
+        ("CRASHDRILL_PROXY_HEADER_TIMEOUT_S", "0", "a whole number in 1..600"),
+        ("CRASHDRILL_PROXY_LISTEN", "localhost:80", "a port, or ADDRESS:PORT"),
+        ("CRASHDRILL_PROXY_TLS", "maybe", "1 (https with"),
+    ],
+)
+def test_the_proxy_refuses_a_bad_setting_naming_it_and_what_is_allowed(
+    variable: str, value: str, allowed: str
+) -> None:
+    done = subprocess.run(
+        ["sh", str(DOCKER / "proxy-entrypoint.sh")],
+        env={"PATH": "/usr/bin:/bin", variable: value},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2, done
+    assert f"{variable} = '{value}': {allowed}" in done.stderr

@@ -23,7 +23,7 @@ from crashdrill.drill.final_state import compare_final_params_forked
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.trace import LossParser
 from crashdrill.drill.verify import fork_server_wanted
-from crashdrill.workers.forkserver import ForkedProcess, ForkServer, ForkServerError, supported
+from crashdrill.processes.forkserver import ForkedProcess, ForkServer, ForkServerError, supported
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -247,7 +247,7 @@ def test_a_drill_killed_by_sigkill_leaves_no_process_behind(tmp_path: Path) -> N
     (tmp_path / "sleeper.py").write_text(SLEEPER)
     owner = f"""
 import os, sys
-from crashdrill.workers.forkserver import ForkServer
+from crashdrill.processes.forkserver import ForkServer
 s = ForkServer(preload=[])
 child = s.spawn([sys.executable, "-m", "sleeper"], dict(os.environ), {str(tmp_path)!r})
 grandchild = child.stdout.readline().decode().strip()

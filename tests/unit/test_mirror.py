@@ -5,6 +5,7 @@ and pulling the newest verified copy back."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import itertools
 import json
@@ -25,6 +26,7 @@ from crashdrill.workers.mirror_backends import (
     open_backend,
     parse_mirror_url,
 )
+from tests.support.extras import require_extra
 from tests.support.gcs_emulator import (
     BUCKET,
     free_port,
@@ -249,6 +251,7 @@ def test_a_restarted_mirror_does_not_copy_the_same_checkpoint_again(
 def test_an_unreachable_mirror_warns_once_retries_with_backoff_and_recovers(
     run_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    require_extra("gcs")
     port = free_port()  # nothing listens here yet
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
     mirror = CheckpointMirror(f"gs://{BUCKET}/lab", poll_s=0.02, retry=FAST, backoff_s=(0.05, 0.2))
@@ -305,7 +308,7 @@ def _fill_mirror(url: str, run_dir: Path, steps: tuple[int, ...]) -> dict[int, d
 def test_restore_pulls_the_newest_copy_that_verifies(
     run_dir: Path, tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with gcs_emulator() as host:
+    with gcs_emulator() if kind == "gcs" else contextlib.nullcontext("") as host:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", host)
         url = str(tmp_path / "mirror") if kind == "local" else f"gs://{BUCKET}/lab"
         written = _fill_mirror(url, run_dir, (100, 150))

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.support.extras import require_extra
 from tests.support.gcs_emulator import BUCKET, free_port, gcs_emulator
 
 pytestmark = pytest.mark.timeout(90)
@@ -66,6 +67,7 @@ def test_doctor_refuses_what_is_not_a_gs_url(url: str) -> None:
 
 
 def test_permission_denied_and_missing_credentials_are_diagnosed() -> None:
+    require_extra("gcs")
     from google.api_core import exceptions as gexc
     from google.auth import exceptions as aexc
 

@@ -12,6 +12,7 @@ import pytest
 from crashdrill.workers.launch import Launch
 from crashdrill.workers.run_dir import RunDir
 from crashdrill.workers.supervisor import Supervisor
+from tests.support.extras import require_extra
 from tests.support.gcs_emulator import BUCKET, free_port, write_checkpoint
 from tests.support.lab import STAND_IN
 from tests.unit.test_supervisor import Changes, records
@@ -89,6 +90,7 @@ def test_a_restart_with_a_checkpoint_on_disk_does_not_touch_the_mirror(
 def test_an_unreachable_mirror_is_said_and_the_restart_goes_on_without_it(
     tmp_path: Path, env: pytest.MonkeyPatch
 ) -> None:
+    require_extra("gcs")
     env.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{free_port()}")
     rd = a_run_that_lost_its_disk(tmp_path, at_step=25)
     recs = restart(rd, f"gs://{BUCKET}/lab")

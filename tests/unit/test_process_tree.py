@@ -15,8 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from crashdrill.workers import process_tree
-from crashdrill.workers.process_tree import kill_tree, members, tree_marker
+from crashdrill.processes import process_tree
+from crashdrill.processes.process_tree import kill_tree, members, tree_marker
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -90,7 +90,7 @@ def test_a_subreaper_adopts_the_orphans_of_what_it_started(tmp_path: Path) -> No
     the marker and reaped, so no zombie is left either."""
     code = """
 import json, os, subprocess, sys, time
-from crashdrill.workers.process_tree import adopted, become_subreaper, kill_tree, tree_marker
+from crashdrill.processes.process_tree import adopted, become_subreaper, kill_tree, tree_marker
 ok = become_subreaper()
 env = {**os.environ, **tree_marker(sys.argv[1])}
 inner = (

@@ -10,6 +10,7 @@ import pytest
 from crashdrill.trainer.presets import dump_preset, get_preset
 from crashdrill.workers.ray_node import complete_lines
 from crashdrill.workers.ray_placement import Resources
+from tests.support.extras import require_extra
 
 
 def test_a_poll_ships_complete_lines_only_from_the_server_s_offset(tmp_path: Path) -> None:
@@ -48,5 +49,7 @@ def test_a_cuda_run_asks_for_a_gpu_and_a_cpu_run_for_its_threads(tmp_path: Path)
 def test_the_reachability_check_tries_the_address_s_host_and_port(
     address: str, target: tuple[str, int] | None
 ) -> None:
-    ray_executor = pytest.importorskip("crashdrill.workers.ray_executor")
+    require_extra("ray")
+    from crashdrill.workers import ray_executor
+
     assert ray_executor.host_and_port(address) == target

@@ -27,6 +27,7 @@ from crashdrill.server.realtime import (
 )
 from crashdrill.server.realtime_publisher import channel_params, connect
 from crashdrill.server.settings import Settings, SettingsError
+from tests.support.extras import require_extra
 from tests.support.fake_realtime import ANON_KEY, SERVICE_KEY, FakeRealtime
 from tests.support.lab import STAND_IN
 
@@ -305,6 +306,7 @@ def test_without_realtime_the_page_loads_no_supabase_client(tmp_path: Path) -> N
 
 
 def test_the_publisher_joins_through_supabase_s_client_at_the_project_s_realtime_url() -> None:
+    require_extra("supabase")
     import supabase
 
     async def join(url: str) -> None:

@@ -235,16 +235,19 @@ def test_every_setting_has_a_student_range_that_holds_the_built_in_lessons_own_v
 
 def test_every_built_in_lesson_fits_the_default_budget_with_a_student_s_longest_run():
     from crashdrill.server.lesson_bounds import budget_problems
-    from crashdrill.server.settings import Settings
+    from crashdrill.server.settings import Settings, default_disk_bytes_per_run
 
     limits = LabLimits.from_settings(Settings(data_dir=Path("/nonexistent")))
-    limits = dataclasses.replace(limits, gpt2_tokenizer=True)
-    for preset in list_presets():
-        assert budget_problems(preset, limits) == [], preset.id
-        steps = max(preset.config_for("A", cuda=c).steps for c in (False, True)) * 4
-        keep = {"keep": 10} if "keep" in student_overrides_allowed(preset) else {}
-        changed = apply_student_overrides(preset, {"steps": steps, **keep}, limits)
-        assert budget_problems(changed, limits) == [], preset.id
+    limits = dataclasses.replace(limits, gpt2_tokenizer=True, mirrored=True)
+    for gpus in (0, 1):  # disk bytes count the runs of the lab's machine: CPU or CUDA
+        disk = default_disk_bytes_per_run(gpus)
+        here = dataclasses.replace(limits, gpus=gpus, max_disk_bytes=disk)
+        for preset in list_presets():
+            assert budget_problems(preset, here) == [], preset.id
+            steps = max(preset.config_for("A", cuda=c).steps for c in (False, True)) * 4
+            keep = {"keep": 10} if "keep" in student_overrides_allowed(preset) else {}
+            changed = apply_student_overrides(preset, {"steps": steps, **keep}, here)
+            assert budget_problems(changed, here) == [], (preset.id, gpus)
 
 
 def test_the_parameter_count_is_the_models():

@@ -73,6 +73,25 @@ def test_dropping_the_cookie_makes_a_new_browser_but_not_a_new_address(settings:
         assert start(student, headers=BEARER).status_code == 201  # instructors are exempt
 
 
+def test_an_address_s_live_pairs_are_bounded_in_the_bytes_they_will_write(
+    settings: Settings,
+) -> None:
+    # lesson-1.13 as shipped: 2 runs × 9 checkpoints × 38,799,360 bytes × 2 (the mirror).
+    pair_bytes = 2 * 9 * 38_799_360 * 2
+    app = lab(settings, max_disk_bytes_per_address=pair_bytes + pair_bytes // 2)
+    body = {"preset": "lesson-1.13"}
+    with TestClient(app, client=HOME) as student:
+        assert student.post("/api/pairs", json=body).status_code == 201
+        student.cookies.clear()  # a new browser, the same address
+        r = student.post("/api/pairs", json=body)
+        assert r.status_code == 429, r.text
+        detail = r.json()["detail"]
+        assert f"({pair_bytes:,} bytes)" in detail and f"({pair_bytes:,})" in detail
+        assert "max_disk_bytes_per_address" in detail and "raise ckpt_every" in detail
+        assert TestClient(app, client=ELSEWHERE).post("/api/pairs", json=body).status_code == 201
+        assert student.post("/api/pairs", json=body, headers=BEARER).status_code == 201
+
+
 def test_a_class_behind_one_address_may_count_pairs_by_cookie_alone(settings: Settings) -> None:
     app = lab(settings, max_pairs_per_address=0, max_pairs_per_session=1)
     with TestClient(app, client=HOME) as first:

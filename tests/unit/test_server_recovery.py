@@ -93,3 +93,24 @@ def test_runs_that_ended_while_the_server_was_down_are_not_resumed(
         runs = wait_pair(client, created["pair"], lambda rs: all(r["step"] == 30 for r in rs))
         records = client.get(f"/api/runs/{runs[0]['id']}/records").json()["records"]
         assert records[-1]["text"] == "Finished 30 steps."
+
+
+def test_runs_that_diverged_while_the_server_was_down_are_diverged_not_resumed(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRASHDRILL_STANDIN_STEPS", "60")
+    monkeypatch.setenv("CRASHDRILL_STANDIN_STEP_S", "0.02")
+    monkeypatch.setenv("CRASHDRILL_STANDIN_DIVERGE_AT", "40")
+    with TestClient(create_app(settings)) as client:
+        created = client.post("/api/pairs", json={"preset": "quick"}).json()
+        runs = wait_pair(client, created["pair"], lambda rs: all(r["step"] for r in rs))
+        pids = trainer_pids(settings, runs)
+    alive = [psutil.Process(p) for p in pids if psutil.pid_exists(p)]
+    psutil.wait_procs(alive, timeout=20)  # both diverge while no server watches
+    with TestClient(create_app(settings)) as client:
+        runs = client.get(f"/api/pairs/{created['pair']}").json()["runs"]
+        assert [r["state"] for r in runs] == ["diverged", "diverged"]
+        texts = [
+            e["text"] for e in client.get(f"/api/runs/{runs[0]['id']}/events").json()["events"]
+        ]
+        assert not [t for t in texts if "server was down" in t]

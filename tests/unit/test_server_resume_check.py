@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse
 from crashdrill.server import resume_check
 from crashdrill.server.db import Database
 from crashdrill.server.ingest_loop import resume_checks as resume_checks_of_run
-from crashdrill.server.resume_check import checks_from_rows, loss_bits, resume_checks
+from crashdrill.server.resume_check import checks_from_rows, resume_checks
 from crashdrill.server.store import NewRecord, Store
 from crashdrill.trainer.checkpoint_layout import PART_WORDS, PARTS_FULL
 
@@ -59,12 +59,6 @@ def test_a_resume_that_has_not_recomputed_anything_yet_is_undecided() -> None:
     [check] = resume_checks([(0, s, row(1.0)) for s in range(1, 9)], {1: 5})
     assert check.points == 0 and check.expected_points == 3
     assert check.bit_identical is None and not check.complete and check.steps is None
-
-
-def test_loss_bits_fall_back_to_the_float() -> None:
-    assert loss_bits({"loss": 0.1}) == bits(0.1)
-    assert loss_bits({"loss_bits": bits(0.1), "loss": 99.0}) == bits(0.1)
-    assert loss_bits({}) is None
 
 
 def test_checks_from_database_rows_use_the_resume_records() -> None:

@@ -103,13 +103,32 @@ def test_a_students_wrong_value_is_refused_through_every_door_naming_field_value
 def test_the_lessons_as_shipped_and_a_students_values_in_range_start(student: TestClient) -> None:
     for preset, overrides in [
         ("quick", {"steps": 120, "seed": 7}),
-        ("lesson-1.13", {"steps": 800, "ckpt_every": 10}),
+        ("lesson-1.13", {"steps": 400, "ckpt_every": 25}),
         ("lesson-1.7-fast", {"keep": 10, "lr": 0.001, "eval_batches": 8}),
     ]:
         r = pair(student, preset, overrides)
         assert r.status_code == 201, (preset, r.text)
         student.post(f"/api/runs/{r.json()['runs'][0]['id']}/stop")  # make room for the next
         student.post(f"/api/runs/{r.json()['runs'][1]['id']}/stop")
+
+
+def test_settings_in_range_that_would_write_gigabytes_of_checkpoints_are_refused_up_front(
+    student: TestClient,
+) -> None:
+    # Issue #24, item 3: lesson-1.13 (a 38.8 MB checkpoint) saved 81 times, and each copied
+    # to the lab's mirror: 6.3 GB a run, every value within its own range.
+    r = pair(student, "lesson-1.13", {"steps": 800, "ckpt_every": 10})
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    for words in (
+        "run A has 6,285,496,320 disk bytes written",
+        "the 81 checkpoints it saves × 2 for the copies in the lab's mirror",
+        "this lab's limit is 4,294,967,296 (max_disk_bytes_per_run)",
+        "raise ckpt_every or lower steps",
+    ):
+        assert words in detail, detail
+    assert student.get("/api/presets/lesson-1.13?steps=800&ckpt_every=10").status_code == 422
+    assert not student.app.state.lab.store.runs_in(["queued", "starting", "running"])  # type: ignore[attr-defined]
 
 
 def test_the_public_view_says_the_server_locked_settings_are_locked(student: TestClient) -> None:

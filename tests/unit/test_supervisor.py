@@ -121,7 +121,7 @@ def test_a_crash_before_the_first_checkpoint_starts_over(
     assert "starting fresh" in rd.stderr.read_text().split("\n", 1)[1]
 
 
-def test_another_exit_status_fails_the_run_with_the_stderr_tail(
+def test_another_exit_status_fails_the_run_and_keeps_the_stderr_tail_out_of_the_records(
     tmp_path: Path, env: pytest.MonkeyPatch
 ) -> None:
     env.setenv("CRASHDRILL_STANDIN_FAIL_AT", "5")
@@ -129,10 +129,32 @@ def test_another_exit_status_fails_the_run_with_the_stderr_tail(
     sup.start()
     failed = changes.wait_for("failed")
     assert failed.exit_code == 1
-    assert "exit status 1" in failed.text and "RuntimeError: stand-in failure" in failed.text
+    assert "exit status 1" in failed.text
+    # The traceback (the repo's and the run's paths) is for the log and the instructor.
+    assert "RuntimeError: stand-in failure" in failed.detail and 'File "' in failed.detail
+    assert "Traceback" not in failed.text and "/" not in failed.text
     recs = records(rd)
     assert recs[-2]["code"] == "failed" and recs[-2]["level"] == "error"
     assert recs[-1] == {**recs[-1], "kind": "stage", "stage": "failed"}
+    text = rd.records.read_text()
+    assert "Traceback" not in text and "stand-in failure" not in text
+
+
+def test_a_run_that_diverges_is_diverged_not_failed_and_is_not_restarted(
+    tmp_path: Path, env: pytest.MonkeyPatch
+) -> None:
+    env.setenv("CRASHDRILL_STANDIN_DIVERGE_AT", "13")
+    sup, changes, rd = supervise(tmp_path)
+    sup.start()
+    diverged = changes.wait_for("diverged")
+    sup.join(5)
+    assert diverged.exit_code == 4
+    assert diverged.text == "Diverged at step 13: the loss is nan."  # the trainer's event
+    assert diverged.detail == ""
+    assert changes.states() == ["running", "diverged"]  # no restart, no failure
+    recs = records(rd)
+    assert [r.get("code") for r in recs if r["kind"] == "event"][-1] == "diverged"
+    assert recs[-1] == {**recs[-1], "kind": "stage", "stage": "diverged"}
 
 
 def test_a_restart_that_finds_no_checkpoint_fails_with_exit_3(

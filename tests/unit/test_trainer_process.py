@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from crashdrill.workers import process_tree
+from crashdrill.processes import process_tree
 from crashdrill.workers.trainer_process import TrainerProcess
 
 pytestmark = pytest.mark.skipif(not process_tree.supported(), reason="needs /proc (Linux)")

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from crashdrill.workers import forkserver
+from crashdrill.processes import forkserver
 from crashdrill.workers.trainer_process import TrainerProcess, adopt_trainer, find_live_trainer
 from crashdrill.workers.warm import ENV_SWITCH, WarmTrainers, forkable
 

@@ -18,7 +18,7 @@ import { PairModel } from "./model.js";
 import { followLive } from "./realtime.js";
 
 const $ = (sel) => document.querySelector(sel);
-const TERMINAL = new Set(["finished", "failed", "stopped"]);
+const TERMINAL = new Set(["finished", "failed", "stopped", "diverged"]);
 const STORE_KEY = "crashdrill.pair";
 // Text at most twice a second and charts once: on a small machine the page shares the
 // CPU with the trainers it shows (scripts/page_cpu.py measures what it costs them).

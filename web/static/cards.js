@@ -20,7 +20,7 @@ const ORDER = Object.fromEntries(STAGES.map(([k], i) => [k, i]));
  * resuming / done / failed / stopped, and a sentence that says why. `starts`: how long
  * trainer starts take on this lab ({median_s, count} from the pair view), said while a
  * start is pending; nothing is said before one was measured. */
-export function studentState(run, starts = null) {
+export function studentState(run, starts = null, overrides = null) {
   const v = run.view;
   const crashes = run.crashes();
   const last = crashes[crashes.length - 1];
@@ -63,9 +63,17 @@ export function studentState(run, starts = null) {
       return ["failed", v.message || `The trainer exited with status ${v.exit_code}.`];
     case "stopped":
       return ["stopped", v.message || "Stopped."];
+    case "diverged":
+      return ["diverged", (v.message || `Diverged at step ${f.int(v.step)}.`) + changedText(overrides)];
     default:
       return [v.state, ""];
   }
+}
+
+/** " Settings changed from the lesson: lr = 1, warmup = 0." (a pair's overrides), or "". */
+function changedText(overrides) {
+  const parts = Object.entries(overrides || {}).map(([k, x]) => `${k} = ${typeof x === "object" ? JSON.stringify(x) : x}`);
+  return parts.length ? ` Settings changed from the lesson: ${parts.join(", ")}.` : " It diverged with the lesson's own settings.";
 }
 
 /** The supervisor's event for a preemption or graceful stop that ended this segment. */
@@ -85,8 +93,9 @@ function stageName(key) {
  * record of a newer segment came. The server checks again (409), and says so. */
 export function crashBlocker(run, owner) {
   const v = run.view;
-  if (["finished", "failed", "stopped"].includes(v.state)) {
-    return `${v.state === "finished" ? "Finished" : v.state === "failed" ? "Failed" : "Stopped"}: there is no training process left to kill.`;
+  if (["finished", "failed", "stopped", "diverged"].includes(v.state)) {
+    const word = { finished: "Finished", failed: "Failed", stopped: "Stopped", diverged: "Diverged" }[v.state];
+    return `${word}: there is no training process left to kill.`;
   }
   if (!owner) return "Only the browser that started this lesson can crash its runs.";
   if (!run.startPending()) return null;
@@ -256,7 +265,7 @@ export class RunCard {
         this.say(killText(this.kill.pid, e.at_step));
       }
     }
-    const [state, line] = studentState(run, pair.view.start_times);
+    const [state, line] = studentState(run, pair.view.start_times, pair.view.preset?.overrides);
     setText(this.badge, state);
     if (this.control.dataset.state !== state) {
       this.badge.className = `badge state-${state.replace(/ /g, "-")}`;
@@ -282,7 +291,7 @@ export class RunCard {
     setText(m.mem, f.bytes(run.peakMem()));
     m.mem.title = last?.mem_kind === "rss" ? "process RSS (CPU run)" : "peak CUDA memory allocated";
     setText(m.lr, f.sci(last?.lr));
-    const done = ["finished", "failed", "stopped"].includes(v.state);
+    const done = ["finished", "failed", "stopped", "diverged"].includes(v.state);
     const end = done ? run.lastT : Date.now() / 1000;
     const elapsed = run.firstT !== null && end !== null ? end - run.firstT : null;
     const e = energy || {};
@@ -368,10 +377,10 @@ export class StageList {
           progress = 1;
         } else if (crashed) status = "crashed · resuming";
         else if (v.state === "failed") status = "failed";
-        else if (v.state === "stopped") status = "stopped";
+        else if (v.state === "stopped" || v.state === "diverged") status = v.state;
         else status = key === "queued" ? "waiting" : `running ${Math.round(progress * 100)}%`;
       } else {
-        status = ["failed", "stopped"].includes(v.state) ? "–" : "waiting";
+        status = ["failed", "stopped", "diverged"].includes(v.state) ? "–" : "waiting";
       }
       li.dataset.status = status.split(" ")[0];
       li.querySelector(".stage-status").textContent = status;

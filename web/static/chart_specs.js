@@ -143,6 +143,12 @@ function buildLoss(pair, opts) {
       }
     }
   }
+  for (const run of pair.ordered()) { // a NaN loss is null, a gap in the line: say where
+    if (run.view.state === "diverged" && isNum(run.view.step)) {
+      markers.push({ x: run.view.step, run: run.label, kind: "diverged",
+        text: `Run ${run.label} diverged at step ${run.view.step}: its loss or gradient was no longer a finite number` });
+    }
+  }
   const wall = pair.view.preset?.crash?.wall_step;
   if (isNum(wall) && wall > 0) {
     markers.push({ x: wall, run: "", kind: "wall",

@@ -4,7 +4,7 @@
 //
 // A spec says what to draw:  { key, title, note, yLabel, height, log, yFmt,
 //   build(pair) -> { x: [steps], series: [{ label, run, values, style, width }],
-//                    markers: [{ x, run, kind: "crash" | "preempt" | "resume" | "fresh" | "wall", text }],
+//                    markers: [{ x, run, kind: "crash" | "preempt" | "resume" | "fresh" | "wall" | "diverged", text }],
 //                    bands: [{ x0, x1, run, kind? }], xMode: "step" | "time" (x in seconds) } }
 // style: "line" (solid; A thick, B thin), "dash" (dashed: recomputed), "fresh" (wide and
 // pale: trained again after a fresh start), "dots" (A filled, B hollow), "ghost" (thin).
@@ -310,7 +310,7 @@ function drawOverlay(u, data) {
 
 function markerGlyph(m, narrow) {
   const [sign, word] = { crash: ["✕", "crash"], resume: ["↺", "resume"], fresh: ["⟲", "fresh start"],
-    preempt: ["■", "preempted"], wall: ["▮", "session wall"] }[m.kind] || ["•", m.kind];
+    preempt: ["■", "preempted"], wall: ["▮", "session wall"], diverged: ["∞", "diverged"] }[m.kind] || ["•", m.kind];
   if (!m.run) return narrow ? sign : `${sign} ${word}`;
   return narrow ? `${sign}${m.run}` : `${sign} ${m.run} ${word}`;
 }

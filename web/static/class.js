@@ -8,7 +8,7 @@ import * as f from "./format.js";
 
 const enc = encodeURIComponent;
 const REFRESH_MS = 2000;
-const ENDED = new Set(["finished", "failed", "stopped"]);
+const ENDED = new Set(["finished", "failed", "stopped", "diverged"]);
 const PAGE = 50;
 let offset = 0;
 
@@ -28,6 +28,11 @@ function runCell(run) {
   const buttons = el("span", { className: "class-buttons" });
   buttons.append(crash, stop);
   td.append(buttons);
+  if (run.detail) { // a failure's error output: shown to instructors only, never to students
+    const more = el("details", { className: "run-detail" });
+    more.append(el("summary", {}, "error output"), el("pre", {}, run.detail));
+    td.append(more);
+  }
   return td;
 }
 

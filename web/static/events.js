@@ -8,7 +8,7 @@ import * as f from "./format.js";
 /** Event codes that tell the lesson's story (trainer, supervisor and lab events). */
 const KEY_CODES = new Set([
   "crash", "killed", "resumed", "started_over", "fresh_start", "no_checkpoint", "ckpt_corrupt",
-  "lost", "failed", "stopped", "finished",
+  "lost", "failed", "stopped", "finished", "diverged",
 ]);
 const CHECKPOINT = /^Checkpoint at step (\d+)\b/;
 const EVAL = /^Step \d+: val /;

@@ -60,6 +60,15 @@ import warnings
 from dataclasses import dataclass
 from typing import IO, Any, NoReturn
 
+# What a warm process imports for trainers (the lab's, workers/warm.py, and the drill's,
+# drill/builtin.py): code only (torch and everything `crashdrill run` imports), never a
+# run's state, never CUDA. Names, not imports: this module stays below the trainer.
+TRAINER_PRELOAD = [
+    "crashdrill.cli",
+    "crashdrill.trainer.presets",
+    "crashdrill.trainer.loop",
+    "numpy.random",
+]
 START_TIMEOUT = 120.0  # seconds the first start may wait for the server's imports
 POLL_SECONDS = 0.005  # reaping interval where pidfd_open is missing
 READY_TIMEOUT = 10.0  # seconds a new child may take to become itself before its pid goes out
@@ -185,7 +194,7 @@ class ForkServer:
                 [
                     sys.executable,
                     "-m",
-                    "crashdrill.workers.forkserver",
+                    "crashdrill.processes.forkserver",
                     str(theirs.fileno()),
                     *flags,
                     *preload,
