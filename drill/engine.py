@@ -324,6 +324,7 @@ def _follow(
     bufs = {"out": b"", "err": b""}
     seen: dict[str, Snapshot] = {}  # observe_checkpoints: the dir at the last change
     changed_at: list[int] = []  # observe_checkpoints: how many lines were read at each change
+    two_lines = {"last write": False}  # observe_checkpoints: the last write showed at two
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ, "out")
     sel.register(proc.stderr, selectors.EVENT_READ, "err")
@@ -369,12 +370,17 @@ def _follow(
             if snap != seen["dir"]:  # a write came after the previous step line
                 # One write can show at two lines in a row: begun when one line was read
                 # (a script that writes right after printing), finished at the next one.
-                if seg.write_steps and changed_at[-1] == len(seg.points) - 1:
+                # Two, not more: a script that writes at every step has a write per line.
+                adjacent = bool(changed_at) and changed_at[-1] == len(seg.points) - 1
+                if adjacent and not two_lines["last write"]:
                     seg.write_steps[-1] = seg.points[-2].step
+                    two_lines["last write"] = True
                 else:
                     seg.write_steps.append(seg.points[-2].step)
+                    two_lines["last write"] = False
                 changed_at.append(len(seg.points))
-                seg.first_ckpt_step = seg.write_steps[0]
+                if seg.first_ckpt_step is None:  # where the first change showed
+                    seg.first_ckpt_step = seg.points[-2].step
                 seen["dir"] = snap
         if kill is None or seg.killed or seg.term_time is not None:
             return

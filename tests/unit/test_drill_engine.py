@@ -195,3 +195,22 @@ def test_copies_that_were_never_put_back_are_removed(tmp_path: Path) -> None:
     segs = run_crashed(target(atomic), ckpt, [KillPoint(18, during_write=True)])
     assert [s.killed for s in segs] == [True, False] and segs[1].exit_code == 0, segs
     assert segs[0].state_copy is not None and not (tmp_path / "crashed-copies").exists()
+
+
+def test_a_script_that_writes_at_every_step_has_its_first_checkpoint_at_the_start(
+    tmp_path: Path,
+) -> None:
+    code = """
+import json, os, time
+ckpt = os.path.join(os.environ["CRASHDRILL_CKPT_DIR"], "ckpt.json")
+for step in range(1, 31):
+    print(json.dumps({"step": step, "loss": 1.0}), flush=True)
+    with open(ckpt + ".tmp", "w") as f:
+        f.write(str(step))
+    os.replace(ckpt + ".tmp", ckpt)
+    time.sleep(0.02)
+"""
+    seg = run_segment(target(code), tmp_path, 0, None, observe_checkpoints=True)
+    assert seg.first_ckpt_step is not None and seg.first_ckpt_step <= 2, seg.write_steps
+    # A write per line: at most two lines make one write, so most writes stay apart.
+    assert len(seg.write_steps) >= 10, seg.write_steps
