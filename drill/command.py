@@ -22,17 +22,23 @@ ENV_VAR = "CRASHDRILL_CKPT_DIR"
 
 class DirChangeWatch(WriteWatch):
     """Armed once the script prints the kill's step; fires at the first change in the
-    checkpoint dir after that (a new temp file, a truncated file, a rename)."""
+    checkpoint dir since the step line before it (a new temp file, a truncated file, a
+    rename). The dir is compared with its state at that earlier line, not at the armed
+    one: a script that starts its write right after printing the step has often begun
+    it by the time the drill reads the line, and that write is the one to land in."""
 
     def __init__(self, root: Path, step: int) -> None:
         self.root = root
         self.step = step
+        self.before: Snapshot | None = None  # at the last step line before `step`
         self.armed: Snapshot | None = None
         self.interval = 0.05
 
     def on_step(self, step: int) -> None:
-        if self.armed is None and step >= self.step:
-            self.armed = scan(self.root)
+        if step < self.step:
+            self.before = scan(self.root)
+        elif self.armed is None:
+            self.armed = self.before if self.before is not None else scan(self.root)
             self.interval = 0.002  # a small script's write may last only milliseconds
 
     def poll(self) -> bool:

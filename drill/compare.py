@@ -9,14 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from crashdrill.drill.engine import (
-    Segment,
-    Snapshot,
-    Target,
-    appeared_incomplete,
-    last_step_trained,
-    modified_in_place,
-)
+from crashdrill.drill.engine import Segment, Snapshot, Target, last_step_trained
+from crashdrill.drill.landing import Landing, judge_landing
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.record_fields import RunRecords, field_verdict
 from crashdrill.drill.trace import Precision, StepPoint, classify_precision, step_spacing
@@ -33,10 +27,15 @@ TORN_DIR = (
 
 @dataclass
 class Finding:
+    """One class of bug (or a warning) with what proves it. `evidence` holds one sentence
+    per fact the drill observed (where the kill landed, what the restart loaded, what a
+    checkpoint lacks): a new kind of evidence is one more line, not a new finding."""
+
     code: str
     text: str
     fails: bool = True
     resume: int | None = None
+    evidence: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -86,6 +85,12 @@ class ResumeVerdict:
     resume_args: bool | None = None  # started with the script's resume arguments
     # Every compared field of the run records (the built-in trainer), else only the loss
     fields: tuple[FieldComparison, ...] = ()
+    trial: str = "after-checkpoint"  # a TRIAL_KINDS key, "replay" or "restart-after-crash"
+    kill: int | None = None  # the number of the kill before it (report's `kills`)
+    kill_where: str = ""  # Landing.where: inside a write, after it, between writes
+    kill_evidence: tuple[str, ...] = ()  # what proves where the kill landed
+    replay_of: int | None = None  # started from the copy of resume k's start state
+    compared_with: str = "reference"  # or "killed process" once the run had diverged
 
     @property
     def points(self) -> int:  # step pairs compared with the reference
@@ -193,9 +198,14 @@ def analyse(ev: Evidence) -> Analysis:
             )
         )
 
-    resumes = [
-        _check(k, ev, spacing, precision, unrepeatable, findings) for k in range(1, len(segs))
-    ]
+    kill_numbers = {
+        seg.index: n for n, (_, seg) in enumerate(executed_kills(ev.plan, segs), 1) if seg
+    }
+    resumes: list[ResumeVerdict] = []
+    for k in range(1, len(segs)):
+        resumes.append(
+            _check(k, ev, spacing, precision, unrepeatable, findings, resumes, kill_numbers)
+        )
 
     last = segs[-1] if segs else None
     if last is not None and last.exit_code == 0 and not last.killed:
@@ -208,7 +218,7 @@ def analyse(ev: Evidence) -> Analysis:
                     f"{ref.last_step}: the resumed run did not train to the end",
                 )
             )
-        missed = ev.plan[len(segs) - 1 :]
+        missed = [k for k, seg in executed_kills(ev.plan, segs) if seg is None or not seg.killed]
         if missed:
             findings.append(
                 Finding(
@@ -234,6 +244,22 @@ def analyse(ev: Evidence) -> Analysis:
     )
     exit_code = EXIT_FAIL if failed else EXIT_PASS
     return Analysis(resumes, findings, precision, "fail" if failed else "pass", exit_code)
+
+
+def executed_kills(
+    plan: list[KillPoint], segs: list[Segment]
+) -> list[tuple[KillPoint, Segment | None]]:
+    """Every kill in the order the crashed run met it, with the segment it was meant to
+    end (None: the chain ended before that kill was tried): the plan's kills and any
+    recovery kill the engine added. Segments that carry no kill point (made by hand)
+    are matched to the plan by position."""
+    if not any(s.kill_point is not None for s in segs):
+        return [(k, segs[i] if i < len(segs) else None) for i, k in enumerate(plan)]
+    out: list[tuple[KillPoint, Segment | None]] = [
+        (s.kill_point, s) for s in segs if s.kill_point is not None
+    ]
+    tried = {id(k) for k, _ in out}
+    return out + [(k, None) for k in plan if id(k) not in tried]
 
 
 def _never_checkpoints(ev: Evidence) -> str | None:
@@ -280,6 +306,38 @@ def _reference_problem(ref: Segment, target: Target) -> Finding:
     )
 
 
+def _lineage_divergence(k: int, segs: list[Segment], earlier: list[ResumeVerdict]) -> int | None:
+    """The earlier resume, on the same line of restarts as resume k (no copy put back in
+    between), whose losses already left the reference's: what it printed after that is
+    inherited, so resume k is judged against the killed process's own losses."""
+    if segs[k].restored_from is not None:
+        return None  # started from a copy: a new line of restarts
+    for r in reversed(earlier):
+        if r.first_divergent_step is not None and r.compared_with == "reference":
+            return r.index
+        if segs[r.index].restored_from is not None:
+            return None
+    return None
+
+
+def _trial(prev: Segment | None, seg: Segment, landing: Landing, saved: bool, t: Target) -> str:
+    """What resume `seg` tested, from what happened (not only what was planned)."""
+    if seg.restored_from is not None:
+        return "replay"
+    if prev is None or not prev.killed:
+        return "restart-after-crash"
+    kp = prev.kill_point
+    if (kp is not None and kp.preempt) or prev.term_time is not None:
+        return "preemption"
+    if landing.in_write:
+        return "inside-write"
+    if not saved and not t.has_checkpoint(prev.snapshot_before_kill):
+        return "before-first-checkpoint"
+    if kp is not None and kp.before_first and not saved:
+        return "before-first-checkpoint"
+    return "after-checkpoint"
+
+
 def _check(
     k: int,
     ev: Evidence,
@@ -287,10 +345,19 @@ def _check(
     precision: Precision,
     unrepeatable: bool,
     findings: list[Finding],
+    earlier: list[ResumeVerdict],
+    kill_numbers: dict[int, int],
 ) -> ResumeVerdict:
     segs, ref, target = ev.crashed, ev.reference, ev.target
-    prev, seg = segs[k - 1], segs[k]
-    killed_at = prev.last_step
+    seg = segs[k]
+    replay_of = seg.restored_from
+    # A replay started from the copy of segment r's start: it resumes from the kill that
+    # ended segment r - 1, as segment r did.
+    if replay_of is not None:
+        prev: Segment | None = segs[replay_of - 1] if replay_of > 0 else None
+    else:
+        prev = segs[k - 1]
+    killed_at = prev.last_step if prev is not None else None
     from_step = target.resumed_from(seg)
     from_start = seg.first_step is not None and seg.first_step <= (ref.first_step or 0)
     if from_step is None and seg.first_step is not None and not from_start:
@@ -301,29 +368,51 @@ def _check(
     if first is not None and killed_at is not None and killed_at >= first:
         recomputed = (first, killed_at)
         n_recomputed = killed_at - first + 1
-    saved = target.progress_saved(segs[0].snapshot_first_step, prev.snapshot_before_kill)
-    in_place = modified_in_place(prev.snapshot_before_kill, prev.snapshot_after_kill)
-    pairs = pair(ref.points, seg.points)
+    saved = prev is not None and target.progress_saved(
+        segs[0].snapshot_first_step, prev.snapshot_before_kill
+    )
+    landing = (
+        judge_landing(prev, seg, from_step, target)
+        if prev is not None and prev.killed and replay_of is None
+        else Landing(False, False, killed_at)
+    )
+    inherited = _lineage_divergence(k, segs, earlier)
+    if inherited is not None and prev is not None:
+        # Past the earlier divergence the reference says nothing about this resume: its
+        # recomputed steps against what the killed process printed is the resume check.
+        pairs = pair(prev.points, seg.points)
+    else:
+        pairs = pair(ref.points, seg.points)
     loss = compare_losses(pairs)
     i = loss.divergent_offset
     latency = None
-    if seg.points and prev.kill_time is not None:
+    if seg.points and prev is not None and prev.kill_time is not None and replay_of is None:
         latency = seg.points[0].t - prev.kill_time
+    evidence = list(landing.evidence)
 
-    def add(code: str, text: str) -> None:
-        findings.append(Finding(code, f"resume {k}: {text}", resume=k))
+    def add(code: str, text: str, fails: bool = True) -> None:
+        findings.append(Finding(code, f"resume {k}: {text}", fails, k, list(evidence)))
 
-    torn_note = (
-        f" The kill landed inside a checkpoint write that overwrote {', '.join(in_place[:3])} "
-        f"in place: the checkpoint was torn — {TORN}."
-        if prev.in_write and in_place
-        else ""
-    )
-    partial = appeared_incomplete(prev.snapshot_before_kill, prev.snapshot_after_kill)
-    if prev.in_write and partial and not torn_note:
+    torn_note = ""
+    if landing.torn and landing.in_place:
         torn_note = (
-            f" The kill landed inside a checkpoint write that left {', '.join(partial[:3])} "
-            f"incomplete under its final name: the checkpoint was torn — {TORN_DIR}."
+            f" The kill landed inside a checkpoint write that overwrote "
+            f"{', '.join(landing.in_place[:3])} in place: the checkpoint was torn — {TORN}."
+        )
+    elif landing.torn:
+        torn_note = (
+            f" The kill landed inside a checkpoint write that left "
+            f"{', '.join(landing.partial[:3])} incomplete under its final name: the checkpoint "
+            f"was torn — {TORN_DIR}."
+        )
+    if landing.in_place and not landing.in_write:
+        add(
+            "in-place-write",
+            f"{', '.join(landing.in_place[:3])} {'were' if len(landing.in_place) > 1 else 'was'}"
+            " rewritten in place (the same file), not "
+            "written under a temp name and renamed. This kill landed after that write had "
+            f"finished, so nothing was torn this time; a kill inside it would tear it — {TORN}",
+            fails=False,
         )
     verdict = ""
     if seg.hung:
@@ -355,28 +444,44 @@ def _check(
                 "load its checkpoint, or loads it and throws it away)",
             )
         verdict = verdict or "silent fresh start"
+    if inherited is not None and not pairs and not verdict:
+        verdict = f"not judged: the run had diverged at resume {inherited}"
     if i is not None:
         a, b = pairs[i]
         worst = loss.max_abs_delta or 0.0  # there are pairs: never None here
         verdict = verdict or f"diverged at step {a.step}"
         if not unrepeatable and not (from_start and saved):
             rel = a.delta(b) / max(abs(a.value), 1e-12)
+            was_recomputed = recomputed is not None and a.step <= recomputed[1]
+            if was_recomputed:
+                where = f"the very first recomputed loss (step {a.step})"
+            else:
+                where = (
+                    f"the first loss after the resume (step {a.step}; no step was recomputed: "
+                    f"it resumed from step {_opt(from_step)}, the last one before the kill)"
+                )
+            if inherited is not None:
+                evidence.append(
+                    f"compared with the losses the killed process printed (the run had "
+                    f"already diverged from the reference at resume {inherited})"
+                )
             if torn_note:
                 add("torn-checkpoint", f"diverges from step {a.step}.{torn_note}")
             elif i == 0 and rel > TINY_RELATIVE:
                 add(
                     "state-missing",
-                    f"the very first recomputed loss (step {a.step}) differs "
-                    f"by {_fmt(a.delta(b))}: the batch or the weights differ — the checkpoint "
-                    "lacks (or the script does not restore) the RNG state or the data position",
+                    f"{where} differs by {_fmt(a.delta(b))}: the batch or the weights differ — "
+                    "the checkpoint lacks (or the script does not restore) the RNG state or "
+                    "the data position",
                 )
             elif i == 1 and rel > TINY_RELATIVE:
+                matched = "first recomputed loss" if was_recomputed else "first loss after it"
                 add(
                     "state-missing",
-                    f"the first recomputed loss matches (the weights came "
-                    f"back) but step {a.step} differs by {_fmt(a.delta(b))}: the update "
-                    "differs — optimizer state (momentum, Adam moments, step count) or the "
-                    "LR-schedule position is missing from the checkpoint",
+                    f"the {matched} matches (the weights came back) but step {a.step} differs "
+                    f"by {_fmt(a.delta(b))}: the update differs — optimizer state (momentum, "
+                    "Adam moments, step count) or the LR-schedule position is missing from the "
+                    "checkpoint",
                 )
             else:
                 add(
@@ -386,7 +491,10 @@ def _check(
                     "nondeterministic kernels or a different thread count (or state that "
                     "only acts later, e.g. the LR schedule or a data epoch)",
                 )
-    fields = ev.records.compare(k) if ev.records is not None else (loss,)
+    restored = any(s.restored_from is not None for s in segs[: k + 1])
+    # The trainer numbers its own segments: after a copy was put back they no longer
+    # match the drill's, so only the printed loss is compared from there on.
+    fields = ev.records.compare(k) if ev.records is not None and not restored else (loss,)
     other = field_verdict(fields) if i is None and not verdict else None
     if other is not None:
         verdict = other[0]
@@ -394,7 +502,7 @@ def _check(
     exact = precision.exact
     if not verdict:
         verdict = "bit-identical" if exact else f"equal at {precision.digits} digits"
-    if not pairs and not verdict.startswith(("crashed", "hung", "refused")):
+    if not pairs and not verdict.startswith(("crashed", "hung", "refused", "not judged")):
         reached = last_step_trained(segs[:k])
         ended = seg.exit_code == 0 and not seg.killed and not seg.points
         if ended and reached is not None and reached >= (ref.last_step or 0):
@@ -404,7 +512,7 @@ def _check(
     return ResumeVerdict(
         index=k,
         killed_at_step=killed_at,
-        kill_in_write=prev.in_write,
+        kill_in_write=landing.in_write,
         from_step=from_step,
         first_step=seg.first_step,
         recomputed=recomputed,
@@ -418,4 +526,10 @@ def _check(
         verdict=verdict,
         resume_args=seg.resume_args,
         fields=fields,
+        trial=_trial(prev, seg, landing, saved, target),
+        kill=kill_numbers.get(prev.index) if prev is not None and replay_of is None else None,
+        kill_where=landing.where if prev is not None and prev.killed else "",
+        kill_evidence=tuple(landing.evidence),
+        replay_of=replay_of,
+        compared_with="killed process" if inherited is not None else "reference",
     )

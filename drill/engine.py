@@ -16,6 +16,7 @@ import itertools
 import math
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import time
@@ -214,12 +215,20 @@ class Segment:
     snapshot_before_kill: Snapshot | None = None
     snapshot_after_kill: Snapshot | None = None  # once the process is dead
     first_ckpt_step: int | None = None  # reference only: the step before the first write
+    write_steps: list[int] = field(default_factory=list)  # reference: each step before a write
     in_write: bool = False  # the kill landed inside a checkpoint write
     cpu_s: float | None = None  # user + system CPU seconds of the process
     resume_args: bool | None = None  # started with the target's resume arguments
     processes_killed: int | None = None  # by the plan's kill: the process and its tree
     term_time: float | None = None  # a preemption: when its SIGTERM went out
     grace_expired: bool = False  # a preemption that the SIGKILL after its grace ended
+    # A copy of the checkpoint dir as it was before this segment started (taken before a
+    # kill that may damage it: inside a write, a preemption), for a recovery restart.
+    state_copy: Path | None = None
+    # This segment started from the copy taken before segment `restored_from`: it replays
+    # that segment's start after the restart that followed a damaging kill failed.
+    restored_from: int | None = None
+    snapshot_start: Snapshot | None = None  # the checkpoint dir when it started (crashed run)
 
     @property
     def last_step(self) -> int | None:
@@ -313,6 +322,9 @@ def _follow(
     tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
     deadline = seg.started + target.timeout
     bufs = {"out": b"", "err": b""}
+    seen: dict[str, Snapshot] = {}  # observe_checkpoints: the dir at the last change
+    changed_at: list[int] = []  # observe_checkpoints: how many lines were read at each change
+    two_lines = {"last write": False}  # observe_checkpoints: the last write showed at two
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ, "out")
     sel.register(proc.stderr, selectors.EVENT_READ, "err")
@@ -352,13 +364,24 @@ def _follow(
             return
         seg.points.append(point)  # lines read after the kill were printed before it
         if len(seg.points) == 1:
-            seg.snapshot_first_step = target.snapshot(ckpt_dir)
-        elif (
-            observe_checkpoints
-            and seg.first_ckpt_step is None
-            and target.snapshot(ckpt_dir) != seg.snapshot_first_step
-        ):
-            seg.first_ckpt_step = seg.points[-2].step
+            seg.snapshot_first_step = seen["dir"] = target.snapshot(ckpt_dir)
+        elif observe_checkpoints:
+            snap = target.snapshot(ckpt_dir)
+            if snap != seen["dir"]:  # a write came after the previous step line
+                # One write can show at two lines in a row: begun when one line was read
+                # (a script that writes right after printing), finished at the next one.
+                # Two, not more: a script that writes at every step has a write per line.
+                adjacent = bool(changed_at) and changed_at[-1] == len(seg.points) - 1
+                if adjacent and not two_lines["last write"]:
+                    seg.write_steps[-1] = seg.points[-2].step
+                    two_lines["last write"] = True
+                else:
+                    seg.write_steps.append(seg.points[-2].step)
+                    two_lines["last write"] = False
+                changed_at.append(len(seg.points))
+                if seg.first_ckpt_step is None:  # where the first change showed
+                    seg.first_ckpt_step = seg.points[-2].step
+                seen["dir"] = snap
         if kill is None or seg.killed or seg.term_time is not None:
             return
         if watch:
@@ -433,22 +456,104 @@ def _reap(proc: Child, seg: Segment, deadline: float) -> bool:
         time.sleep(0.002)
 
 
-def run_crashed(target: Target, ckpt_dir: Path, plan: list[KillPoint]) -> list[Segment]:
+def run_crashed(
+    target: Target, ckpt_dir: Path, plan: list[KillPoint], copies: Path | None = None
+) -> list[Segment]:
     """The crashed run: one segment per kill in the plan, then one to the end.
 
     A restart that crashes by itself ends the chain, unless it wrote a checkpoint before
     it crashed: then the next restart starts from new state and the kills left in the
     plan still tell something, so the drill goes on with them (the crashed one's kill
-    never landed). One that crashed without leaving anything new would crash again."""
+    never landed). One that crashed without leaving anything new would crash again.
+
+    Trials stay independent: before a kill that may damage the checkpoint dir (inside a
+    write, a preemption) the dir is copied (under `copies`, default beside `ckpt_dir`).
+    When the restart after that kill fails (crashes, hangs), the damage would hide every
+    trial after it: the copy is put back, the segment is started again from it, and a
+    plain kill lands at the first step line after that write (a complete checkpoint), so
+    a plain resume is judged too; the kills left in the plan follow. Once per damaging
+    kill; a passing drill never pays more than the copies."""
+    copies = copies if copies is not None else ckpt_dir.with_name(ckpt_dir.name + "-copies")
     segments: list[Segment] = []
-    for i in range(len(plan) + 1):
+    left = list(plan)
+    restore: Segment | None = None  # the segment whose start state comes back
+    while True:
+        i = len(segments)
+        kill = left.pop(0) if left else None
+        copy = None
+        if restore is not None:
+            assert restore.state_copy is not None
+            put_back(target, ckpt_dir, restore.state_copy)
+            copy = restore.state_copy
+        elif kill is not None and (kill.during_write or kill.preempt):
+            copy = copy_state(target, ckpt_dir, copies / f"before-segment-{i}")
         before = target.snapshot(ckpt_dir)
-        seg = run_segment(target, ckpt_dir, i, plan[i] if i < len(plan) else None)
+        seg = run_segment(target, ckpt_dir, i, kill)
+        seg.state_copy = copy
+        seg.snapshot_start = before
+        if restore is not None:
+            seg.restored_from = restore.index
+            restore = None
         segments.append(seg)
         if seg.killed:
+            continue
+        prev = segments[-2] if len(segments) >= 2 else None
+        damaged = (
+            (seg.crashed or seg.hung)
+            and prev is not None
+            and prev.killed
+            and prev.state_copy is not None
+            and prev.kill_point is not None
+            and not prev.kill_point.recovery
+            and (prev.kill_point.during_write or prev.kill_point.preempt or prev.in_write)
+            # Damaged: a file rewritten in place or one left under its final name. An
+            # atomic writer's temp file damages nothing: its restart failed by itself.
+            and bool(
+                modified_in_place(prev.snapshot_before_kill, prev.snapshot_after_kill)
+                or appeared_incomplete(prev.snapshot_before_kill, prev.snapshot_after_kill)
+            )
+        )
+        if damaged and prev is not None and prev.last_step is not None:
+            # The write the kill landed in came after prev's last printed step: the first
+            # step line after it is printed once that write is complete.
+            at = prev.last_step + 1
+            recovery = KillPoint(at, recovery=True)
+            rest = ([seg.kill_point] if seg.kill_point else []) + left
+            left = [recovery] + [k for k in rest if k.step > at]
+            restore = prev
             continue
         after = target.snapshot(ckpt_dir)
         progressed = target.has_checkpoint(after) and after != before
         if not (seg.crashed and i > 0 and progressed):
             break  # finished, hung, or crashed where a restart would crash again
+    # Keep only the copies that were put back (evidence, with --work-dir): a checkpoint
+    # dir can be large, and a passing drill needs none of them.
+    used = {s.state_copy for s in segments if s.restored_from is not None}
+    for s in segments:
+        if s.state_copy is not None and s.state_copy not in used:
+            shutil.rmtree(s.state_copy, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        copies.rmdir()  # only when empty
     return segments
+
+
+def copy_state(target: Target, ckpt_dir: Path, dest: Path) -> Path:
+    """A copy of the checkpoint dir as it is now (no process of the run is alive): real
+    bytes, not hard links, since an in-place writer would change a linked copy too."""
+    root = target.checkpoint_root(ckpt_dir)
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if root.is_dir():
+        shutil.copytree(root, dest, symlinks=True)
+    else:
+        dest.mkdir()
+    return dest
+
+
+def put_back(target: Target, ckpt_dir: Path, copy: Path) -> None:
+    """The checkpoint dir as `copy` holds it, whatever the failed restart left there."""
+    root = target.checkpoint_root(ckpt_dir)
+    if root.exists():
+        shutil.rmtree(root)
+    shutil.copytree(copy, root, symlinks=True)

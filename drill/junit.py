@@ -1,6 +1,7 @@
 """The drill's report as JUnit XML (`--junit FILE`), so that a CI system shows each resume
-as a test case: `resume 2 (killed at step 22, inside a checkpoint write)` passes when it
-is bit-identical and fails with its verdict and its findings otherwise. Findings about
+as a test case: `resume 2 (killed inside a checkpoint write)` passes when it is
+bit-identical and fails with its verdict, its findings and their evidence otherwise (a
+resume started again from a copy of the state after a damaging kill is its own case). Findings about
 the whole run (the reference failed, too few digits, the final state) are one more case,
 `the whole run`; a drill with no resume at all is that one case alone.
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from crashdrill.drill.report import trials
 from crashdrill.drill.verify import DrillResult
 
 SUITE = "crashdrill verify"
@@ -30,7 +32,8 @@ def to_xml(result: DrillResult) -> ET.Element:
     suite = ET.Element("testsuite", name=SUITE)
     classname = f"{SUITE}.seed {result.seed}"
     props = ET.SubElement(suite, "properties")  # first, as JUnit readers expect
-    for key, value in (("target", _title(result)), ("seed", str(result.seed))):
+    kinds = ",".join(f"{g['kind']}={'pass' if g['passed'] else 'fail'}" for g in trials(result))
+    for key, value in (("target", _title(result)), ("seed", str(result.seed)), ("trials", kinds)):
         ET.SubElement(props, "property", name=key, value=value)
     cases = 0
     failures = 0
@@ -49,7 +52,15 @@ def to_xml(result: DrillResult) -> ET.Element:
     for r in an.resumes:
         where = "inside a checkpoint write" if r.kill_in_write else f"at step {r.killed_at_step}"
         name = f"resume {r.index} (killed {where})"
-        texts = [f.text for f in an.findings if f.resume == r.index and f.fails]
+        if r.replay_of is not None:
+            name = f"resume {r.index} (started again from the copy before resume {r.replay_of})"
+        elif r.kill is None:
+            name = f"resume {r.index} (a restart after a crash)"
+        texts = [
+            "\n".join([f.text, *(f"evidence: {e}" for e in f.evidence)])
+            for f in an.findings
+            if f.resume == r.index and f.fails
+        ]
         ok = r.bit_identical and not texts
         seg = segs[r.index] if r.index < len(segs) else None
         seconds = seg.ended - seg.started if seg is not None and seg.ended else None

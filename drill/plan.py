@@ -9,6 +9,13 @@ The plan is a list of KillPoints in the order the crashed run meets them:
   different write;
 - the others are spread over the run, one per equal slice of it.
 
+Each kill is one **trial** of a kind (`KillPoint.kind`, TRIAL_KINDS): a kill before the
+first checkpoint, a plain kill after a complete checkpoint, a kill inside a write, a
+preemption. The engine keeps a copy of the checkpoint dir from before every kill that may
+damage it (inside a write, a preemption) and, when the restart after it fails, restores
+that copy and adds a plain kill after the write (`recovery`), so that a torn write does
+not hide what a plain resume would have shown (drill/engine.py, `run_crashed`).
+
 With `--preempt` (`preempt_plan`) kills become preemptions, as spot VMs and SLURM do it:
 SIGTERM, then SIGKILL after the grace. "all" turns every kill into one (a kill planned
 inside a write becomes a SIGTERM at that step); "mixed" draws, from the same seed, which
@@ -21,6 +28,13 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+# What a trial tests; the report names each (docs/verify.md, "Trials").
+TRIAL_KINDS = {
+    "before-first-checkpoint": "a kill before the first checkpoint",
+    "after-checkpoint": "a plain kill after a complete checkpoint",
+    "inside-write": "a kill inside a checkpoint write",
+    "preemption": "a preemption (SIGTERM, then SIGKILL after the grace)",
+}
 SOAK_KILLS = 10  # from this many kills on, a plan is a soak:
 WRITES_EVERY = 5  # one kill in this many lands inside a checkpoint write
 
@@ -34,8 +48,24 @@ class KillPoint:
     during_write: bool = False
     preempt: bool = False  # SIGTERM, then SIGKILL after `grace_s` unless it has exited
     grace_s: float = 0.0
+    before_first: bool = False  # drawn before the first checkpoint
+    # Added by the engine after a damaging trial whose restart failed: a plain kill at the
+    # first step line after that write, from a copy of the state before it.
+    recovery: bool = False
+
+    @property
+    def kind(self) -> str:
+        """The trial this kill was planned as (a key of TRIAL_KINDS); where it landed is
+        judged from evidence afterwards (drill/landing.py)."""
+        if self.preempt:
+            return "preemption"
+        if self.during_write:
+            return "inside-write"
+        return "before-first-checkpoint" if self.before_first else "after-checkpoint"
 
     def describe(self) -> str:
+        if self.recovery:
+            return f"a plain kill after the checkpoint write, at step {self.step}"
         if self.preempt:
             return f"a SIGTERM at step {self.step} ({self.grace_s:g} s grace)"
         if self.during_write:
@@ -68,7 +98,7 @@ def draw_kills(
 
     early = [s for s in cands if first_ckpt is not None and s < first_ckpt]
     if early:
-        points.append(KillPoint(_pick(early, u[0])))
+        points.append(KillPoint(_pick(early, u[0]), before_first=True))
         used.add(points[-1].step)
 
     if kills >= 2:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from crashdrill.drill.compare import Analysis, Evidence, Finding
+from crashdrill.drill.compare import Analysis, Evidence, Finding, executed_kills
 from crashdrill.drill.engine import Segment, Target
 
 
@@ -69,16 +69,16 @@ def judge_stops(ev: Evidence, analysis: Analysis) -> list[StopVerdict]:
     """One verdict per preemption of the plan that landed."""
     out = []
     resumes = {r.index: r for r in analysis.resumes}
-    for i, kp in enumerate(ev.plan):
-        if not kp.preempt or i >= len(ev.crashed) or ev.crashed[i].term_time is None:
+    for n, (kp, seg) in enumerate(executed_kills(ev.plan, ev.crashed), 1):
+        if not kp.preempt or seg is None or seg.term_time is None:
             continue
-        seg = ev.crashed[i]
+        i = seg.index
         nxt = ev.crashed[i + 1] if i + 1 < len(ev.crashed) else None
         resume = resumes.get(i + 1)
         resumed = resume.from_step if resume is not None else None
         if resumed is None and nxt is not None and nxt.first_step is not None:
             resumed = nxt.first_step - 1
-        out.append(_judge(i + 1, kp.step, kp.grace_s, seg, resumed, ev.target))
+        out.append(_judge(n, kp.step, kp.grace_s, seg, resumed, ev.target))
     return out
 
 

@@ -7,8 +7,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from crashdrill.drill.compare import ResumeVerdict
+from crashdrill.drill.compare import NOTHING_LEFT, ResumeVerdict, executed_kills
 from crashdrill.drill.engine import last_step_trained
+from crashdrill.drill.plan import TRIAL_KINDS
 from crashdrill.drill.record_fields import fields_summary
 from crashdrill.drill.verify import DrillResult
 from crashdrill.trainer.resume_compare import differing
@@ -28,15 +29,20 @@ def _num(x: float | None, digits: int = 6) -> float | str | None:
 
 
 def kills(result: DrillResult) -> list[dict[str, Any]]:
-    out = []
+    """Every kill in the order the crashed run met it (recovery kills included), with
+    where the evidence says it landed."""
     segs = result.evidence.crashed
-    for i, kp in enumerate(result.plan):
-        seg = segs[i] if i < len(segs) else None
+    by_killed = {r.kill: r for r in result.analysis.resumes if r.kill is not None}
+    out = []
+    for n, (kp, seg) in enumerate(executed_kills(result.plan, segs), 1):
         landed = seg is not None and seg.killed
+        r = by_killed.get(n)
         out.append(
             {
-                "index": i + 1,
+                "index": n,
                 "planned_step": kp.step,
+                "kind": kp.kind,
+                "recovery": kp.recovery,
                 "during_write": kp.during_write,
                 "preempt": kp.preempt,
                 "landed": landed,
@@ -44,16 +50,38 @@ def kills(result: DrillResult) -> list[dict[str, Any]]:
                     _num(seg.kill_time - result.t0, 3) if landed and seg and seg.kill_time else None
                 ),
                 "step": seg.last_step if landed and seg else None,
-                "in_checkpoint_write": bool(landed and seg and seg.in_write),
+                "in_checkpoint_write": bool(landed and r is not None and r.kill_in_write),
+                "where": r.kill_where if landed and r is not None else None,
+                "evidence": list(r.kill_evidence) if landed and r is not None else [],
                 "processes": seg.processes_killed if landed and seg else None,
             }
         )
     return out
 
 
+def trials(result: DrillResult) -> list[dict[str, Any]]:
+    """The resumes grouped by what they tested (TRIAL_KINDS, then replays), each group
+    with whether every resume in it passed and the codes of what failed."""
+    an = result.analysis
+    out = []
+    for kind in [*TRIAL_KINDS, "restart-after-crash", "replay"]:
+        rs = [r for r in an.resumes if r.trial == kind]
+        if not rs:
+            continue
+        idx = {r.index for r in rs}
+        codes = sorted({f.code for f in an.findings if f.fails and f.resume in idx})
+        passed = all(_held(r) for r in rs) and not codes
+        out.append({"kind": kind, "resumes": sorted(idx), "passed": passed, "codes": codes})
+    return out
+
+
 def _resume(r: ResumeVerdict) -> dict[str, Any]:
     return {
         "index": r.index,
+        "trial": r.trial,
+        "kill": r.kill,
+        "replay_of": r.replay_of,
+        "compared_with": r.compared_with,
         "killed_at_step": r.killed_at_step,
         "kill_in_checkpoint_write": r.kill_in_write,
         "from_step": r.from_step,
@@ -90,6 +118,7 @@ def to_json(result: DrillResult) -> dict[str, Any]:
         "seed": result.seed,
         "kills_requested": result.kills_requested,
         "kills": kills(result),
+        "trials": trials(result),
         "resumes": [_resume(r) for r in an.resumes],
         "stops": [s.to_json() for s in result.stops],  # --preempt: one per SIGTERM that landed
         "reference": {
@@ -127,7 +156,13 @@ def to_json(result: DrillResult) -> dict[str, Any]:
         "verdict": an.verdict,
         "exit_code": an.exit_code,
         "diagnosis": [
-            {"code": f.code, "fails": f.fails, "resume": f.resume, "text": f.text}
+            {
+                "code": f.code,
+                "fails": f.fails,
+                "resume": f.resume,
+                "text": f.text,
+                "evidence": list(f.evidence),
+            }
             for f in an.findings
         ],
         "wall_seconds": _num(result.wall_s, 3),
@@ -164,6 +199,10 @@ def table(result: DrillResult) -> str:
             if k["in_checkpoint_write"]
             else f"at step {k['step']}"
         )
+        if k["during_write"] and k["where"] and not k["in_checkpoint_write"]:
+            where += f" ({k['where']})"  # aimed at a write, landed after it
+        if k["recovery"]:
+            where += " (added: a plain kill after the write, from the copy before it)"
         if k["preempt"]:
             where = f"a SIGTERM, the process ended at step {k['step']}"
         if k["landed"]:
@@ -189,6 +228,24 @@ def table(result: DrillResult) -> str:
                 f"{rec:<16}  {r.points:>6}  {_delta(r.max_abs_delta):>8}  "
                 f"{_delta(r.mean_abs_delta):>8}  {div:>9}  {lat:>7}  {r.verdict}"
             )
+    for r in an.resumes:
+        if r.replay_of is not None:
+            lines.append(
+                f"  resume {r.index}: the restart after a damaging kill failed, so the "
+                f"checkpoint dir was put back as resume {r.replay_of} found it and the run "
+                "started again from there (the kills after it land on undamaged state)"
+            )
+    groups = trials(result)
+    if groups:
+        lines.append(
+            "  trials: "
+            + "; ".join(
+                f"{_KIND_TEXT.get(g['kind'], g['kind'])}: resume(s) "
+                f"{', '.join(map(str, g['resumes']))} "
+                + ("passed" if g["passed"] else f"FAILED ({', '.join(g['codes']) or 'differ'})")
+                for g in groups
+            )
+        )
     for stop in result.stops:
         lines.append(f"  {stop.text}")
     for r in an.resumes:
@@ -210,14 +267,46 @@ def table(result: DrillResult) -> str:
     for f in an.findings:
         mark = "✗" if f.fails else "!"
         lines.append(f"  {mark} [{f.code}] {f.text}")
+        lines.extend(f"      evidence: {e}" for e in f.evidence)
     if an.verdict == "pass":
         summary = "PASS: every resume is bit-identical"
         if not an.resumes:
             summary = "PASS: the run reproduced bit for bit (no kill landed)"
     else:
         summary = "FAIL" if an.exit_code == 1 else "ERROR"
+    lines.append(f"  seed: {_replays(result)}")
     lines.append(f"{summary} · wall {result.wall_s:.1f} s · replay with --seed {result.seed}")
     return "\n".join(lines)
+
+
+def _replays(result: DrillResult) -> str:
+    """What `--seed` replays of this drill and what depends on timing (docs/verify.md,
+    "What a seed replays")."""
+    seed = result.seed
+    if result.mode == "preset":
+        return (
+            f"--seed {seed} replays this plan exactly, the write kill too (the trainer holds "
+            "the write open for it); a plain kill lands at its step or a little later"
+        )
+    return (
+        f"--seed {seed} replays this plan (which kills, armed at which steps); where a kill "
+        "lands in a write depends on timing: the same seed can land inside the write or "
+        "just after it (then it is judged like a plain kill), and a plain kill at its step "
+        "or a little later"
+    )
+
+
+def _held(r: ResumeVerdict) -> bool:
+    """The resume matched (to the precision printed: too few digits is a finding about
+    the whole run, not about one trial) or had nothing left to train."""
+    return r.verdict in ("bit-identical", NOTHING_LEFT) or r.verdict.startswith("equal at")
+
+
+_KIND_TEXT = {
+    **TRIAL_KINDS,
+    "restart-after-crash": "a restart after a crash that had saved",
+    "replay": "a start again from a copy of the state",
+}
 
 
 def _opt(x: int | None) -> str:

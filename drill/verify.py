@@ -134,7 +134,8 @@ def verify_preset(
         except forkserver.ForkServerError as e:
             _note(f"{e}; running the drill again, every trainer process started with exec")
             if work_dir is not None:
-                for sub in ("reference", "crashed"):  # made by the first try in an empty dir
+                # made by the first try in an empty dir
+                for sub in ("reference", "crashed", "crashed-copies"):
                     shutil.rmtree(Path(work_dir) / sub, ignore_errors=True)
         target.fork_server = None
         marks.clear()
@@ -242,6 +243,11 @@ def verify_command(
             steps = [p.step for p in ref.points][:-1]  # a kill must land before the end
             # No write seen in the reference: no write to land a kill in, all kills plain.
             writes: list[int] | None = None if target.has_checkpoint(ref_snapshot) else []
+            # A kill inside a write is aimed at a write the reference made, neither the
+            # first (a complete checkpoint must exist to fall back on) nor the last (a
+            # plain kill after it must still land, should that write be torn).
+            if writes is None and len(ref.write_steps) >= 3:
+                writes = [s for s in ref.write_steps[1:-1] if s in steps]
             rng = random.Random(seed)
             plan = draw_kills(rng, kills, steps, ref.first_ckpt_step, writes)
             if preempt:

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from crashdrill.drill.command import CommandTarget
-from crashdrill.drill.engine import StartError, run_segment
+from crashdrill.drill.engine import StartError, run_crashed, run_segment
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.trace import LossParser
 
@@ -148,3 +148,69 @@ for step in range(1, 50):
     before, after = seg.snapshot_before_kill or {}, seg.snapshot_after_kill or {}
     assert before["ckpt.bin"][1] == 20_000 and after["ckpt.bin"][1] < 20_000  # torn
     assert os.path.getsize(tmp_path / "ckpt.bin") < 20_000
+
+
+TORN_ON_RESUME = """
+import json, os, time
+ckpt = os.path.join(os.environ["CRASHDRILL_CKPT_DIR"], "ckpt.json")
+step = json.load(open(ckpt))["step"] if os.path.exists(ckpt) else 0  # a torn file: crash
+while step < 30:
+    step += 1
+    print(json.dumps({"step": step, "loss": 1.0}), flush=True)
+    time.sleep(0.01)
+    if step % 10 == 0:
+        with open(ckpt, "w") as f:  # in place
+            text = json.dumps({"step": step, "pad": "x" * 2000})
+            for i in range(10):
+                f.write(text[i * len(text) // 10 : (i + 1) * len(text) // 10])
+                f.flush()
+                time.sleep(0.02)
+"""
+
+
+def test_a_torn_write_whose_restart_fails_is_followed_by_a_plain_kill_from_a_copy(
+    tmp_path: Path,
+) -> None:
+    ckpt = tmp_path / "crashed"
+    ckpt.mkdir()
+    plan = [KillPoint(3, before_first=True), KillPoint(18, during_write=True)]
+    segs = run_crashed(target(TORN_ON_RESUME), ckpt, plan)
+    assert [s.killed for s in segs] == [True, True, False, True, False], segs
+    assert segs[1].last_step == 20 and segs[2].crashed  # the torn ckpt.json fails to load
+    replay, recovery = segs[3], segs[3].kill_point
+    assert replay.restored_from == 1 and replay.first_step == 1  # the copy held nothing yet
+    assert recovery is not None and recovery.recovery and recovery.step == 21
+    assert replay.last_step is not None and replay.last_step >= 21
+    assert segs[4].exit_code == 0 and segs[4].first_step == 21  # resumed from the write of 20
+    copies = tmp_path / "crashed-copies"
+    assert [p.name for p in copies.iterdir()] == ["before-segment-1"]  # the one put back
+
+
+def test_copies_that_were_never_put_back_are_removed(tmp_path: Path) -> None:
+    ckpt = tmp_path / "crashed"
+    ckpt.mkdir()
+    atomic = TORN_ON_RESUME.replace('open(ckpt, "w")', 'open(ckpt + ".tmp", "w")').replace(
+        "time.sleep(0.02)\n", "time.sleep(0.02)\n        os.replace(ckpt + '.tmp', ckpt)\n"
+    )
+    segs = run_crashed(target(atomic), ckpt, [KillPoint(18, during_write=True)])
+    assert [s.killed for s in segs] == [True, False] and segs[1].exit_code == 0, segs
+    assert segs[0].state_copy is not None and not (tmp_path / "crashed-copies").exists()
+
+
+def test_a_script_that_writes_at_every_step_has_its_first_checkpoint_at_the_start(
+    tmp_path: Path,
+) -> None:
+    code = """
+import json, os, time
+ckpt = os.path.join(os.environ["CRASHDRILL_CKPT_DIR"], "ckpt.json")
+for step in range(1, 31):
+    print(json.dumps({"step": step, "loss": 1.0}), flush=True)
+    with open(ckpt + ".tmp", "w") as f:
+        f.write(str(step))
+    os.replace(ckpt + ".tmp", ckpt)
+    time.sleep(0.02)
+"""
+    seg = run_segment(target(code), tmp_path, 0, None, observe_checkpoints=True)
+    assert seg.first_ckpt_step is not None and seg.first_ckpt_step <= 2, seg.write_steps
+    # A write per line: at most two lines make one write, so most writes stay apart.
+    assert len(seg.write_steps) >= 10, seg.write_steps

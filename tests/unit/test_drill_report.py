@@ -30,12 +30,14 @@ def _result() -> DrillResult:
 SCHEMA_KEYS = {
     "schema", "mode", "target", "seed", "kills_requested", "kills", "resumes", "stops", "reference",
     "crashed", "precision", "final_state", "verdict", "exit_code", "diagnosis", "wall_seconds",
+    "trials",
 }  # fmt: skip
 RESUME_KEYS = {
     "index", "killed_at_step", "kill_in_checkpoint_write", "from_step", "first_step",
     "recomputed", "points", "max_abs_delta", "mean_abs_delta", "first_divergent_step",
     "bit_identical", "restarted_from_start", "checkpoint_existed", "latency_s", "outcome",
-    "verdict", "resume_args", "differing", "fields",
+    "verdict", "resume_args", "differing", "fields", "trial", "kill", "replay_of",
+    "compared_with",
 }  # fmt: skip
 FIELD_KEYS = {
     "field", "equal", "points", "steps", "first_divergent_step", "max_abs_delta",
@@ -43,8 +45,10 @@ FIELD_KEYS = {
 }  # fmt: skip
 KILL_KEYS = {
     "index", "planned_step", "during_write", "preempt", "landed", "t", "step",
-    "in_checkpoint_write", "processes",
+    "in_checkpoint_write", "processes", "kind", "recovery", "where", "evidence",
 }  # fmt: skip
+TRIAL_KEYS = {"kind", "resumes", "passed", "codes"}
+DIAGNOSIS_KEYS = {"code", "fails", "resume", "text", "evidence"}
 STOP_KEYS = {
     "index", "planned_step", "sigterm_step", "last_step", "exit_code", "stop_s", "grace_s",
     "within_grace", "wrote_checkpoint", "resumed_from", "steps_lost", "diagnosis", "text",
@@ -64,11 +68,19 @@ def test_json_report_has_the_documented_fields(tmp_path: Path) -> None:
     assert all(set(f) == FIELD_KEYS for r in data["resumes"] for f in r["fields"])
     assert [f["field"] for f in data["resumes"][1]["fields"]] == ["step.loss"]  # stdout only
     assert data["final_state"]["method"] == "bytes"
+    assert [k["kind"] for k in data["kills"]] == ["after-checkpoint", "inside-write"]
+    assert any("older than the step being written (22)" in e for e in data["kills"][1]["evidence"])
+    assert all(set(t) == TRIAL_KEYS for t in data["trials"])
+    assert [(t["kind"], t["resumes"], t["passed"]) for t in data["trials"]] == [
+        ("before-first-checkpoint", [1], True),
+        ("inside-write", [2], True),
+    ]
 
 
 def test_every_json_field_is_documented() -> None:
     text = DOCS.read_text(encoding="utf-8")
-    for key in SCHEMA_KEYS | RESUME_KEYS | KILL_KEYS | FIELD_KEYS | STOP_KEYS:
+    keys = SCHEMA_KEYS | RESUME_KEYS | KILL_KEYS | FIELD_KEYS | STOP_KEYS | TRIAL_KEYS
+    for key in keys | DIAGNOSIS_KEYS:
         assert f"`{key}`" in text, f"docs/verify.md does not document {key}"
 
 
@@ -85,3 +97,5 @@ def test_table_names_each_resume_and_the_verdict() -> None:
     assert "inside a checkpoint write after step 22" in text
     assert "bit-identical" in text and text.splitlines()[-1].startswith("PASS")
     assert "--seed 7" in text
+    assert "trials: a kill before the first checkpoint: resume(s) 1 passed" in text
+    assert "--seed 7 replays this plan" in text and "depends on timing" in text

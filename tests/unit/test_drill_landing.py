@@ -1,0 +1,72 @@
+"""Where a kill landed, judged from evidence (issue #26 item 2), on hand-made segments."""
+
+from __future__ import annotations
+
+from crashdrill.drill.engine import Snapshot
+from tests.unit.test_drill_compare import CKPT, REF, _analyse, _codes, _seg
+
+IN_PLACE: Snapshot = {"ckpt.json": (1, 120, 99)}  # same inode, rewritten
+
+
+def test_a_write_kill_whose_restart_resumes_from_the_step_being_written_is_a_plain_kill() -> None:
+    off = {s: REF[s - 1] + 0.05 for s in range(23, 41)}
+    segs = [
+        _seg(0, range(1, 23), killed=True, in_write=True, before=CKPT, after=IN_PLACE),
+        _seg(1, range(23, 41), values=off),  # resumed from 22: the write had finished
+    ]
+    an = _analyse(segs)
+    assert _codes(an) == ["in-place-write", "state-missing"], an.findings
+    r = an.resumes[0]
+    assert not r.kill_in_write and r.trial == "after-checkpoint" and r.recomputed is None
+    assert "after the checkpoint write had finished" in r.kill_where
+    note, missing = an.findings
+    assert not note.fails and "nothing was torn" in note.text
+    assert "no step was recomputed" in missing.text and "recomputed loss" not in missing.text
+    assert any("the step being written" in e for e in missing.evidence)
+
+
+def test_a_write_kill_counts_as_inside_when_its_temp_file_was_still_there() -> None:
+    with_temp: Snapshot = {**CKPT, "ckpt.json.tmp": (7, 40, 99)}
+    segs = [
+        _seg(0, range(1, 23), killed=True, in_write=True, before=CKPT, after=with_temp),
+        _seg(1, range(17, 41)),  # an atomic writer: the older checkpoint loads
+    ]
+    an = _analyse(segs)
+    assert an.verdict == "pass" and an.resumes[0].kill_in_write, an.findings
+    assert an.resumes[0].trial == "inside-write"
+    assert any("temp name" in e for e in an.resumes[0].kill_evidence)
+
+
+def test_a_changed_dir_alone_does_not_put_a_plain_kill_inside_a_write() -> None:
+    segs = [_seg(0, range(1, 23), killed=True, before=CKPT, after=CKPT), _seg(1, range(23, 41))]
+    an = _analyse(segs)
+    assert an.verdict == "pass" and not an.resumes[0].kill_in_write
+    assert an.resumes[0].kill_where == "between checkpoint writes"
+
+
+def test_a_restart_that_trained_before_it_crashed_loaded_an_older_checkpoint() -> None:
+    partial: Snapshot = {**CKPT, "checkpoint-22/config.json": (9, 2, 99)}
+    segs = [
+        _seg(0, range(1, 23), killed=True, in_write=True, before=CKPT, after=partial),
+        _seg(1, range(9, 12), exit_code=1),
+    ]
+    an = _analyse(segs)
+    r = an.resumes[0]
+    assert r.kill_in_write and r.from_step == 8
+    assert any("older than the step being written (22)" in e for e in r.kill_evidence)
+    assert not any("failed to load" in e for e in r.kill_evidence)
+    assert "torn-checkpoint" in _codes(an)
+
+
+def test_a_resume_after_a_diverged_one_is_judged_against_the_killed_process() -> None:
+    off = {s: REF[s - 1] + 0.05 for s in range(16, 41)}
+    segs = [
+        _seg(0, range(1, 23), killed=True, before=CKPT),
+        _seg(1, range(16, 31), values=off, killed=True, before=CKPT),
+        _seg(2, range(26, 41), values=off),  # recomputes 26-30 as the killed process did
+    ]
+    an = _analyse(segs)
+    first, second = an.resumes
+    assert first.compared_with == "reference" and first.first_divergent_step == 16
+    assert second.compared_with == "killed process" and second.first_divergent_step is None
+    assert [f.resume for f in an.findings] == [1], an.findings
