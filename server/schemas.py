@@ -131,6 +131,11 @@ class CrashResult(BaseModel):
         " (the kill follows when the write starts), kill and delete the local checkpoints, or"
         " that and restart on another host of the Ray cluster (from the mirror)",
     )
+    armed: bool = Field(
+        False,
+        description="the kill waits for the run's next checkpoint write (crash mode"
+        " during_save): the run trains on, and its state stays as it was until the kill lands",
+    )
 
 
 class StopResult(BaseModel):
