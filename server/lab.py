@@ -42,6 +42,7 @@ from crashdrill.server.errors import BadInput, NotFound
 from crashdrill.server.fanout import Fanout, LocalFanout
 from crashdrill.server.housekeeping import Housekeeping
 from crashdrill.server.ingest_loop import IngestLoop, resume_checks
+from crashdrill.server.lesson_bounds import LabLimits
 from crashdrill.server.lesson_policy import public_view
 from crashdrill.server.outage import Outage
 from crashdrill.server.quotas import check_new_pair
@@ -362,7 +363,7 @@ class Lab(RunControl):
                 pair_id,
                 owner,
                 preset.id,
-                public or public_view(preset),
+                public or public_view(preset, LabLimits.from_settings(self.settings)),
                 [(rid, label, str(self.settings.runs_dir / rid)) for rid, label in runs],
                 client,
             )
@@ -388,6 +389,7 @@ class Lab(RunControl):
             waits=self.scheduler.waits.remaining(time.time()),
             start_times=self.start_times.summary(),
         )
+        view["executor"] = self.executor.name  # one machine ("local"), or a cluster's nodes
         dirs = {r["id"]: Path(r["run_dir"]) for r in runs}
         for run in view["runs"]:  # where each trains: this machine, or a Ray node
             host = self.executor.host(dirs[run["id"]]) if run["state"] != "queued" else None

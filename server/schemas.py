@@ -106,6 +106,11 @@ class PairStatus(BaseModel):
     created_at: float
     owner: bool = Field(description="true when this browser created the pair")
     start_times: StartTimes = Field(description="how long trainer starts take on this lab")
+    executor: str = Field(
+        "local",
+        description="where the runs execute: local (this one machine) or ray (a cluster's"
+        " nodes); the page names a run's host only on a cluster or after it moved",
+    )
     runs: list[RunStatus]
 
 
