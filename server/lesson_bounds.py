@@ -77,6 +77,7 @@ class LabLimits:
     cores: int = 1
     gpus: int = 0
     gpt2_tokenizer: bool = False
+    cluster: bool = False  # runs execute on a Ray cluster's nodes, not on this one machine
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LabLimits:
@@ -85,6 +86,7 @@ class LabLimits:
             settings.max_params_per_run,
             settings.max_tokens_per_run,
             settings.max_checkpoint_bytes_per_run,
+            settings.ray is not None,
         )
 
     @property
@@ -94,7 +96,9 @@ class LabLimits:
 
 
 @functools.lru_cache(maxsize=16)
-def _limits(unlockable: frozenset[str], params: int, tokens: int, ckpt: int) -> LabLimits:
+def _limits(
+    unlockable: frozenset[str], params: int, tokens: int, ckpt: int, cluster: bool = False
+) -> LabLimits:
     from crashdrill.server.settings import count_gpus
 
     try:
@@ -109,6 +113,7 @@ def _limits(unlockable: frozenset[str], params: int, tokens: int, ckpt: int) -> 
         cores=cores,
         gpus=count_gpus(),
         gpt2_tokenizer=importlib.util.find_spec("tiktoken") is not None,
+        cluster=cluster,
     )
 
 
