@@ -65,7 +65,9 @@ def test_a_lesson_with_a_crash_per_run_resumes_bit_identical_and_survives_reload
     crash(page, "A", 120)
     # The restart's wait says how long starts take here (measured by this lab's trainers),
     # and the button comes back with the first step record of the restarted segment.
-    page.wait_for_function("() => window.seen.lines.some((l) => /Starts take about \\d/.test(l))")
+    page.wait_for_function(
+        "() => window.seen.lines.some((l) => /A start usually takes ≈ \\d/.test(l))"
+    )
     page.wait_for_function("() => window.seen.enabled.some(([on, seg]) => on && seg >= 1)")
     seen = page.evaluate("() => window.seen")
     after = seen["enabled"][[on for on, _ in seen["enabled"]].index(False) :]
