@@ -207,3 +207,13 @@ def test_an_armed_kill_is_armed_until_its_restart_event_then_crashed() -> None:
     assert out[1] == "Crash test armed: the SIGKILL lands when the next checkpoint write begins."
     assert out[2] == "kill armed"
     assert out[3] == "crashed"
+
+
+def test_a_trainer_that_reported_failed_is_failed_before_the_supervisor_says_so() -> None:
+    out = run_js("""
+        view({state: "running", stage: "train", segment: 0});
+        run.add([step(0, 1)]);
+        view({state: "running", stage: "failed", segment: 1});  // a refusal: exit 3 follows
+        out.push(state(null)[0], blocked());
+    """)
+    assert out == ["failed", "Failed: there is no training process left to kill."]

@@ -88,6 +88,9 @@ export function studentState(run, starts = null, preset = null) {
   if (["starting", "running", "restarting"].includes(v.state) && trainerFinished(run)) {
     return ["done", `Finished ${f.int(v.steps)} steps.`]; // the supervisor's report is on its way
   }
+  if (["starting", "running", "restarting"].includes(v.state) && v.stage === "failed") {
+    return ["failed", "The trainer stopped with an error; the lab is reading why."]; // likewise
+  }
   const armed = armedKill(run, preset);
   if (armed) {
     const at = nextCheckpoint(run, preset, v.step ?? run.maxStep);
@@ -151,8 +154,9 @@ function stageName(key) {
  * how long starts take on this lab, said while one is pending. */
 export function crashBlocker(run, owner, starts = null, preset = null) {
   const v = run.view;
-  if (["finished", "failed", "stopped"].includes(v.state) || (v.state !== "queued" && trainerFinished(run))) {
-    const word = v.state === "failed" ? "Failed" : v.state === "stopped" ? "Stopped" : "Finished";
+  const said = v.state !== "queued" && (trainerFinished(run) || v.stage === "failed");
+  if (["finished", "failed", "stopped"].includes(v.state) || said) {
+    const word = v.state === "failed" || v.stage === "failed" ? "Failed" : v.state === "stopped" ? "Stopped" : "Finished";
     return `${word}: there is no training process left to kill.`;
   }
   if (!owner) return "Only the browser that started this lesson can crash its runs.";
