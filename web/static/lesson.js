@@ -147,6 +147,8 @@ export function resumeCheckText(label, c) {
     + "even when its curve looks close.", "different"];
 }
 
+const openFieldLists = new Set(); // "run:segment" of the checks whose metric list is open
+
 export function renderResumeChecks(pair) {
   const list = $("#resume-checks");
   list.replaceChildren();
@@ -158,7 +160,16 @@ export function renderResumeChecks(pair) {
       li.dataset.bitIdentical = String(c.bit_identical);
       li.append(el("span", "check-line", line), el("span", "check-verdict", verdict));
       const fields = fieldsDetails(c);
-      if (fields) li.append(fields);
+      if (fields) {
+        // The list is rebuilt on every new record: a metric list the student opened stays open.
+        const key = `${r.id}:${c.segment}`;
+        fields.open = openFieldLists.has(key);
+        fields.addEventListener("toggle", () => {
+          if (fields.open) openFieldLists.add(key);
+          else openFieldLists.delete(key);
+        });
+        li.append(fields);
+      }
       const lost = c.expected_points;
       if (f.isNum(lost) && c.started_over) {
         li.append(el("span", "check-cost", `The crash cost all ${f.int(lost)} steps trained before it: a fresh start from step 0, not a resume.`));
