@@ -217,3 +217,18 @@ def test_a_trainer_that_reported_failed_is_failed_before_the_supervisor_says_so(
         out.push(state(null)[0], blocked());
     """)
     assert out == ["failed", "Failed: there is no training process left to kill."]
+
+
+def test_a_wall_s_stop_is_preempted_when_the_view_already_names_the_next_segment() -> None:
+    # Seen under load in lesson 1.14: the view said segment 1 (stage restarting) before
+    # the new trainer's first step; the stop event is segment 0's.
+    out = run_js("""
+        preset = {crash: {wall_step: 300}};
+        view({state: "running", stage: "train", segment: 0});
+        run.add([step(0, 300)]);
+        run.add([{kind: "event", segment: 0, code: "preempt", resume_from: 300,
+                  text: "The session wall at step 300: stopped gracefully", t: 301}]);
+        view({state: "running", stage: "restarting", segment: 1});
+        out.push(state(null)[0], blocked());
+    """)
+    assert out == ["preempted", "Preempted: it is restarting from its checkpoint."]

@@ -78,8 +78,9 @@ export function studentState(run, starts = null, preset = null) {
   const note = usual && run.startPending() ? ` ${usual[0].toUpperCase()}${usual.slice(1)}.` : "";
   const killed = "Killed with SIGKILL (no chance to save). Restarting from its newest complete checkpoint.";
   const wall = preset?.crash?.wall_step ?? 0;
-  const ended = (seg) => {
-    const e = run.restartEvent(seg) || stopEvent(run);
+  const ended = () => {
+    const seg = run.newestStepSegment() ?? 0; // the segment whose trainer ended
+    const e = run.newestRestart(seg);
     if (run.endedBy(seg, wall) === "preempt") {
       return ["preempted", (e ? e.text : "Preempted: SIGTERM, then SIGKILL if it is still alive after its grace. It resumes from what it saved.") + note];
     }
@@ -107,9 +108,9 @@ export function studentState(run, starts = null, preset = null) {
       if (!run.startPending()) return ["training", "Training."]; // its report is on its way
       return ["starting", usual ? `Starting the trainer: ${usual}.` : "Starting the trainer process."];
     case "restarting":
-      return ended(Math.max(v.segment ?? 0, run.newestStepSegment() ?? 0));
+      return ended();
     case "running":
-      if (v.stage === "restarting") return ended(Math.max(v.segment ?? 0, run.newestStepSegment() ?? 0));
+      if (v.stage === "restarting") return ended();
       if ((v.crashes ?? 0) > (v.segment ?? 0) && run.startPending()) {
         return ["resuming", `Restarted after the crash: loading its newest complete checkpoint.${note}`];
       }
@@ -134,12 +135,6 @@ export function studentState(run, starts = null, preset = null) {
     default:
       return [v.state, ""];
   }
-}
-
-/** The supervisor's event for a preemption or graceful stop that ended this segment. */
-function stopEvent(run) {
-  const seg = run.view.segment ?? 0;
-  return run.events.find((e) => (e.code === "preempt" || e.code === "graceful_stop") && (e.segment ?? 0) === seg);
 }
 
 function stageName(key) {
@@ -167,7 +162,7 @@ export function crashBlocker(run, owner, starts = null, preset = null) {
   const restarting = v.state === "restarting" || v.stage === "restarting" || run.signalled !== null
     || run.newestStepSegment() !== null;
   if (v.state === "restarting" || (v.state === "running" && v.stage === "restarting")) {
-    const seg = Math.max(v.segment ?? 0, run.newestStepSegment() ?? 0);
+    const seg = run.newestStepSegment() ?? 0;
     const what = run.endedBy(seg, preset?.crash?.wall_step ?? 0) === "preempt" ? "Preempted" : "Already crashed";
     return `${what}: it is restarting from its checkpoint${wait}.`;
   }

@@ -99,12 +99,23 @@ export class RunModel {
     return this.events.find((e) => isRestartEvent(e) && (e.segment ?? 0) === segment);
   }
 
+  /** The newest restart event of segment `from` or later: the restart under way when
+   * `from` is the newest segment that trained (a view may already name the next one). */
+  newestRestart(from) {
+    let best;
+    for (const e of this.events) {
+      if (isRestartEvent(e) && (e.segment ?? 0) >= from && (!best || (e.segment ?? 0) > (best.segment ?? 0))) best = e;
+    }
+    return best;
+  }
+
   /** "preempt" (SIGTERM: a preemption, a session wall, a graceful stop) or "crash"
-   * (SIGKILL: a crash test, a lost host, an unasked kill) for what ended `segment`; before
-   * its event comes, what this page asked for (`signalledKind`), else the lesson's wall
-   * when the run is past it, else "crash". */
+   * (SIGKILL: a crash test, a lost host, an unasked kill) for what ended the run's newest
+   * segment that trained (`segment`, or later); before its event comes, what this page
+   * asked for (`signalledKind`), else the lesson's wall when the run is past it, else
+   * "crash". */
   endedBy(segment, wallStep = 0) {
-    const e = this.restartEvent(segment);
+    const e = this.newestRestart(segment);
     if (e) return KILL_CODES.has(e.code) || e.code === "killed" || e.code === "lost" ? "crash" : "preempt";
     if (this.signalled !== null && this.signalledKind) return this.signalledKind;
     if (wallStep > 0 && this.maxStep >= wallStep && (segment ?? 0) === 0) return "preempt";
