@@ -73,7 +73,7 @@ function render() {
   const pair = page.pair;
   if (!pair) return;
   for (const c of page.cards) c.update(pair, page.ledger.forRun(c.run.id));
-  for (const s of page.stages) s.update();
+  for (const s of page.stages) s.update(pair.view.preset?.crash?.wall_step ?? 0);
   page.machine.updateNodes(pairNodes(page.nodes, pair.ordered().map((r) => r.host())));
   page.machine.update(pair.machine, page.ledger);
   const runs = pair.ordered();

@@ -430,7 +430,8 @@ export class StageList {
     container.append(box);
   }
 
-  update() {
+  /** `wallStep`: the lesson's session wall (a stop there is a preemption). */
+  update(wallStep = 0) {
     const run = this.run;
     const v = run.view;
     let current = v.stage;
@@ -455,7 +456,11 @@ export class StageList {
         if (key === "finished") {
           status = "done";
           progress = 1;
-        } else if (crashed) status = "crashed · resuming";
+        } else if (crashed) {
+          // What ended the segment: a preemption (SIGTERM) is not a crash.
+          const preempted = run.endedBy(run.newestStepSegment() ?? 0, wallStep) === "preempt";
+          status = preempted ? "preempted · resuming" : "crashed · resuming";
+        }
         else if (v.state === "failed") status = "failed";
         else if (v.state === "stopped") status = "stopped";
         else status = key === "queued" ? "waiting" : `running ${Math.round(progress * 100)}%`;
