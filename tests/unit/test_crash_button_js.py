@@ -232,3 +232,23 @@ def test_a_wall_s_stop_is_preempted_when_the_view_already_names_the_next_segment
         out.push(state(null)[0], blocked());
     """)
     assert out == ["preempted", "Preempted: it is restarting from its checkpoint."]
+
+
+def test_a_stale_restarting_view_after_the_restart_trains_is_not_a_crash() -> None:
+    # Seen under load in lesson 1.14: segment 1 had trained when a view still said stage
+    # restarting; the card said "crashed" for a wall's graceful stop.
+    out = run_js("""
+        preset = {crash: {wall_step: 300}};
+        view({state: "running", stage: "train", segment: 0, steps: 600});
+        run.add([step(0, 300)]);
+        run.add([{kind: "event", segment: 0, code: "preempt", resume_from: 300, t: 301},
+                 {kind: "resume", segment: 1, from_step: 300, path: "ckpt/step-300", t: 302},
+                 step(1, 301)]);
+        view({state: "running", stage: "restarting", segment: 1, step: 300,
+              latest: {step: {segment: 0, step: 300}}});  // built before step 301
+        out.push(state(null)[0], blocked());
+        view({state: "running", stage: "restarting", segment: 1, step: 301,
+              latest: {step: {segment: 1, step: 301}}});  // a restart of segment 1 itself
+        out.push(state(null)[0]);
+    """)
+    assert out == ["resuming", None, "crashed"]  # resumed at 300: "nothing was lost"

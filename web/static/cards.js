@@ -98,6 +98,9 @@ export function studentState(run, starts = null, preset = null) {
     const where = at !== null ? ` (step ${f.int(at)})` : "";
     return ["kill armed", `Crash test armed: SIGKILL at the next checkpoint write${where}. It trains on until that write begins.`];
   }
+  // Restarting until the restarted trainer's first step record: a view that still says
+  // restarting after it (views are pushed throttled) is stale.
+  if ((v.state === "restarting" || v.stage === "restarting") && run.startPending()) return ended();
   switch (v.state) {
     case "queued": {
       const left = run.queueWaitLeft();
@@ -108,9 +111,7 @@ export function studentState(run, starts = null, preset = null) {
       if (!run.startPending()) return ["training", "Training."]; // its report is on its way
       return ["starting", usual ? `Starting the trainer: ${usual}.` : "Starting the trainer process."];
     case "restarting":
-      return ended();
     case "running":
-      if (v.stage === "restarting") return ended();
       if ((v.crashes ?? 0) > (v.segment ?? 0) && run.startPending()) {
         return ["resuming", `Restarted after the crash: loading its newest complete checkpoint.${note}`];
       }
@@ -435,7 +436,7 @@ export class StageList {
     const run = this.run;
     const v = run.view;
     let current = v.stage;
-    const crashed = v.state === "restarting" || v.stage === "restarting";
+    const crashed = (v.state === "restarting" || v.stage === "restarting") && run.startPending();
     if (v.state === "queued") current = "queued";
     else if (crashed) current = "train";
     else if (v.state === "starting" || v.stage === "starting") current = "download";

@@ -90,6 +90,10 @@ export class RunModel {
     if (seg === null || seg < this.maxSegment) return true;
     if (this.signalled !== null && seg <= this.signalled) return true;
     for (const e of this.events) if (isRestartEvent(e) && seg <= (e.segment ?? 0)) return true;
+    // A view built before a step record this page has (its newest step is of an older
+    // segment) says "restarting" of a restart that has trained since.
+    const viewStep = v.latest?.step?.segment;
+    if (Number.isInteger(viewStep) && viewStep < seg) return false;
     return (v.state === "restarting" || v.stage === "restarting") && seg <= (v.segment ?? 0);
   }
 
