@@ -368,7 +368,7 @@ class Lab(RunControl):
                 pair_id,
                 owner,
                 preset.id,
-                public or public_view(preset),
+                public or public_view(preset, LabLimits.from_settings(self.settings)),
                 [(rid, label, str(self.settings.runs_dir / rid)) for rid, label in runs],
                 client,
                 disk_bytes,
@@ -396,6 +396,7 @@ class Lab(RunControl):
             start_times=self.start_times.summary(),
         )
         view["prediction"] = prediction_view(self.store, pair)
+        view["executor"] = self.executor.name  # one machine ("local"), or a cluster's nodes
         dirs = {r["id"]: Path(r["run_dir"]) for r in runs}
         for run in view["runs"]:  # where each trains: this machine, or a Ray node
             host = self.executor.host(dirs[run["id"]]) if run["state"] != "queued" else None

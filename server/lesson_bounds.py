@@ -83,6 +83,7 @@ class LabLimits:
     cores: int = 1
     gpus: int = 0
     gpt2_tokenizer: bool = False
+    cluster: bool = False  # runs execute on a Ray cluster's nodes, not on this one machine
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LabLimits:
@@ -93,6 +94,7 @@ class LabLimits:
             settings.max_checkpoint_bytes_per_run,
             settings.max_disk_bytes_per_run,
             settings.mirror_url is not None,
+            settings.ray is not None,
         )
 
     @property
@@ -109,6 +111,7 @@ def _limits(
     ckpt: int,
     disk: int | None,
     mirrored: bool,
+    cluster: bool = False,
 ) -> LabLimits:
     from crashdrill.server.settings import count_gpus
 
@@ -126,6 +129,7 @@ def _limits(
         cores=cores,
         gpus=count_gpus(),
         gpt2_tokenizer=importlib.util.find_spec("tiktoken") is not None,
+        cluster=cluster,
     )
 
 

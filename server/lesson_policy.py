@@ -92,10 +92,12 @@ def student_overrides_allowed(preset: Preset, limits: LabLimits = DEFAULT_LIMITS
 
 
 def public_view(preset: Preset, limits: LabLimits = DEFAULT_LIMITS) -> dict[str, Any]:
-    """What a page needs to show the lesson (no file paths), with what is locked."""
-    d = dataclasses.asdict(preset)
+    """What a page needs to show the lesson (no file paths), with what is locked, in the
+    text that is true where the lab runs (one machine, or a cluster: `limits.cluster`)."""
+    d = dataclasses.asdict(preset.for_lab(cluster=limits.cluster))
     d.pop("source")
     d.pop("extra")
+    d.pop("one_machine")
     d["locked"] = sorted(locked_names(preset, limits))
     d["student_adjustable"] = sorted(student_overrides_allowed(preset, limits))
     d["knob_text"] = preset.knob_text()

@@ -34,8 +34,9 @@ from crashdrill.server.routes_pairs import (
 from crashdrill.server.schemas import problems
 from crashdrill.server.sessions import session_of
 from crashdrill.server.store import ACTIVE_STATES
-from crashdrill.server.views import pair_view, queue_positions
+from crashdrill.server.views import pair_view, queue_positions, restart_counts
 from crashdrill.trainer.presets import KNOB, SETTINGS, PresetError
+from crashdrill.workers.restart_events import RESTART_KINDS
 
 router = APIRouter(prefix="/api/instructor", tags=["instructor"])
 
@@ -279,6 +280,9 @@ def class_view(
     starts = lab.start_times.summary()
     stored = lab.store.pairs_by_id(ids)
     numbers = lab.store.student_numbers([p["owner"] for p in stored.values()])
+    run_ids = [r["id"] for rows in by_pair.values() for r in rows]
+    restarts = restart_counts(lab.store.restart_events(run_ids))
+    none = dict.fromkeys(RESTART_KINDS, 0)
     pairs = []
     for pair_id, rows in by_pair.items():
         pair = stored.get(pair_id)
@@ -292,6 +296,8 @@ def class_view(
         view["owner_tag"] = "you" if mine else f"student {numbers.get(pair['owner'], '?')}"
         view["preset_id"] = pair["preset"]
         view["active"] = any(r["state"] == "queued" or r["state"] in ACTIVE_STATES for r in rows)
+        for run in view["runs"]:  # what ended each segment, by kind
+            run["restarts"] = restarts.get(run["id"], none)
         pairs.append(view)
     return {"pairs": pairs, "total": total, "offset": offset, "limit": limit}
 

@@ -105,16 +105,25 @@ class RunControl:
         except NotRunning as e:
             raise Conflict(f"cannot crash run {run_id}: {e}") from None
         self._signalled[run_id] = row["segment"] or 0
-        self.store.update_run(
-            run_id, state="restarting", stage="restarting", crashes=row["crashes"] + 1
-        )
+        # "during_save" arms the kill: it lands when the next checkpoint write begins, and
+        # the run trains on until then. Its state says restarting only once the supervisor
+        # reports the trainer dead (server/reports.py), never before.
+        armed = mode == "during_save"
+        state = row["state"] if armed else "restarting"
+        if armed:
+            self.store.update_run(run_id, crashes=row["crashes"] + 1)
+        else:
+            self.store.update_run(
+                run_id, state="restarting", stage="restarting", crashes=row["crashes"] + 1
+            )
         self.ingest.publish_run(run_id)
         return {
             "run": run_id,
             "killed_pid": pid,
             "at_step": row["step"],
-            "state": "restarting",
+            "state": state,
             "crash_mode": mode,
+            "armed": armed,
         }
 
     def stop_run(self, run_id: str, session: str, instructor: bool) -> dict[str, Any]:

@@ -131,6 +131,11 @@ class PairStatus(BaseModel):
     created_at: float
     owner: bool = Field(description="true when this browser created the pair")
     start_times: StartTimes = Field(description="how long trainer starts take on this lab")
+    executor: str = Field(
+        "local",
+        description="where the runs execute: local (this one machine) or ray (a cluster's"
+        " nodes); the page names a run's host only on a cluster or after it moved",
+    )
     runs: list[RunStatus]
     prediction: PredictionOut | None = Field(
         None, description="the owner's prediction and its measured outcome; null: none made"
@@ -163,6 +168,11 @@ class CrashResult(BaseModel):
         description="the lesson's crash mode: kill now, kill during the next checkpoint write"
         " (the kill follows when the write starts), kill and delete the local checkpoints, or"
         " that and restart on another host of the Ray cluster (from the mirror)",
+    )
+    armed: bool = Field(
+        False,
+        description="the kill waits for the run's next checkpoint write (crash mode"
+        " during_save): the run trains on, and its state stays as it was until the kill lands",
     )
 
 

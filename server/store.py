@@ -337,6 +337,20 @@ class Store:
             (run_id,),
         )
 
+    def restart_events(self, run_ids: Sequence[str]) -> list[Row]:
+        """(run_id, data) of the supervisors' restart events of these runs (the event
+        contract gives each one `resume_from`), one statement per 500 runs."""
+        rows: list[Row] = []
+        for start in range(0, len(run_ids), INSERT_BATCH):
+            chunk = run_ids[start : start + INSERT_BATCH]
+            marks = ", ".join("?" for _ in chunk)
+            rows += self.db.run(
+                f"SELECT run_id, data FROM records WHERE run_id IN ({marks}) AND kind = 'event'"
+                " AND data LIKE '%\"resume_from\"%'",
+                chunk,
+            )
+        return rows
+
     def records_of_kind(self, run_id: str, kind: str) -> list[Row]:
         return self.db.run(
             "SELECT id, segment, step, t, data FROM records WHERE run_id = ? AND kind = ?"

@@ -8,6 +8,7 @@ from typing import Any
 
 from crashdrill.server.db import Row
 from crashdrill.trainer.record_contract import STATE_KINDS, finite_or_null, to_json
+from crashdrill.workers.restart_events import RESTART_KINDS, restart_kind
 
 # A run's `latest` shows the newest record of each state kind of the run-record contract,
 # but the `run` record (its whole config) only through `steps`.
@@ -117,6 +118,21 @@ def pair_view(
         "start_times": dict(start_times or {"median_s": None, "count": 0}),
         "runs": [run_view(r, pair, positions, waits) for r in runs],
     }
+
+
+def restart_counts(rows: Sequence[Row]) -> dict[str, dict[str, int]]:
+    """Each run's restarts by kind (RESTART_KINDS: crash tests, preemptions, lost hosts,
+    unasked kills), from its restart events' rows (run_id, data); every kind is present."""
+    out: dict[str, dict[str, int]] = {}
+    for row in rows:
+        try:
+            kind = restart_kind(json.loads(row["data"]))
+        except (TypeError, ValueError):
+            continue
+        if kind is not None:
+            counts = out.setdefault(row["run_id"], dict.fromkeys(RESTART_KINDS, 0))
+            counts[kind] += 1
+    return out
 
 
 def event_view(row: Row) -> dict[str, Any]:

@@ -23,6 +23,9 @@ that differs between run A and run B.
                  wall_step = N: the lab preempts each run once when it passes step N
                  (SIGTERM, then SIGKILL after the run's stop_grace), as a platform's
                  session limit does (0, the default: no wall)
+    [one_machine] whats_happening / what_to_watch / explanation as they read on a lab of
+                 one machine (no Ray cluster), where they differ from the cluster's: the
+                 lab shows the text that is true where it runs (`Preset.for_lab`)
 
 Crash modes (what the lab's Crash test button does for this lesson):
   kill         SIGKILL now (the default)
@@ -78,7 +81,9 @@ _TOP_LEVEL = (
     "knob",
     "crash",
     "predict",
+    "one_machine",
 )
+_ONE_MACHINE_KEYS = ("whats_happening", "what_to_watch", "explanation")
 _KNOB_KEYS = ("name", "a", "b")
 _CRASH_KEYS = ("mode", "expect", "wall_step")
 CRASH_MODES = ("kill", "during_save", "wipe", "host")
@@ -134,6 +139,12 @@ class Preset:
     predict: Prediction | None = None  # the question asked before the first crash test
     source: str = field(default="", compare=False)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    one_machine: dict[str, str] = field(default_factory=dict)  # text for a lab of one machine
+
+    def for_lab(self, *, cluster: bool) -> Preset:
+        """The preset with the text that is true where the lab runs: on one machine its
+        [one_machine] text replaces the cluster's."""
+        return self if cluster or not self.one_machine else replace(self, **self.one_machine)
 
     def config_for(self, label: str = "A", *, cuda: bool = False) -> TrainConfig:
         """The TrainConfig of run `label` ("A" or "B")."""
@@ -211,6 +222,7 @@ def parse_preset(data: Mapping[str, Any], source: str = "<memory>") -> Preset:
     knob = _parse_knob(data.get("knob"), problems)
     crash = _parse_crash(data.get("crash", {}), problems)
     predict = parse_prediction(data.get("predict"), problems)
+    one_machine = _parse_one_machine(data.get("one_machine", {}), problems)
     if knob is None:
         raise PresetError([f"{source}: {p}" for p in problems])
     for side, values in sides.items():
@@ -238,6 +250,7 @@ def parse_preset(data: Mapping[str, Any], source: str = "<memory>") -> Preset:
         whats_happening=text["whats_happening"],
         what_to_watch=text["what_to_watch"],
         explanation=text["explanation"],
+        one_machine=one_machine,
     )
     if not problems:
         problems.extend(config_problems(preset, ""))
@@ -288,6 +301,20 @@ def _parse_knob(value: Any, problems: list[str]) -> Knob | None:
     if value["a"] == value["b"]:
         problems.append(f"[knob] {name}: a and b are both {value['a']!r}; they must differ")
     return Knob(name, value["a"], value["b"])
+
+
+def _parse_one_machine(value: Any, problems: list[str]) -> dict[str, str]:
+    if not isinstance(value, dict):
+        problems.append("[one_machine] must be a table of text")
+        return {}
+    problems.extend(_unknown(value, _ONE_MACHINE_KEYS, "[one_machine] "))
+    out = {}
+    for key in _ONE_MACHINE_KEYS:
+        if key in value and not isinstance(value[key], str):
+            problems.append(f"[one_machine] {key} = {value[key]!r}: must be text")
+        elif key in value:
+            out[key] = value[key]
+    return out
 
 
 def _parse_crash(value: Any, problems: list[str]) -> Crash:
@@ -421,6 +448,8 @@ def dump_preset(preset: Preset) -> str:
     top["crash"] = crash
     if preset.predict is not None:
         top["predict"] = preset.predict.file_table()
+    if preset.one_machine:
+        top["one_machine"] = dict(preset.one_machine)
     return dump_toml(top)
 
 

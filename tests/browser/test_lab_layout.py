@@ -8,6 +8,7 @@ entry in the resume check."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -153,6 +154,12 @@ def test_lesson_1_12_labels_b_s_restart_a_fresh_start_and_a_s_refusal(
     fresh.wait_for(timeout=RUN_MS)
     assert "fresh start from step 0, not a resume" in fresh.inner_text()
     assert "since the checkpoint at step 0" not in fresh.inner_text()
+    # It says what was compared and that the work was lost; never "bit-identical".
+    fresh.locator(".check-fields").wait_for(timeout=RUN_MS)
+    said = fresh.inner_text()
+    assert "compared here with the original at the same steps" in said, said
+    assert "steps trained before the crash were lost" in said, said
+    assert "bit-identical" not in said.lower(), said
 
     # B's crash event does not claim a checkpoint is required: B is set to start over.
     b_crash = page.locator("#events li.run-B[data-code=crash] .event-text").inner_text()
@@ -165,6 +172,11 @@ def test_lesson_1_12_labels_b_s_restart_a_fresh_start_and_a_s_refusal(
     legend = page.locator("#chart-loss .u-legend")
     legend.locator(".u-series", has_text="B fresh start 1").wait_for(timeout=RUN_MS)
     assert "B resume 1" not in legend.inner_text()
+    # The jump back to ln(vocab) ≈ 5.55 is drawn on the default step axis at the crash.
+    assert page.locator("#chart-loss").get_attribute("data-x-mode") == "step"
+    jump = legend.locator(".u-series", has_text="B back to step 0")
+    jump.wait_for(timeout=RUN_MS)
+    assert re.search(r"loss [56]\.\d", jump.inner_text()), jump.inner_text()
     # The table's crash marker turns into a fresh start once B's resume check says so
     # (it can come a render after the legend's series).
     page.locator("#chart-loss table.chart-table", has_text="started over from step 0").wait_for(

@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from tests.support.browser_lab import RUN_MS, crash, stop_both, wait_check, wait_step
+from tests.support.browser_lab import (
+    RUN_MS,
+    crash,
+    resume_check,
+    stop_both,
+    wait_check,
+    wait_step,
+)
 from tests.support.browser_lab import start as start_from_link
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -97,6 +104,38 @@ def test_weights_only_checkpoints_resume_to_a_different_run(
     different = wait_check(page, lab_server, "B", identical=False)
     assert max_delta(different) > 0
     assert "Not bit-identical" in different.inner_text()
+    # The verdict's words come from what was measured: each metric that differed is named
+    # as differing, each that matched (the learning rate: a function of the step) as matching.
+    b_id = page.evaluate(
+        """async () => {
+            const pair = new URLSearchParams(location.search).get('pair');
+            const view = await (await fetch(`/api/pairs/${pair}`)).json();
+            return view.runs.find((r) => r.label === 'B').id;
+        }"""
+    )
+    page.wait_for_function(
+        "() => !/so far/.test(document.querySelector('#resume-checks li.run-B').innerText)",
+        timeout=RUN_MS,
+    )
+    check = resume_check(page, b_id, 1)
+    assert check is not None and check["complete"], check
+    verdict = different.locator(".check-verdict").inner_text()
+    cut = verdict.index(" differ")
+    differ_part, match_part = verdict[:cut], verdict[cut:].split(". The checkpoint")[0]
+    words = {"step.loss": "loss", "step.lr": "learning rate", "step.grad_norm": "grad norm"}
+    compared = [x for x in check["fields"] if x["points"] > 0]
+    for x in compared:
+        if x["field"] in words:
+            part = differ_part if x["equal"] is False else match_part
+            assert words[x["field"]] in part, (x["field"], x["equal"], verdict)
+    assert "schedule position started over" not in verdict and "those started over" not in verdict
+    # "loss and N other metrics" opens to name every one of them.
+    details = different.locator("details.check-fields")
+    assert re.search(r"loss and \d+ other metrics", details.locator("summary").inner_text())
+    details.locator("summary").click()
+    named = details.locator("li").evaluate_all("(lis) => lis.map((li) => li.dataset.field)")
+    assert sorted(named) == sorted(x["field"] for x in compared), named
+    assert details.locator("li", has_text="learning rate").is_visible()
     same = wait_check(page, lab_server, "A", identical=True)
     assert max_delta(same) == 0.0
     stop_both(page)

@@ -28,8 +28,9 @@ def run_js(steps: str) -> Any:
             const run = new m.RunModel({{id: "r", label: "A", state: "starting",
                 stage: "starting", segment: 0, crashes: 0, step: null, can_crash: false}},
                 new Set({json.dumps(KEYED)}));
-            const blocked = () => c.crashBlocker(run, true);
-            const state = (starts) => c.studentState(run, starts);
+            let preset = null;
+            const blocked = (starts = null) => c.crashBlocker(run, true, starts, preset);
+            const state = (starts) => c.studentState(run, starts, preset);
             const step = (segment, n) => ({{kind: "step", segment, step: n, loss: 1, t: n}});
             const view = (v) => run.setView(v);
             const out = [];
@@ -105,12 +106,15 @@ def test_a_pending_start_says_how_long_starts_take_here_and_nothing_without_a_fi
         out.push(state({median_s: 2.3, count: 7}));
     """)
     assert out[0] == out[1] == ["starting", "Starting the trainer process."]
-    assert out[2] == ["starting", "Starting the trainer: starts take about 0.4 s on this lab."]
+    assert out[2] == [
+        "starting",
+        "Starting the trainer: a start usually takes ≈ 0.4 s on this lab.",
+    ]
     assert out[3] == ["training", "Training."]
     assert out[4] == [
         "crashed",
         "Killed with SIGKILL (no chance to save). Restarting from its newest complete"
-        " checkpoint. Starts take about 2.3 s on this lab.",
+        " checkpoint. A start usually takes ≈ 2.3 s on this lab.",
     ]
 
 
@@ -125,3 +129,126 @@ def test_a_queued_run_is_told_its_place_and_the_server_s_estimate() -> None:
     assert out[0] == "Waiting for a free slot: number 3 in the queue, about 40 s."
     assert out[1] == "Waiting for a free slot: number 1 in the queue."
     assert out[2] == "Not started yet: it is waiting in the queue."
+
+
+def test_while_a_trainer_starts_the_blocked_button_says_how_long_starts_take_here() -> None:
+    out = run_js("""
+        out.push(blocked({median_s: 0.41, count: 7}));
+        out.push(blocked({median_s: null, count: 0}));
+    """)
+    assert (
+        out[0]
+        == "Not training yet: the trainer is starting (a start usually takes ≈ 0.4 s on this lab)."
+    )
+    assert out[1] == "Not training yet: the trainer is starting."
+
+
+def test_a_run_whose_trainer_finished_is_done_never_starting_or_resuming() -> None:
+    # The trainer's `finished` stage record comes before the supervisor's report: the
+    # view still says running (segment 1, after a resume that lost nothing).
+    out = run_js("""
+        view({state: "running", stage: "train", segment: 0, steps: 600});
+        run.add([step(0, 1), step(0, 300)]);
+        run.add([{kind: "event", segment: 0, code: "graceful_stop", resume_from: 300, t: 301},
+                 {kind: "resume", segment: 1, from_step: 300, path: "ckpt/step-300", t: 302},
+                 step(1, 301), step(1, 600)]);
+        view({state: "running", stage: "train", segment: 1, step: 600});
+        run.add([{kind: "stage", segment: 1, stage: "finished", t: 700}]);
+        out.push(state(null), blocked());
+        view({state: "running", stage: "finished", segment: 1, step: 600});
+        out.push(state(null), blocked());
+    """)
+    for i in (0, 2):
+        assert out[i] == ["done", "Finished 600 steps."]
+    for i in (1, 3):
+        assert out[i] == "Finished: there is no training process left to kill."
+
+
+def test_a_graceful_stop_or_a_wall_is_preempted_never_crashed() -> None:
+    out = run_js("""
+        preset = {crash: {wall_step: 300}};
+        view({state: "running", stage: "train", segment: 0});
+        run.add([step(0, 1), step(0, 300)]);
+        view({state: "running", stage: "restarting", segment: 0});  // the wall's SIGTERM
+        out.push(state(null)[0], blocked());
+        run.add([{kind: "event", segment: 0, code: "graceful_stop", resume_from: 300,
+                  text: "The session wall at step 300: stopped gracefully", t: 301}]);
+        view({state: "restarting", stage: "restarting", segment: 0});
+        out.push(state(null), blocked());
+    """)
+    assert out[0] == "preempted"
+    assert out[1] == "Preempted: it is restarting from its checkpoint."
+    assert out[2] == ["preempted", "The session wall at step 300: stopped gracefully"]
+
+
+def test_an_armed_kill_is_armed_until_its_restart_event_then_crashed() -> None:
+    # Crash mode during_save: the server arms the kill, the run trains on (its view says
+    # running), and the state says what the kill waits for until the supervisor's event.
+    out = run_js("""
+        preset = {crash: {mode: "during_save"}, run: {ckpt_every: 100}, knob: {name: "ckpt_write"}};
+        view({state: "running", stage: "train", segment: 0, crashes: 0});
+        run.add([step(0, 1), step(0, 135)]);
+        run.armed = {segment: 0, pid: 42, step: 135};
+        view({state: "running", stage: "train", segment: 0, step: 150, crashes: 1});
+        out.push(state(null), blocked());
+        run.armed = null;  // a reload: only the server's count of crash tests says it
+        out.push(state(null)[0]);
+        run.add([{kind: "event", segment: 0, code: "crash", resume_from: 100, at_step: 199,
+                  text: "Crash test: killed … at step 199, in the middle of writing"
+                        + " the checkpoint for step 200", t: 5}]);
+        view({state: "restarting", stage: "restarting", segment: 0, crashes: 1});
+        out.push(state(null)[0]);
+    """)
+    assert out[0] == [
+        "kill armed",
+        "Crash test armed: SIGKILL at the next checkpoint write (step 200). It trains on"
+        " until that write begins.",
+    ]
+    assert out[1] == "Crash test armed: the SIGKILL lands when the next checkpoint write begins."
+    assert out[2] == "kill armed"
+    assert out[3] == "crashed"
+
+
+def test_a_trainer_that_reported_failed_is_failed_before_the_supervisor_says_so() -> None:
+    out = run_js("""
+        view({state: "running", stage: "train", segment: 0});
+        run.add([step(0, 1)]);
+        view({state: "running", stage: "failed", segment: 1});  // a refusal: exit 3 follows
+        out.push(state(null)[0], blocked());
+    """)
+    assert out == ["failed", "Failed: there is no training process left to kill."]
+
+
+def test_a_wall_s_stop_is_preempted_when_the_view_already_names_the_next_segment() -> None:
+    # Seen under load in lesson 1.14: the view said segment 1 (stage restarting) before
+    # the new trainer's first step; the stop event is segment 0's.
+    out = run_js("""
+        preset = {crash: {wall_step: 300}};
+        view({state: "running", stage: "train", segment: 0});
+        run.add([step(0, 300)]);
+        run.add([{kind: "event", segment: 0, code: "preempt", resume_from: 300,
+                  text: "The session wall at step 300: stopped gracefully", t: 301}]);
+        view({state: "running", stage: "restarting", segment: 1});
+        out.push(state(null)[0], blocked());
+    """)
+    assert out == ["preempted", "Preempted: it is restarting from its checkpoint."]
+
+
+def test_a_stale_restarting_view_after_the_restart_trains_is_not_a_crash() -> None:
+    # Seen under load in lesson 1.14: segment 1 had trained when a view still said stage
+    # restarting; the card said "crashed" for a wall's graceful stop.
+    out = run_js("""
+        preset = {crash: {wall_step: 300}};
+        view({state: "running", stage: "train", segment: 0, steps: 600});
+        run.add([step(0, 300)]);
+        run.add([{kind: "event", segment: 0, code: "preempt", resume_from: 300, t: 301},
+                 {kind: "resume", segment: 1, from_step: 300, path: "ckpt/step-300", t: 302},
+                 step(1, 301)]);
+        view({state: "running", stage: "restarting", segment: 1, step: 300,
+              latest: {step: {segment: 0, step: 300}}});  // built before step 301
+        out.push(state(null)[0], blocked());
+        view({state: "running", stage: "restarting", segment: 1, step: 301,
+              latest: {step: {segment: 1, step: 301}}});  // a restart of segment 1 itself
+        out.push(state(null)[0]);
+    """)
+    assert out == ["resuming", None, "crashed"]  # resumed at 300: "nothing was lost"

@@ -164,3 +164,28 @@ def test_every_bad_value_of_a_section_is_named_not_just_the_first() -> None:
         parse_preset_text(text)
     for name in ("threads = 0", "dropout = 2.0", "weight_decay = -1.0"):
         assert f"[run] {name} is not allowed" in str(e.value), str(e.value)
+
+
+def test_one_machine_text_replaces_the_cluster_s_only_on_one_machine() -> None:
+    preset = get_preset("lesson-1.15")
+    assert "another host" in preset.what_to_watch
+    one = preset.for_lab(cluster=False)
+    assert "one machine" in one.what_to_watch and "another host" not in one.what_to_watch
+    assert "one machine" in one.explanation
+    assert one.whats_happening == preset.whats_happening  # not in [one_machine]: the same
+    assert preset.for_lab(cluster=True) is preset
+    assert parse_preset_text(dump_preset(preset)) == preset
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"title": "x"}, "[one_machine] unknown key 'title'"),
+        ({"explanation": 3}, "[one_machine] explanation = 3: must be text"),
+    ],
+)
+def test_a_bad_one_machine_table_says_what_is_allowed(table, message) -> None:
+    data = {**VALID, "one_machine": table}
+    with pytest.raises(PresetError) as e:
+        parse_preset(data)
+    assert message in str(e.value)

@@ -59,3 +59,24 @@ def test_lesson_1_12_lets_only_run_b_start_over() -> None:
     assert fresh_start_allowed("lesson-1.12", "A") is False
     assert fresh_start_allowed("lesson-1.7", "B") is False
     assert fresh_start_allowed("no-such-lesson", "B") is False
+
+
+def test_restarts_are_counted_by_kind_for_the_class_view() -> None:
+    import json
+
+    from crashdrill.server.views import restart_counts
+
+    def row(run: str, **event: object) -> dict[str, str]:
+        return {"run_id": run, "data": json.dumps({"kind": "event", "resume_from": 0, **event})}
+
+    rows = [
+        row("a", code="preempt", crash_mode="preempt"),  # the session wall's graceful stop
+        row("a", code="crash", crash_mode="during_save"),
+        row("b", code="graceful_stop", crash_mode="preempt"),
+        row("b", code="killed", crash_mode="kill"),
+        row("b", code="lost_host"),
+        {"run_id": "b", "data": json.dumps({"kind": "event", "code": "crash"})},  # not a restart
+    ]
+    counts = restart_counts(rows)
+    assert counts["a"] == {"crash": 1, "preempt": 1, "lost_host": 0, "killed": 0}
+    assert counts["b"] == {"crash": 0, "preempt": 1, "lost_host": 1, "killed": 1}

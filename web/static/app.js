@@ -76,7 +76,7 @@ function render() {
   const pair = page.pair;
   if (!pair) return;
   for (const c of page.cards) c.update(pair, page.ledger.forRun(c.run.id));
-  for (const s of page.stages) s.update();
+  for (const s of page.stages) s.update(pair.view.preset?.crash?.wall_step ?? 0);
   page.machine.updateNodes(pairNodes(page.nodes, pair.ordered().map((r) => r.host())));
   page.machine.update(pair.machine, page.ledger);
   const runs = pair.ordered();
@@ -376,7 +376,7 @@ async function crash(run, card) {
   try {
     const res = await api.crash(run.id);
     card.killed(res, run.view.segment ?? 0);
-    signalled(run);
+    signalled(run, "crash");
     page.pair.setView({ runs: [{ ...run.view, id: run.id, state: res.state, can_crash: false }] });
     card.busy = false;
     render(); // the restart's wait shows now: a forked trainer is back in under a second
@@ -390,8 +390,9 @@ async function crash(run, card) {
 
 /** A crash test or preemption of `run` went through: Crash test waits for a step record
  * of the segment after the one it hit, whatever views still in flight say. */
-function signalled(run) {
+function signalled(run, kind) {
   run.signalled = Math.max(run.newestStepSegment() ?? 0, run.view.segment ?? 0);
+  run.signalledKind = kind;
 }
 
 let startsFetch = null;
@@ -416,7 +417,7 @@ async function preempt(run, card) {
   try {
     const res = await api.preempt(run.id);
     card.preempted(res, run.view.segment ?? 0);
-    signalled(run);
+    signalled(run, "preempt");
     graceTicks(card);
   } catch (e) {
     card.say(e.status === 409 ? `Not now: ${e.message}` : `The preemption failed: ${e.message}`);

@@ -16,17 +16,94 @@ export const STAGES = [
 ];
 const ORDER = Object.fromEntries(STAGES.map(([k], i) => [k, i]));
 
-/** What a student calls the run's state: queued / starting / training / crashed /
- * resuming / done / failed / stopped, and a sentence that says why. `starts`: how long
- * trainer starts take on this lab ({median_s, count} from the pair view), said while a
- * start is pending; nothing is said before one was measured. */
-export function studentState(run, starts = null, overrides = null) {
+/** Where a stage sits against training: "before" (queued … warm up), "train", or "after"
+ * (the trainer said it finished, failed or diverged): a stage after training is never "starting". */
+export function stagePhase(stage) {
+  if (stage === "train") return "train";
+  if (stage === "finished" || stage === "failed" || stage === "diverged") return "after";
+  return "before";
+}
+
+/** The trainer of the run's newest segment said it finished (its `finished` stage record,
+ * or the view's stage): the run is done, whatever state the supervisor reports a moment later. */
+function trainerFinished(run) {
+  const v = run.view;
+  if (v.stage === "finished") return true;
+  const rec = run.stages.get("finished");
+  return Boolean(rec) && (rec.segment ?? 0) >= (v.segment ?? 0) && (rec.segment ?? 0) >= run.maxSegment;
+}
+
+/** How long starts take on this lab (the median the trainers measured), as said beside a
+ * start: "a start usually takes ≈ 0.4 s on this lab", or "" before one was measured. */
+export function startsNote(starts) {
+  const median = starts && starts.count > 0 && f.isNum(starts.median_s) ? starts.median_s : null;
+  return median === null ? "" : `a start usually takes ≈ ${f.seconds(median)} on this lab`;
+}
+
+/** The checkpoint step an armed crash test waits for: the next multiple of the run's
+ * ckpt_every after `step`; null when the run's cadence is unknown. */
+function nextCheckpoint(run, preset, step) {
+  const cfg = run.runRecord?.config || {};
+  let every = cfg.ckpt_every;
+  if (!f.isNum(every)) {
+    const knob = preset?.knob;
+    every = knob?.name === "ckpt_every" ? (run.label === "A" ? knob.a : knob.b) : preset?.run?.ckpt_every;
+  }
+  if (!f.isNum(every) || every <= 0) return null;
+  return (Math.floor((step ?? 0) / every) + 1) * every;
+}
+
+/** The crash test of this run that is armed and has not landed: the page's own (it
+ * pressed Crash test in a "during_save" lesson), or, after a reload, the server's count of
+ * crash tests ahead of the run's segments with no restart event yet; null when none. */
+export function armedKill(run, preset) {
+  const v = run.view;
+  if (!["running", "starting"].includes(v.state) || v.stage === "restarting") return null;
+  const seg = v.segment ?? 0;
+  if (run.restartEvent(seg) || run.maxSegment > seg) return null;
+  if (run.armed && run.armed.segment === seg) return run.armed;
+  if (preset?.crash?.mode === "during_save" && (v.crashes ?? 0) > seg) return { segment: seg, pid: null, step: null };
+  return null;
+}
+
+/** What a student calls the run's state: queued / starting / training / kill armed /
+ * crashed / preempted / resuming / done / failed / stopped, and a sentence that says why.
+ * `starts`: how long trainer starts take on this lab ({median_s, count} from the pair
+ * view), said while a start is pending; nothing is said before one was measured. */
+export function studentState(run, starts = null, preset = null) {
   const v = run.view;
   const crashes = run.crashes();
   const last = crashes[crashes.length - 1];
-  const median = starts && starts.count > 0 && f.isNum(starts.median_s) ? starts.median_s : null;
-  const note = median !== null && run.startPending() ? ` Starts take about ${f.seconds(median)} on this lab.` : "";
+  const usual = startsNote(starts);
+  const note = usual && run.startPending() ? ` ${usual[0].toUpperCase()}${usual.slice(1)}.` : "";
   const killed = "Killed with SIGKILL (no chance to save). Restarting from its newest complete checkpoint.";
+  const wall = preset?.crash?.wall_step ?? 0;
+  const ended = () => {
+    const seg = run.newestStepSegment() ?? 0; // the segment whose trainer ended
+    const e = run.newestRestart(seg);
+    if (run.endedBy(seg, wall) === "preempt") {
+      return ["preempted", (e ? e.text : "Preempted: SIGTERM, then SIGKILL if it is still alive after its grace. It resumes from what it saved.") + note];
+    }
+    return ["crashed", killed + note];
+  };
+  if (["starting", "running", "restarting"].includes(v.state) && trainerFinished(run)) {
+    return ["done", `Finished ${f.int(v.steps)} steps.`]; // the supervisor's report is on its way
+  }
+  if (["starting", "running", "restarting"].includes(v.state) && v.stage === "diverged") {
+    return ["diverged", `Diverged: the loss stopped being a finite number.${changedText(preset?.overrides)}`]; // likewise
+  }
+  if (["starting", "running", "restarting"].includes(v.state) && v.stage === "failed") {
+    return ["failed", "The trainer stopped with an error; the lab is reading why."]; // likewise
+  }
+  const armed = armedKill(run, preset);
+  if (armed) {
+    const at = nextCheckpoint(run, preset, v.step ?? run.maxStep);
+    const where = at !== null ? ` (step ${f.int(at)})` : "";
+    return ["kill armed", `Crash test armed: SIGKILL at the next checkpoint write${where}. It trains on until that write begins.`];
+  }
+  // Restarting until the restarted trainer's first step record: a view that still says
+  // restarting after it (views are pushed throttled) is stale.
+  if ((v.state === "restarting" || v.stage === "restarting") && run.startPending()) return ended();
   switch (v.state) {
     case "queued": {
       const left = run.queueWaitLeft();
@@ -35,25 +112,21 @@ export function studentState(run, starts = null, overrides = null) {
     }
     case "starting":
       if (!run.startPending()) return ["training", "Training."]; // its report is on its way
-      return ["starting", median !== null ? `Starting the trainer: starts take about ${f.seconds(median)} on this lab.` : "Starting the trainer process."];
-    case "restarting": {
-      const stop = stopEvent(run);
-      if (stop) return ["preempted", stop.text + note];
-      return ["crashed", killed + note];
-    }
+      return ["starting", usual ? `Starting the trainer: ${usual}.` : "Starting the trainer process."];
+    case "restarting":
     case "running":
-      if (v.stage === "restarting") return ["crashed", killed + note];
-      if ((v.crashes ?? 0) > (v.segment ?? 0)) {
+      if ((v.crashes ?? 0) > (v.segment ?? 0) && run.startPending()) {
         return ["resuming", `Restarted after the crash: loading its newest complete checkpoint.${note}`];
       }
-      if (v.segment > 0 && last && (v.stage !== "train" || (v.step ?? 0) < last.reached)) {
+      if (v.segment > 0 && last && (stagePhase(v.stage) !== "train" || (v.step ?? 0) < last.reached)) {
         if (last.fresh) {
           return ["fresh start", `Started over from step 0: no checkpoint was found after the crash, so a new model trains from scratch and the ${f.int(last.reached)} steps trained before it are redone.${note}`];
         }
         const from = f.isNum(last.from) ? last.from : 0;
+        if (from >= last.reached) return ["resuming", `Resumed from the checkpoint at step ${f.int(from)}: nothing was lost.${note}`];
         return ["resuming", `Resumed from the checkpoint at step ${f.int(from)}; recomputing steps ${f.int(from + 1)}–${f.int(last.reached)} lost in the crash.${note}`];
       }
-      if (v.stage !== "train") return ["starting", `Preparing: ${stageName(v.stage)}.${note}`];
+      if (stagePhase(v.stage) === "before") return ["starting", `Preparing: ${stageName(v.stage)}.${note}`];
       if (v.segment > 0 && last?.fresh) return ["training", `Training past the crash, on a model started over from step 0 (segment ${v.segment}).`];
       return ["training", v.segment > 0 ? `Training past the crash (segment ${v.segment}).` : "Training."];
     case "finished":
@@ -64,7 +137,7 @@ export function studentState(run, starts = null, overrides = null) {
     case "stopped":
       return ["stopped", v.message || "Stopped."];
     case "diverged":
-      return ["diverged", (v.message || `Diverged at step ${f.int(v.step)}.`) + changedText(overrides)];
+      return ["diverged", (v.message || `Diverged at step ${f.int(v.step)}.`) + changedText(preset?.overrides)];
     default:
       return [v.state, ""];
   }
@@ -76,12 +149,6 @@ function changedText(overrides) {
   return parts.length ? ` Settings changed from the lesson: ${parts.join(", ")}.` : " It diverged with the lesson's own settings.";
 }
 
-/** The supervisor's event for a preemption or graceful stop that ended this segment. */
-function stopEvent(run) {
-  const seg = run.view.segment ?? 0;
-  return run.events.find((e) => (e.code === "preempt" || e.code === "graceful_stop") && (e.segment ?? 0) === seg);
-}
-
 function stageName(key) {
   const hit = STAGES.find(([k]) => k === key);
   return hit ? hit[1] : key || "waiting";
@@ -90,29 +157,45 @@ function stageName(key) {
 /** Why the Crash test button is disabled, or null when it may be pressed: from the first
  * step record of the run's newest segment on the stream (the run view is pushed
  * throttled and lags), never after this page's crash test or preemption until a step
- * record of a newer segment came. The server checks again (409), and says so. */
-export function crashBlocker(run, owner) {
+ * record of a newer segment came. The server checks again (409), and says so. `starts`:
+ * how long starts take on this lab, said while one is pending. */
+export function crashBlocker(run, owner, starts = null, preset = null) {
   const v = run.view;
-  if (["finished", "failed", "stopped", "diverged"].includes(v.state)) {
-    const word = { finished: "Finished", failed: "Failed", stopped: "Stopped", diverged: "Diverged" }[v.state];
+  const said = v.state !== "queued" && (trainerFinished(run) || v.stage === "failed" || v.stage === "diverged");
+  if (["finished", "failed", "stopped", "diverged"].includes(v.state) || said) {
+    const word =
+      v.state === "failed" || v.stage === "failed"
+        ? "Failed"
+        : v.state === "diverged" || v.stage === "diverged"
+          ? "Diverged"
+          : v.state === "stopped"
+            ? "Stopped"
+            : "Finished";
     return `${word}: there is no training process left to kill.`;
   }
   if (!owner) return "Only the browser that started this lesson can crash its runs.";
+  if (armedKill(run, preset)) return "Crash test armed: the SIGKILL lands when the next checkpoint write begins.";
   if (!run.startPending()) return null;
+  const usual = startsNote(starts);
+  const wait = usual ? ` (${usual})` : "";
   const restarting = v.state === "restarting" || v.stage === "restarting" || run.signalled !== null
     || run.newestStepSegment() !== null;
+  if (v.state === "restarting" || (v.state === "running" && v.stage === "restarting")) {
+    const seg = run.newestStepSegment() ?? 0;
+    const what = run.endedBy(seg, preset?.crash?.wall_step ?? 0) === "preempt" ? "Preempted" : "Already crashed";
+    return `${what}: it is restarting from its checkpoint${wait}.`;
+  }
   switch (v.state) {
     case "queued": return "Not started yet: it is waiting in the queue.";
-    case "starting": return "Not training yet: the trainer is starting.";
-    case "restarting": return "Already crashed: it is restarting from its checkpoint.";
+    case "starting": return `Not training yet: the trainer is starting${wait}.`;
     case "running":
-      if (restarting) return "Restarting from its checkpoint: Crash test comes back with its first step.";
-      return `Not training yet (${stageName(v.stage).toLowerCase()}): crash tests hit training runs.`;
+      if (restarting) return `Restarting from its checkpoint${wait}: Crash test comes back with its first step.`;
+      return `Not training yet (${stageName(v.stage).toLowerCase()}): crash tests hit training runs${wait}.`;
     default: return "Not available now.";
   }
 }
 
-function shapeText(run, preset) {
+function shapeText(run, preset, executor) {
   const rr = run.runRecord;
   const cfg = (rr && rr.config) || (preset && preset.run) || {};
   const parts = [];
@@ -121,8 +204,11 @@ function shapeText(run, preset) {
   if (rr && f.isNum(rr.params)) parts.push(`${f.params(rr.params)} params`);
   parts.push(rr?.precision || cfg.precision || "fp32");
   if (rr?.device) parts.push(rr.device_name && rr.device_name !== rr.device ? rr.device_name : rr.device);
+  // The node it trains on, on a cluster, or the host it moved to; on a lab of one machine
+  // ("local") the card names none: there is no other machine it could be on.
   const host = run.host ? run.host() : null;
-  if (host) parts.push(`on ${host.name}`); // this machine, or the Ray node it trains on
+  const moved = run.events.some((e) => e.host && typeof e.host.name === "string");
+  if (host && (moved || (executor && executor !== "local"))) parts.push(`on ${host.name}`);
   return parts.join(" · ");
 }
 
@@ -161,8 +247,10 @@ const CONTROL_HTML = `
   </div>
   <p class="crash-why"></p>`;
 
-function killText(pid, step) {
-  return `Killed process ${pid} at step ${step ?? "?"}. It resumes from its newest complete checkpoint.`;
+function killText(pid, step, event = null) {
+  const inSave = event && /in the middle of writing the checkpoint for step \d+/.exec(event.text || "");
+  const where = inSave ? `, ${inSave[0]}` : "";
+  return `Killed process ${pid ?? "?"} at step ${step ?? "?"}${where}. It resumes from its newest complete checkpoint.`;
 }
 
 /** Write `text` only when it changed: a text write costs a layout even when equal. */
@@ -234,6 +322,12 @@ export class RunCard {
    * trainer's crash event says where the kill really landed, and replaces it when it comes. */
   killed(res, segment) {
     this.kill = { pid: res.killed_pid, segment, exact: false };
+    if (res.armed) {
+      // "during_save": the kill waits for the next checkpoint write; it has not landed.
+      this.run.armed = { segment, pid: res.killed_pid, step: res.at_step };
+      this.say(`Crash test armed at step ${res.at_step ?? "?"}: SIGKILL for process ${res.killed_pid} at the next checkpoint write.`);
+      return;
+    }
     this.say(killText(res.killed_pid, res.at_step));
   }
 
@@ -246,26 +340,31 @@ export class RunCard {
     const run = this.run;
     const v = run.view;
     if (this.grace) {
-      const left = Math.ceil((this.grace.until - Date.now()) / 1000);
-      const ended = (v.segment ?? 0) !== this.grace.segment || v.state !== "running";
-      if (ended || left <= 0) {
-        const stop = stopEvent(run) || run.events.find((e) => e.code === "preempt" && (e.segment ?? 0) === this.grace.segment);
-        if (stop || left <= -5) {
-          this.grace = null;
-          if (stop) this.say(stop.text);
-        }
+      // The countdown is over once the trainer ended: its restart event, any record of a
+      // newer segment, or a view past it says so (whichever comes first); never after.
+      const g = this.grace;
+      const left = Math.ceil((g.until - Date.now()) / 1000);
+      const stop = run.restartEvent(g.segment);
+      const ended = stop || run.maxSegment > g.segment || (v.segment ?? 0) > g.segment
+        || !["running", "starting"].includes(v.state) || v.stage === "restarting";
+      if (ended) {
+        this.grace = null;
+        this.say(stop ? stop.text : `Process ${g.pid} ended after the SIGTERM${left > 0 ? `, ${left} s before its grace ran out` : ""}.`);
+      } else if (left > 0) {
+        this.say(`SIGTERM sent to process ${g.pid} at step ${g.step ?? "?"}: ${left} s of grace before SIGKILL.`);
       } else {
-        this.say(`SIGTERM sent to process ${this.grace.pid} at step ${this.grace.step ?? "?"}: ${left} s of grace before SIGKILL.`);
+        this.say(`SIGTERM sent to process ${g.pid} at step ${g.step ?? "?"}: its grace is over, SIGKILL sent.`);
       }
     }
     if (this.kill && !this.kill.exact) {
       const e = run.events.find((x) => x.code === "crash" && (x.segment ?? 0) === this.kill.segment);
       if (e && Number.isInteger(e.at_step)) {
         this.kill.exact = true;
-        this.say(killText(this.kill.pid, e.at_step));
+        this.say(killText(this.kill.pid, e.at_step, e));
       }
     }
-    const [state, line] = studentState(run, pair.view.start_times, pair.view.preset?.overrides);
+    const preset = pair.view.preset;
+    const [state, line] = studentState(run, pair.view.start_times, preset);
     setText(this.badge, state);
     if (this.control.dataset.state !== state) {
       this.badge.className = `badge state-${state.replace(/ /g, "-")}`;
@@ -276,7 +375,7 @@ export class RunCard {
     const knob = v.knob && v.knob.name ? `${v.knob.name} ${v.knob.value}` : "";
     setText(this.knob, knob);
     setText(this.cardKnob, knob);
-    setText(this.shape, shapeText(run, pair.view.preset));
+    setText(this.shape, shapeText(run, preset, pair.view.executor));
     const last = run.latestStep();
     setText(this.tokens, f.int(last?.tokens));
     const step = f.isNum(v.step) ? v.step : last?.step;
@@ -305,7 +404,7 @@ export class RunCard {
     setText(this.window, winText || "");
     this.window.hidden = !winText;
     if (winKind) this.window.dataset.kind = winKind;
-    const blocker = crashBlocker(run, pair.view.owner !== false);
+    const blocker = crashBlocker(run, pair.view.owner !== false, pair.view.start_times, preset);
     this.control.dataset.stepSegment = String(run.newestStepSegment() ?? ""); // trained segment
     this.button.disabled = blocker !== null || this.busy === true;
     this.button.setAttribute("aria-disabled", String(this.button.disabled));
@@ -350,11 +449,12 @@ export class StageList {
     container.append(box);
   }
 
-  update() {
+  /** `wallStep`: the lesson's session wall (a stop there is a preemption). */
+  update(wallStep = 0) {
     const run = this.run;
     const v = run.view;
     let current = v.stage;
-    const crashed = v.state === "restarting" || v.stage === "restarting";
+    const crashed = (v.state === "restarting" || v.stage === "restarting") && run.startPending();
     if (v.state === "queued") current = "queued";
     else if (crashed) current = "train";
     else if (v.state === "starting" || v.stage === "starting") current = "download";
@@ -375,7 +475,11 @@ export class StageList {
         if (key === "finished") {
           status = "done";
           progress = 1;
-        } else if (crashed) status = "crashed · resuming";
+        } else if (crashed) {
+          // What ended the segment: a preemption (SIGTERM) is not a crash.
+          const preempted = run.endedBy(run.newestStepSegment() ?? 0, wallStep) === "preempt";
+          status = preempted ? "preempted · resuming" : "crashed · resuming";
+        }
         else if (v.state === "failed") status = "failed";
         else if (v.state === "stopped" || v.state === "diverged") status = v.state;
         else status = key === "queued" ? "waiting" : `running ${Math.round(progress * 100)}%`;

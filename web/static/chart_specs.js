@@ -61,7 +61,7 @@ function lossControls(state, onChange) {
       <label><input type="radio" name="loss-x" value="time"> elapsed time</label></span>
     <span class="chart-key">thick = A, thin = B (train, smoothed) · ● A / ○ B = validation ·
       dashed dark = recomputed after a crash-test resume · wide pale = trained again after a fresh
-      start from step 0 · ✕ crash · ↺ resume · ⟲ fresh start · against time, grey = restarting</span>`;
+      start from step 0, and a steep line at the crash = its loss back at ln(vocab) · ✕ crash · ↺ resume · ⟲ fresh start · against time, grey = restarting</span>`;
   for (const radio of wrap.querySelectorAll('input[name="loss-x"]')) {
     radio.addEventListener("change", () => {
       state.x = radio.value;
@@ -94,7 +94,8 @@ function buildLoss(pair, opts) {
     const L = run.label;
     const raw = column(x, run.originalByStep(), (r) => r.loss);
     if (a > 0) series.push({ label: `${L} train (raw)`, run: L, style: "ghost", values: raw });
-    series.push({ label: `${L} train`, run: L, style: "line", endLabel: L, values: debiasedEma(raw, a) });
+    const smoothed = debiasedEma(raw, a);
+    series.push({ label: `${L} train`, run: L, style: "line", endLabel: L, values: smoothed });
     series.push({ label: `${L} val`, run: L, style: "dots",
       values: column(x, run.val, (r) => r.val_loss) });
     for (const c of run.crashes()) {
@@ -112,6 +113,15 @@ function buildLoss(pair, opts) {
         series.push({ label: `${L} fresh start ${c.segment}`, run: L, style: "fresh",
           values: emaContinuing(again, a, -1, Math.min(c.reached, x.length) - 1, again) });
         bands.push({ x0: 1, x1: c.reached, run: L });
+        // The jump itself, on the step axis too: from the loss the run had reached to the
+        // first loss of the model that started over (ln(vocab): it has seen no token).
+        const first = rows.get(Math.min(...rows.keys()));
+        if (first && isNum(first.loss) && c.reached >= 1 && c.reached < x.length) {
+          const jump = x.map(() => null);
+          jump[c.reached - 1] = smoothed[c.reached - 1];
+          jump[c.reached] = first.loss;
+          series.push({ label: `${L} back to step 0 (loss ${fmtLoss(first.loss)})`, run: L, style: "jump", values: jump });
+        }
         markers.push({ x: c.reached, run: L, kind: c.kind,
           text: `Run ${L} ${what(c)} at step ${c.reached}: no checkpoint left` });
         markers.push({ x: 1, run: L, kind: "fresh",

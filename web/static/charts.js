@@ -229,6 +229,7 @@ function seriesOptions(s, yFmt) {
     return { ...base, stroke: DARK[s.run] || "#333", dash: [4, 4], width: s.width || 4, spanGaps: false };
   }
   if (s.style === "fresh") return { ...base, width: 9, stroke: `${color}44`, spanGaps: false };
+  if (s.style === "jump") return { ...base, width: 3, spanGaps: false, points: { show: true, size: 7 } }; // a fresh start's jump
   if (s.style === "ghost") return { ...base, width: 1, stroke: `${color}55` };
   if (s.style === "dots") {
     return {

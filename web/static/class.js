@@ -15,6 +15,23 @@ const PREDICTIONS_EVERY_MS = 10000; // outcomes come once per crash: no need to 
 let offset = 0;
 let predictionsAt = -Infinity;
 
+// What ended a run's segments, by kind (the class route's `restarts`), in words.
+const RESTART_WORDS = [
+  ["crash", "crash test", "crash tests"],
+  ["preempt", "preemption", "preemptions"],
+  ["lost_host", "lost host", "lost hosts"],
+  ["killed", "unasked kill", "unasked kills"],
+];
+
+/** "1 crash test, 1 preemption", or "" when nothing ended a segment. Before the events
+ * are stored, a crash test the lab counted (`crashes`) still shows. */
+export function restartWords(run) {
+  const counts = { ...(run.restarts || {}) };
+  if ((counts.crash ?? 0) < (run.crashes ?? 0)) counts.crash = run.crashes;
+  return RESTART_WORDS.filter(([k]) => counts[k] > 0)
+    .map(([k, one, many]) => `${counts[k]} ${counts[k] === 1 ? one : many}`).join(", ");
+}
+
 function runCell(run) {
   const td = el("td", { className: `class-run run-${run.label}` });
   td.dataset.run = run.id;
@@ -23,7 +40,8 @@ function runCell(run) {
   const stage = run.stage && run.stage !== run.state ? ` (${run.stage})` : "";
   td.append(el("span", { className: "run-state" }, `${run.state}${stage}`));
   td.append(el("span", { className: "run-step" }, ` · step ${f.int(run.step ?? 0)}${steps}`));
-  if (run.crashes) td.append(el("span", { className: "run-crashes" }, ` · ${run.crashes} crash${run.crashes === 1 ? "" : "es"}`));
+  const counts = restartWords(run);
+  if (counts) td.append(el("span", { className: "run-crashes" }, ` · ${counts}`));
   const crash = el("button", { type: "button", className: "crash", disabled: !run.can_crash }, "Crash test");
   crash.addEventListener("click", () => act(run, "crash"));
   const stop = el("button", { type: "button", className: "stop", disabled: ENDED.has(run.state) }, "Stop");

@@ -2,7 +2,7 @@
 // samples and resume checks (the event log is events.js).
 
 import * as f from "./format.js";
-import { fieldsLine, otherFieldsVerdict } from "./resume_fields.js";
+import { fieldsDetails, measuredWords, otherFieldsVerdict } from "./resume_fields.js";
 
 // The questions behind the probe names (trainer/corpus.py PROBES); unknown names show as is.
 const PROBE_TEXT = {
@@ -121,7 +121,12 @@ export function resumeCheckText(label, c) {
   const progress = c.complete ? "" : ` (${c.points} of ${c.expected_points} lost steps recomputed so far)`;
   const line = `${head} steps ${lo}–${hi} (${c.points} points): max |Δloss| ${c.infinite_delta ? "∞" : f.sci(c.max_abs_delta)}, mean ${f.sci(c.mean_abs_delta)}${progress}`;
   if (c.started_over) {
-    return [line, `No checkpoint was resumed: the run trained from step 0 again and lost ${f.int(c.expected_points)} steps.`, "fresh"];
+    // Not a resume: what was compared is a new model's steps with the original's at the
+    // same steps (equal when the seed is), and the work before the crash is gone.
+    return [line, `No checkpoint was resumed: a new model trained from step 0 again, compared here with the original at the same steps; the ${f.int(c.expected_points)} steps trained before the crash were lost.`, "fresh"];
+  }
+  if (c.bit_identical && !c.complete) {
+    return [line, `Bit-identical so far: the ${f.int(c.points)} recomputed steps match exactly; ${f.int(c.expected_points - c.points)} lost steps are still to recompute.`, "pending"];
   }
   if (c.bit_identical) {
     return [line, "Bit-identical: the resume reproduced the lost steps exactly.", "identical"];
@@ -129,9 +134,11 @@ export function resumeCheckText(label, c) {
   const other = otherFieldsVerdict(c);
   if (other) return [line, other, "different"];
   if (c.missing?.length) {
+    // Say what was measured to differ (and what matched), then what the checkpoint lacked:
+    // a part it lacked whose metrics still matched is not claimed to have "started over".
     return [line,
-      `Not bit-identical from step ${f.int(c.first_divergent_step)}: the checkpoint did not hold ${c.missing.join(", ")}, `
-      + "so those started over and the resumed run is a different run, even when its curve looks close.", "different"];
+      `Not bit-identical from step ${f.int(c.first_divergent_step)}: ${measuredWords(c)} `
+      + `The checkpoint did not hold ${c.missing.join(", ")}, so the resumed run is a different run, even when its curve looks close.`, "different"];
   }
   return [line,
     `Not bit-identical: the recomputed losses differ from the originals by up to ${f.sci(c.max_abs_delta)}. `
@@ -139,6 +146,8 @@ export function resumeCheckText(label, c) {
     + "or the data position), or a kernel is not deterministic; the resumed run is a different run, "
     + "even when its curve looks close.", "different"];
 }
+
+const openFieldLists = new Set(); // "run:segment" of the checks whose metric list is open
 
 export function renderResumeChecks(pair) {
   const list = $("#resume-checks");
@@ -150,8 +159,17 @@ export function renderResumeChecks(pair) {
       const li = el("li", `check check-${kind} run-${r.label}`);
       li.dataset.bitIdentical = String(c.bit_identical);
       li.append(el("span", "check-line", line), el("span", "check-verdict", verdict));
-      const fields = fieldsLine(c);
-      if (fields) li.append(el("span", "check-fields", fields));
+      const fields = fieldsDetails(c);
+      if (fields) {
+        // The list is rebuilt on every new record: a metric list the student opened stays open.
+        const key = `${r.id}:${c.segment}`;
+        fields.open = openFieldLists.has(key);
+        fields.addEventListener("toggle", () => {
+          if (fields.open) openFieldLists.add(key);
+          else openFieldLists.delete(key);
+        });
+        li.append(fields);
+      }
       const lost = c.expected_points;
       if (f.isNum(lost) && c.started_over) {
         li.append(el("span", "check-cost", `The crash cost all ${f.int(lost)} steps trained before it: a fresh start from step 0, not a resume.`));
@@ -171,14 +189,31 @@ export function renderResumeChecks(pair) {
 }
 
 /** The entry of a restart that refused to start (no checkpoint, and it required one): no
- * steps were recomputed, so the server has no check to report, yet it is the outcome. */
-function refusedRestart(run, checks) {
+ * steps were recomputed, so the server has no check to report, yet it is the outcome. It
+ * names the evidence the run's log holds: a checkpoint its manifest rejected (torn by the
+ * kill), or none found at all; and every step trained before the crash is lost. */
+export function refusedText(run) {
   const e = run.events.find((x) => x.code === "no_checkpoint");
-  const segment = e?.segment ?? 1;
-  if (!e || checks.some((c) => c.segment === segment)) return null;
+  if (!e) return null;
+  const segment = e.segment ?? 1;
+  const rejected = run.events.find((x) => x.code === "ckpt_corrupt" && (x.segment ?? 0) === segment);
+  const lost = run.crashes().find((c) => c.segment === segment)?.reached;
+  const why = rejected
+    ? "Its newest checkpoint was torn by the kill: the manifest's sha256 check rejected it (see the log), and nothing older was left"
+    : "No checkpoint was left where it restarted";
+  const cost = f.isNum(lost) && lost > 0 ? `all ${f.int(lost)} steps it had trained were lost` : "every step it had trained was lost";
+  return [segment, rejected ? "torn" : "none",
+    `${why}. The restart required one, so it refused to train a new model from step 0 (exit 3): nothing was recomputed to compare, and ${cost}.`];
+}
+
+function refusedRestart(run, checks) {
+  const got = refusedText(run);
+  if (!got) return null;
+  const [segment, evidence, text] = got;
+  if (checks.some((c) => c.segment === segment)) return null;
   const li = el("li", `check check-refused run-${run.label}`);
+  li.dataset.evidence = evidence;
   li.append(el("span", "check-line", `${run.label} · resume ${segment}: refused to start`),
-    el("span", "check-verdict", "No checkpoint was left and the restart required one, so the run stopped "
-      + "with an error instead of training a new model from step 0: nothing to compare, and no compute wasted."));
+    el("span", "check-verdict", text));
   return li;
 }

@@ -17,7 +17,7 @@ const KILL_CODES = new Set(["crash", "lost_host"]); // SIGKILL-like: no chance t
 const ACTIVE = new Set(["starting", "running", "restarting"]);
 
 /** A supervisor's restart event: the contract gives every one `resume_from`. */
-function isRestartEvent(e) {
+export function isRestartEvent(e) {
   return RESTART_CODES.has(e.code) || Object.hasOwn(e, "resume_from");
 }
 
@@ -45,6 +45,10 @@ export class RunModel {
     // The segment a crash test or preemption from this page hit: its restart has not
     // trained until a step record of a newer segment arrives.
     this.signalled = null;
+    this.signalledKind = null; // "crash" | "preempt": what this page sent
+    // A crash test armed to land inside the next checkpoint write (crash mode
+    // "during_save"): {segment, pid, step} until the trainer of that segment ends.
+    this.armed = null;
     this.waitUntil = null; // while queued: when the server expects it to start (unix s)
     this.version = 0; // bumps on every change, for cheap redraw checks
     this._noteWait(view);
@@ -86,7 +90,40 @@ export class RunModel {
     if (seg === null || seg < this.maxSegment) return true;
     if (this.signalled !== null && seg <= this.signalled) return true;
     for (const e of this.events) if (isRestartEvent(e) && seg <= (e.segment ?? 0)) return true;
+    // A view built before a step record this page has (its newest step is of an older
+    // segment) says "restarting" of a restart that has trained since.
+    const viewStep = v.latest?.step?.segment;
+    if (Number.isInteger(viewStep) && viewStep < seg) return false;
     return (v.state === "restarting" || v.stage === "restarting") && seg <= (v.segment ?? 0);
+  }
+
+  /** The supervisor's event that ended `segment` (a crash test, a preemption, a graceful
+   * stop, a lost host…), or undefined while that segment's trainer has not ended. */
+  restartEvent(segment) {
+    return this.events.find((e) => isRestartEvent(e) && (e.segment ?? 0) === segment);
+  }
+
+  /** The newest restart event of segment `from` or later: the restart under way when
+   * `from` is the newest segment that trained (a view may already name the next one). */
+  newestRestart(from) {
+    let best;
+    for (const e of this.events) {
+      if (isRestartEvent(e) && (e.segment ?? 0) >= from && (!best || (e.segment ?? 0) > (best.segment ?? 0))) best = e;
+    }
+    return best;
+  }
+
+  /** "preempt" (SIGTERM: a preemption, a session wall, a graceful stop) or "crash"
+   * (SIGKILL: a crash test, a lost host, an unasked kill) for what ended the run's newest
+   * segment that trained (`segment`, or later); before its event comes, what this page
+   * asked for (`signalledKind`), else the lesson's wall when the run is past it, else
+   * "crash". */
+  endedBy(segment, wallStep = 0) {
+    const e = this.newestRestart(segment);
+    if (e) return KILL_CODES.has(e.code) || e.code === "killed" || e.code === "lost" ? "crash" : "preempt";
+    if (this.signalled !== null && this.signalledKind) return this.signalledKind;
+    if (wallStep > 0 && this.maxStep >= wallStep && (segment ?? 0) === 0) return "preempt";
+    return "crash";
   }
 
   /** Add records (objects with id when they came from the server); returns how many were new. */

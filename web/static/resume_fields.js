@@ -31,21 +31,72 @@ export function deltaText(field) {
   return f.isNum(field.max_abs_delta) ? f.sci(field.max_abs_delta) : "";
 }
 
-/** "loss and 9 other metrics: bit-identical", or the fields that differ, each with the
- * first step it differs at; null before anything was compared. */
-export function fieldsLine(check) {
+/** The compared fields (those with at least one pair of points), split into those that
+ * differ and those that match. */
+export function fieldSplit(check) {
   const compared = (check.fields || []).filter((x) => x.points > 0);
+  return { compared, bad: compared.filter((x) => x.equal === false), same: compared.filter((x) => x.equal !== false) };
+}
+
+function wordList(fields) {
+  const words = fields.map((x) => fieldWords(x.field));
+  return words.length <= 1 ? words.join("") : `${words.slice(0, -1).join(", ")} and ${words[words.length - 1]}`;
+}
+
+/** "loss and 9 other metrics: bit-identical", or the fields that differ, each with the
+ * first step it differs at; null before anything was compared. A run that started over
+ * is compared with the original at the same steps: said so, never "bit-identical". */
+export function fieldsLine(check) {
+  const { compared, bad } = fieldSplit(check);
   if (!compared.length) return null;
   const others = compared.filter((x) => x.field !== LOSS).length;
   const plural = others === 1 ? "" : "s";
   const head = compared.length > others ? `loss and ${others} other metric${plural}` : `${others} metric${plural}`;
-  const bad = compared.filter((x) => x.equal === false);
-  if (!bad.length) return `${head}: bit-identical`;
+  if (check.started_over) {
+    const [lo, hi] = check.steps || [null, null];
+    return `${head} of the new run's steps ${f.int(lo)}–${f.int(hi)}, compared with the original's at the same steps: `
+      + `${bad.length ? `${bad.length} differ` : "the same"} — a new model trained again from step 0, not a resume; the original work was lost`;
+  }
+  if (!bad.length) return `${head}: bit-identical${check.complete === false ? " so far" : ""}`;
   const named = bad.map((x) => {
     const d = deltaText(x);
     return `${fieldWords(x.field)} (from step ${f.int(x.first_divergent_step)}${d ? `, |Δ| up to ${d}` : ""})`;
   });
   return `${head}: ${bad.length} differ — ${named.join(", ")}`;
+}
+
+/** The fields line as an expandable element: the line is the summary, and opening it
+ * lists every compared metric by name with what was measured (same, or where it differs). */
+export function fieldsDetails(check) {
+  const line = fieldsLine(check);
+  if (line === null) return null;
+  const box = document.createElement("details");
+  box.className = "check-fields";
+  const summary = document.createElement("summary");
+  summary.textContent = line;
+  const list = document.createElement("ul");
+  list.className = "check-field-list";
+  for (const x of fieldSplit(check).compared) {
+    const li = document.createElement("li");
+    li.dataset.field = x.field;
+    li.dataset.equal = String(x.equal !== false);
+    const d = deltaText(x);
+    li.textContent = x.equal === false
+      ? `${fieldWords(x.field)}: differs from step ${f.int(x.first_divergent_step)}${d ? `, |Δ| up to ${d}` : ""} (${f.int(x.points)} points)`
+      : `${fieldWords(x.field)}: the same at all ${f.int(x.points)} points`;
+    list.append(li);
+  }
+  box.append(summary, list);
+  return box;
+}
+
+/** What the measurements say, for a verdict: "loss and grad norm differ; learning rate and
+ * tokens seen match." (from the check's fields, never from what a lesson expects). */
+export function measuredWords(check) {
+  const { bad, same } = fieldSplit(check);
+  if (!bad.length) return "";
+  const differ = `${wordList(bad)} ${bad.length === 1 ? "differs" : "differ"}`;
+  return same.length ? `${differ}; ${wordList(same)} ${same.length === 1 ? "matches" : "match"}.` : `${differ}.`;
 }
 
 /** The verdict when the losses are bit-identical but other recorded fields are not; null
