@@ -20,7 +20,10 @@ pytestmark = pytest.mark.skipif(NODE is None, reason="needs node to run the page
 SENTENCE = "Diverged at step 9: the gradient norm is inf. Training stopped there."
 
 
-def run_js(overrides: Any) -> Any:
+def run_js(overrides: Any, view_state: str = "diverged") -> Any:
+    """studentState and crashBlocker of a diverged run whose pair's preset view carries
+    `overrides` (the student's changes to the lesson); `view_state`: the supervisor's state
+    in the run view ("running" until its report of the exit arrives)."""
     model, cards = (json.dumps((STATIC / m).as_uri()) for m in ("model.js", "cards.js"))
     code = f"""
         Promise.all([import({model}), import({cards})]).then(([m, c]) => {{
@@ -34,9 +37,9 @@ def run_js(overrides: Any) -> Any:
                 {{kind: "event", segment: 0, code: "diverged", level: "error", step: 9,
                   text: {json.dumps(SENTENCE)}, t: 9}},
             ]);
-            run.setView({{state: "diverged", stage: "diverged", step: 9, exit_code: 4,
+            run.setView({{state: {json.dumps(view_state)}, stage: "diverged", step: 9, exit_code: 4,
                 message: {json.dumps(SENTENCE)}, can_crash: false}});
-            const out = [c.studentState(run, null, {json.dumps(overrides)}),
+            const out = [c.studentState(run, null, {{overrides: {json.dumps(overrides)}}}),
                          c.crashBlocker(run, true)];
             console.log(JSON.stringify(out));
         }})"""
@@ -55,3 +58,12 @@ def test_a_diverged_run_says_what_diverged_and_which_settings_the_student_change
 def test_a_run_that_diverged_with_the_lesson_s_own_settings_says_so() -> None:
     (state, line), _ = run_js({})
     assert state == "diverged" and line.endswith("It diverged with the lesson's own settings.")
+
+
+def test_a_diverged_stage_is_said_before_the_supervisor_reports_the_exit() -> None:
+    # The trainer's "diverged" stage record comes before the supervisor's state: the card
+    # says diverged at once, never "Preparing" or "starting" (a stage after training).
+    (state, line), blocked = run_js({"lr": 1}, view_state="running")
+    assert state == "diverged"
+    assert line.endswith("Settings changed from the lesson: lr = 1."), line
+    assert blocked == "Diverged: there is no training process left to kill."
