@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from crashdrill.drill.checkpoint_evidence import CheckpointLook
 from crashdrill.drill.engine import (
     Segment,
     Snapshot,
@@ -62,6 +63,8 @@ class Evidence:
     plan: list[KillPoint]
     final_params: FinalParams | None = None
     records: RunRecords | None = None  # the built-in trainer's run records, both runs
+    # `crashdrill inspect` on the crashed run's checkpoints, asked only when a finding needs it
+    checkpoint: CheckpointLook | None = None
 
 
 @dataclass
@@ -236,6 +239,12 @@ def analyse(ev: Evidence) -> Analysis:
     return Analysis(resumes, findings, precision, "fail" if failed else "pass", exit_code)
 
 
+def _inspected(ev: Evidence) -> str:
+    """What the checkpoint holds and lacks, as one more sentence of evidence (or "")."""
+    said = ev.checkpoint.sentence() if ev.checkpoint is not None else ""
+    return f".{said}" if said else ""
+
+
 def _never_checkpoints(ev: Evidence) -> str | None:
     """Every kill lost everything: no checkpoint anywhere, or none yet at any kill that
     came after the point where the reference had written its first."""
@@ -368,7 +377,8 @@ def _check(
                     "state-missing",
                     f"the very first recomputed loss (step {a.step}) differs "
                     f"by {_fmt(a.delta(b))}: the batch or the weights differ — the checkpoint "
-                    "lacks (or the script does not restore) the RNG state or the data position",
+                    "lacks (or the script does not restore) the RNG state or the data position"
+                    + _inspected(ev),
                 )
             elif i == 1 and rel > TINY_RELATIVE:
                 add(
@@ -376,7 +386,7 @@ def _check(
                     f"the first recomputed loss matches (the weights came "
                     f"back) but step {a.step} differs by {_fmt(a.delta(b))}: the update "
                     "differs — optimizer state (momentum, Adam moments, step count) or the "
-                    "LR-schedule position is missing from the checkpoint",
+                    "LR-schedule position is missing from the checkpoint" + _inspected(ev),
                 )
             else:
                 add(
