@@ -172,6 +172,10 @@ def inventory(desc: dict[str, Any]) -> Inventory:
         raise InspectError(f"{desc['path']}: nothing in it could be read ({first})")
     if not files:
         raise InspectError(f"{desc['path']}: no checkpoint files found in it")
+    fmt = desc["format"]
+    trees = [f.get("tree", {}).get("dict", {}) for f in desc["files"]]
+    if any("pytorch-lightning_version" in t for t in trees):
+        fmt = "lightning"
     parts = {name: Part(name, "missing") for name in PARTS}
     for f in found:
         parts[f.part].found.append(f)
@@ -191,7 +195,7 @@ def inventory(desc: dict[str, Any]) -> Inventory:
     if amp.status == "missing":
         amp.status, amp.note = "unknown", WHEN_USED["amp"]
     data = parts["data"]
-    if data.status == "missing" and desc["format"] == "huggingface" and parts["step"].found:
+    if data.status == "missing" and fmt == "huggingface" and parts["step"].found:
         data.status = "derived"
         data.note = (
             "not stored: the Trainer skips global_step batches of a loader reshuffled from "
@@ -212,7 +216,7 @@ def inventory(desc: dict[str, Any]) -> Inventory:
     return Inventory(
         desc["path"],
         desc.get("checkpoint", desc["path"]),
-        desc["format"],
+        fmt,
         files,
         parts,
         list(desc.get("notes", [])),

@@ -275,11 +275,18 @@ def _numbered(paths: list[Path]) -> tuple[list[Path], list[str]]:
     return sorted(out), notes
 
 
+def _file_format(path: Path) -> str:
+    if path.name.endswith(".safetensors"):
+        return "safetensors"
+    if path.name.endswith(".json"):
+        return "json"
+    return "torch.save"
+
+
 def choose(path: Path, depth: int = 0) -> tuple[Path, str, list[Path], list[str]]:
     """(the checkpoint dir or file, its format, its files, notes) for PATH."""
     if path.is_file():
-        fmt = "safetensors" if path.name.endswith(".safetensors") else "file"
-        return path, fmt, [path], []
+        return path, _file_format(path), [path], []
     names = {p.name for p in path.iterdir()} if path.is_dir() else set()
     if ".metadata" in names:
         return path, "torch.distributed.checkpoint", [path / ".metadata"], []
@@ -298,8 +305,11 @@ def choose(path: Path, depth: int = 0) -> tuple[Path, str, list[Path], list[str]
     if files:
         chosen, notes = _numbered(files)
         hf = {"trainer_state.json", "optimizer.pt", "scheduler.pt"} & names
-        fmt = "huggingface" if hf or any(p.name.startswith("rng_state") for p in files) else "dir"
-        return path, fmt, chosen[:MAX_FILES], notes
+        if hf or any(p.name.startswith("rng_state") for p in files):
+            return path, "huggingface", chosen[:MAX_FILES], notes
+        if len(chosen) == 1:  # one checkpoint file in the dir: that file is the checkpoint
+            return chosen[0], _file_format(chosen[0]), chosen, notes
+        return path, "dir", chosen[:MAX_FILES], notes
     subdirs = [p for p in sorted(path.iterdir()) if p.is_dir() and not _TEMP.search(p.name)]
     if subdirs and depth < MAX_DEPTH:
         kept, notes = _numbered(subdirs)
