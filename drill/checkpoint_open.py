@@ -302,6 +302,11 @@ def choose(path: Path, depth: int = 0) -> tuple[Path, str, list[Path], list[str]
         files = [info.path / n for n in info.files]
         return info.path, "crashdrill", files, [f"newest complete: {info.path.name}", *bad]
     files = [p for p in _final_files(path) if p.name.endswith(KNOWN_EXT)]
+    whole = [p for p in files if p.suffix == ".ckpt"]  # Lightning: each file is a checkpoint
+    if len(whole) > 1:
+        last = [p for p in whole if p.name == "last.ckpt"]
+        pick = last[0] if last else max(whole, key=lambda p: p.stat().st_mtime)
+        return pick, "torch.save", [pick], [f"{len(whole)} .ckpt files: {pick.name} read"]
     if files:
         chosen, notes = _numbered(files)
         hf = {"trainer_state.json", "optimizer.pt", "scheduler.pt"} & names

@@ -25,7 +25,7 @@ a schedule kept as plain numbers under a key like `schedule` or `lr_scheduler`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 TORCH_CPU_RNG_BYTES = 5056  # torch.get_rng_state(), torch.Generator().get_state()
@@ -129,9 +129,11 @@ def unflatten(node: Any) -> Any:
 
 
 def recognise(tree: Any, where: str) -> list[Found]:
+    """Everything recognised in `tree`; `where` names it ("optimizer.pt:"), and each
+    Found's `where` extends it with the keys down to what was found."""
     out: list[Found] = []
     _walk(tree, where, None, out)
-    return out
+    return [replace(f, where=f.where.removesuffix(":")) for f in out]
 
 
 def _join(where: str, key: str) -> str:
