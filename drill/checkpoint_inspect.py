@@ -240,7 +240,10 @@ def table(inv: Inventory) -> str:
         lines.append(f"  note: {note}")
     for f in inv.files:
         state = "read" if f["read"] else f"NOT READ: {f.get('error')}"
-        lines.append(f"  file {f['name']} ({(f.get('bytes') or 0):,} bytes): {state}")
+        name = f["name"]
+        if f.get("data_files") is not None:  # DCP: the bytes are its data files'
+            name += f" and {f['data_files']} data file(s)"
+        lines.append(f"  file {name} ({(f.get('bytes') or 0):,} bytes): {state}")
     lines.append("")
     for p in inv.parts.values():
         head = f"  {_mark(p)} {PARTS[p.name]:<16}"
