@@ -169,7 +169,9 @@ def inventory(desc: dict[str, Any]) -> Inventory:
         files.append(entry)
     if files and not any(f["read"] for f in files):
         first = files[0].get("error", "not read")
-        raise InspectError(f"{desc['path']}: nothing in it could be read ({first})")
+        if files[0].get("unsafe_globals"):
+            first += ": " + ", ".join(files[0]["unsafe_globals"][:6])
+        raise InspectError(f"{desc['path']}: nothing in it could be read safely ({first})")
     if not files:
         raise InspectError(f"{desc['path']}: no checkpoint files found in it")
     fmt = desc["format"]

@@ -13,7 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from crashdrill.drill.checkpoint_inspect import Inventory, inspect, inventory, missing_words
+from crashdrill.drill.checkpoint_inspect import (
+    InspectError,
+    Inventory,
+    inspect,
+    inventory,
+    missing_words,
+)
 from crashdrill.drill.checkpoint_open import describe
 
 
@@ -112,6 +118,9 @@ def test_a_pickle_that_needs_arbitrary_globals_is_flagged_not_loaded(tmp_path: P
     assert not extra["read"] and [g.rsplit(".", 1)[1] for g in extra["unsafe_globals"]] == ["open"]
     assert any("extra.pt: not loaded" in c for c in inv.cannot_tell)
     assert not marker.exists()
+    with pytest.raises(InspectError, match=r"could be read safely \(needs globals .*open"):
+        read(d / "extra.pt")
+    assert not marker.exists()
 
 
 def test_safetensors_headers_are_read_without_the_library(tmp_path: Path) -> None:
@@ -202,7 +211,7 @@ def test_the_cli_exit_codes_say_read_lacking_and_bad_input(tmp_path: Path) -> No
     assert gone.returncode == 2 and "no such file or directory" in gone.stderr
     (tmp_path / "junk.pt").write_bytes(b"PK\x03\x04 torn")
     torn = cli(str(tmp_path / "junk.pt"))
-    assert torn.returncode == 2 and "nothing in it could be read" in torn.stderr
+    assert torn.returncode == 2 and "nothing in it could be read safely" in torn.stderr
 
 
 def test_inspect_runs_the_reader_in_a_child_with_a_timeout(tmp_path: Path) -> None:
