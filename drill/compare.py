@@ -8,8 +8,8 @@ comparison of the paired losses is the lab's too (`crashdrill.trainer.resume_com
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from crashdrill.drill.checkpoint_evidence import CheckpointLook
 from crashdrill.drill.engine import (
     Segment,
     Snapshot,
@@ -22,6 +22,9 @@ from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.record_fields import RunRecords, field_verdict
 from crashdrill.drill.trace import Precision, StepPoint, classify_precision, step_spacing
 from crashdrill.trainer.resume_compare import LOSS, FieldComparison, compare
+
+if TYPE_CHECKING:  # imported by the command drill only: the preset drill never inspects
+    from crashdrill.drill.checkpoint_evidence import CheckpointLook
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 TINY_RELATIVE = 1e-4  # a first difference this small is rounding, not a different batch

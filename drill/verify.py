@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crashdrill.drill.builtin import FORK_SERVER_PRELOAD, PresetTarget
-from crashdrill.drill.checkpoint_evidence import CheckpointLook
 from crashdrill.drill.command import CommandTarget
 from crashdrill.drill.compare import Analysis, Evidence, FinalParams, analyse
 from crashdrill.drill.engine import Segment, Target, kill_all, run_crashed, run_segment
@@ -251,6 +250,8 @@ def verify_command(
         final = None
         if compare_files and crashed and crashed[-1].exit_code == 0 and not crashed[-1].killed:
             final = compare_bytes(ref_dir, crash_dir, compare_files)
+        from crashdrill.drill.checkpoint_evidence import CheckpointLook
+
         look = CheckpointLook(target.checkpoint_root(crash_dir))  # read only if a finding asks
         evidence = Evidence(target, ref, ref_snapshot, crashed, plan, final, checkpoint=look)
         return _finish(target, "command", seed, kills, plan, evidence, t0)  # before the cleanup
