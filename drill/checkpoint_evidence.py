@@ -50,6 +50,11 @@ class CheckpointLook:
             name = where.name
         name = name if name not in ("", ".") else "its checkpoint dir"
         what = f" `crashdrill inspect` on the crashed run's checkpoint ({name}, {inv.format})"
+        if inv.lacks and inv.parts["model"].lacking:  # no tensors at all: a JSON file, say
+            return (
+                f"{what}: it holds no model tensors, so state kept as plain numbers is not"
+                f" recognised; by content it lacks {missing_words(inv)}."
+            )
         if inv.lacks:
             return f"{what}: it lacks {missing_words(inv)}."
         held = [PARTS[p.name] for p in inv.parts.values() if p.status in ("present", "derived")]

@@ -53,3 +53,12 @@ def test_an_unreadable_checkpoint_leaves_the_finding_as_it_was(tmp_path: Path) -
     (tmp_path / "ckpt.json").write_text('{"step": 1')  # torn
     an = _analyse(diverged_at_once(), checkpoint=CheckpointLook(tmp_path))
     assert an.findings[0].text.endswith("the RNG state or the data position")
+
+
+def test_a_checkpoint_of_plain_numbers_is_not_said_to_lack_what_it_may_hold(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "ckpt.json").write_text('{"step": 15, "w": [0.5, 1.0], "vw": [0.1, 0.2]}')
+    an = _analyse(diverged_at_once(), checkpoint=CheckpointLook(tmp_path))
+    text = an.findings[0].text
+    assert "(ckpt.json, json): it holds no model tensors, so state kept as plain" in text, text
