@@ -226,7 +226,7 @@ def _dict(d: dict[str, Any], where: str, out: list[Found]) -> bool:
         if floats:
             params = sum(_numel(t["shape"]) for t in floats)
             dtypes = sorted({t["tensor"] for t in floats})
-            text = f"{len(leaves)} tensors, {params:,} numbers ({', '.join(dtypes)})"
+            text = f"{len(leaves)} tensor(s), {params:,} numbers ({', '.join(dtypes)})"
             out.append(Found("model", where, text, count=params))
             return True
     for name, child in d.items():

@@ -51,7 +51,7 @@ def test_a_weights_only_dict_lacks_the_optimizer_rng_and_data_position(tmp_path:
     assert statuses(inv)["model"] == "present" and statuses(inv)["step"] == "present"
     assert inv.lacks == ["optimizer", "rng", "data"]
     assert missing_words(inv) == "optimizer state, RNG states, data position"
-    assert "4 tensors, 49 numbers (float32)" in inv.parts["model"].found[0].detail
+    assert "4 tensor(s), 49 numbers (float32)" in inv.parts["model"].found[0].detail
 
 
 def test_contents_are_recognised_whatever_their_keys_are_called(tmp_path: Path) -> None:
