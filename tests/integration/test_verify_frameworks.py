@@ -3,7 +3,8 @@
 torchrun job checkpointing with torch.distributed.checkpoint. Each correct script passes;
 each with a planted bug fails naming it, and `inspect` names what its checkpoint lacks.
 
-Needs the `frameworks` extra (`pip install -e '.[frameworks]'`); skipped without it. Each
+The HF and Lightning tests need the `frameworks` extra (`pip install -e '.[frameworks]'`):
+skipped without it, failing under CI=true (tests/support/extras.py); DCP comes with torch. Each
 drill starts the script 3-4 times; each start imports its framework (a few seconds)."""
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.extras import require_extra
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -60,8 +63,7 @@ def passed(rc: int, report: dict[str, Any], out: str) -> None:
 
 @pytest.fixture
 def hf() -> list[str]:
-    pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")
+    require_extra("frameworks")
     return [sys.executable, str(SCRIPTS / "hf_trainer.py")]
 
 
@@ -91,7 +93,7 @@ def test_a_hugging_face_trainer_saving_only_the_model_fails_naming_the_optimizer
 
 @pytest.fixture
 def lightning() -> list[str]:
-    pytest.importorskip("lightning")
+    require_extra("frameworks")
     return [sys.executable, str(SCRIPTS / "lightning_train.py")]
 
 
@@ -118,7 +120,6 @@ def test_a_lightning_script_that_shuffles_from_the_global_rng_fails_naming_it(
 
 @pytest.fixture
 def dcp_job() -> list[str]:
-    pytest.importorskip("torch.distributed.checkpoint")
     torchrun = str(TORCHRUN) if TORCHRUN.exists() else shutil.which("torchrun")
     if torchrun is None:
         pytest.skip("torchrun is not installed")
