@@ -41,10 +41,11 @@ PY = BIN / "python"
 TORCH = os.environ.get("CRASHDRILL_TORCH", "torch==2.13.0")
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 REQUIREMENTS = ROOT / "requirements"
-# The install sets: pyproject's extras each takes. `ray` only for the tests (the Ray tier):
-# the default lab needs no cluster. Each set has its lock, requirements/<set>.txt.
+# The install sets: pyproject's extras each takes. `ray` and `frameworks` only for the tests
+# (the Ray tier; the HF Trainer, Lightning and DCP scripts the drill is tried on): the
+# default lab needs neither. Each set has its lock, requirements/<set>.txt.
 INSTALL_SETS: dict[str, tuple[str, ...]] = {
-    "test": ("server", "gpu", "data", "postgres", "gcs", "supabase", "ray", "test"),
+    "test": ("server", "gpu", "data", "postgres", "gcs", "supabase", "ray", "frameworks", "test"),
     "lab": ("server", "gpu"),
 }
 LOCK_PYTHON = "3.11"  # the oldest Python pyproject allows: the lock resolves for it and up

@@ -6,6 +6,7 @@
     crashdrill run quick --run-dir runs/q --stop-after 11h30m   stop and save before a 12 h wall
     crashdrill verify --preset quick --kills 2        the kill-and-resume drill
     crashdrill verify -- python train.py              the drill on any training script
+    crashdrill inspect ckpt.pt                        what a checkpoint holds, what it lacks
     crashdrill presets list|show NAME|validate FILE
     crashdrill presets show quick > mine.toml         start a preset of your own from a built-in
     crashdrill doctor gcs gs://BUCKET/PREFIX          check a checkpoint mirror bucket
@@ -245,6 +246,13 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         "kill a run at random points, resume, compare bits",
         sub,
         command == "verify",
+    )
+    _optional(
+        "crashdrill.drill.checkpoint_inspect",
+        "inspect",
+        "what a checkpoint holds and what a full resume needs but it lacks",
+        sub,
+        command == "inspect",
     )
     _optional("crashdrill.server.cli", "serve", "the lab in a browser", sub, command == "serve")
     _optional(

@@ -8,6 +8,7 @@ comparison of the paired losses is the lab's too (`crashdrill.trainer.resume_com
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from crashdrill.drill.engine import Segment, Snapshot, Target, last_step_trained
 from crashdrill.drill.landing import Landing, judge_landing
@@ -15,6 +16,9 @@ from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.record_fields import RunRecords, field_verdict
 from crashdrill.drill.trace import Precision, StepPoint, classify_precision, step_spacing
 from crashdrill.trainer.resume_compare import LOSS, FieldComparison, compare
+
+if TYPE_CHECKING:  # imported by the command drill only: the preset drill never inspects
+    from crashdrill.drill.checkpoint_evidence import CheckpointLook
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 TINY_RELATIVE = 1e-4  # a first difference this small is rounding, not a different batch
@@ -61,6 +65,8 @@ class Evidence:
     plan: list[KillPoint]
     final_params: FinalParams | None = None
     records: RunRecords | None = None  # the built-in trainer's run records, both runs
+    # `crashdrill inspect` on the crashed run's checkpoints, asked only when a finding needs it
+    checkpoint: CheckpointLook | None = None
 
 
 @dataclass
@@ -260,6 +266,12 @@ def executed_kills(
     ]
     tried = {id(k) for k, _ in out}
     return out + [(k, None) for k in plan if id(k) not in tried]
+
+
+def _inspected(ev: Evidence) -> str:
+    """What the checkpoint holds and lacks, as one more sentence of evidence (or "")."""
+    said = ev.checkpoint.sentence() if ev.checkpoint is not None else ""
+    return f".{said}" if said else ""
 
 
 def _never_checkpoints(ev: Evidence) -> str | None:
@@ -472,7 +484,7 @@ def _check(
                     "state-missing",
                     f"{where} differs by {_fmt(a.delta(b))}: the batch or the weights differ — "
                     "the checkpoint lacks (or the script does not restore) the RNG state or "
-                    "the data position",
+                    "the data position" + _inspected(ev),
                 )
             elif i == 1 and rel > TINY_RELATIVE:
                 matched = "first recomputed loss" if was_recomputed else "first loss after it"
@@ -481,7 +493,7 @@ def _check(
                     f"the {matched} matches (the weights came back) but step {a.step} differs "
                     f"by {_fmt(a.delta(b))}: the update differs — optimizer state (momentum, "
                     "Adam moments, step count) or the LR-schedule position is missing from the "
-                    "checkpoint",
+                    "checkpoint" + _inspected(ev),
                 )
             else:
                 add(

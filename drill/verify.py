@@ -256,8 +256,11 @@ def verify_command(
         final = None
         if compare_files and crashed and crashed[-1].exit_code == 0 and not crashed[-1].killed:
             final = compare_bytes(ref_dir, crash_dir, compare_files)
-        evidence = Evidence(target, ref, ref_snapshot, crashed, plan, final)
-    return _finish(target, "command", seed, kills, plan, evidence, t0)
+        from crashdrill.drill.checkpoint_evidence import CheckpointLook
+
+        look = CheckpointLook(target.checkpoint_root(crash_dir))  # read only if a finding asks
+        evidence = Evidence(target, ref, ref_snapshot, crashed, plan, final, checkpoint=look)
+        return _finish(target, "command", seed, kills, plan, evidence, t0)  # before the cleanup
 
 
 def _finish(

@@ -1,7 +1,7 @@
 """One rule for every test that needs an optional extra of pyproject.toml (postgres, gcs,
-supabase, ray, data, gpu): without the extra it skips and names the extra to install; with
-CI=true it fails instead, so a CI run, which installs every extra (`python3 quickstart.py
-test`), never skips one silently.
+supabase, ray, data, gpu, frameworks): without the extra it skips and names the extra to
+install; with CI=true it fails instead, so a CI run, which installs every extra
+(`python3 quickstart.py test`), never skips one silently.
 
     require_extra("gcs")                            # in a test, a fixture or a helper
     require_extra("supabase", module=True)          # at the top of a module: all of it
@@ -26,6 +26,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "ray": ("ray",),
     "data": ("datasets", "tiktoken"),
     "gpu": ("pynvml",),
+    "frameworks": ("transformers", "accelerate", "lightning"),
 }
 
 

@@ -1,0 +1,219 @@
+"""`crashdrill inspect`: real checkpoint files in each format, recognised by their contents
+(never by key names alone), opened without running pickled code."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from crashdrill.drill.checkpoint_inspect import (
+    InspectError,
+    Inventory,
+    inspect,
+    inventory,
+    missing_words,
+)
+from crashdrill.drill.checkpoint_open import describe
+
+
+def read(path: Path) -> Inventory:
+    """In this process (torch is imported here anyway); the CLI tests use the child."""
+    return inventory(describe(path))
+
+
+def statuses(inv: Inventory) -> dict[str, str]:
+    return {name: p.status for name, p in inv.parts.items()}
+
+
+def trained(steps: int = 2) -> tuple[torch.nn.Module, torch.optim.Optimizer, object]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
+    for _ in range(steps):
+        model(torch.randn(3, 4)).sum().backward()
+        opt.step()
+        sched.step()
+    return model, opt, sched
+
+
+def test_a_weights_only_dict_lacks_the_optimizer_rng_and_data_position(tmp_path: Path) -> None:
+    model, _, _ = trained()
+    torch.save({"net": model.state_dict(), "iter_num": 7}, tmp_path / "ckpt.pt")
+    inv = read(tmp_path / "ckpt.pt")
+    assert statuses(inv)["model"] == "present" and statuses(inv)["step"] == "present"
+    assert inv.lacks == ["optimizer", "rng", "data"]
+    assert missing_words(inv) == "optimizer state, RNG states, data position"
+    assert "4 tensor(s), 49 numbers (float32)" in inv.parts["model"].found[0].detail
+
+
+def test_contents_are_recognised_whatever_their_keys_are_called(tmp_path: Path) -> None:
+    model, opt, sched = trained()
+    scaler = {"scale": 65536.0, "growth_factor": 2.0, "_growth_tracker": 0}
+    blob = {
+        "a": model.state_dict(),
+        "b": opt.state_dict(),
+        "c": sched.state_dict(),
+        "d": torch.get_rng_state(),
+        "e": random.getstate(),
+        "f": np.random.get_state(),
+        "g": [torch.zeros(16, dtype=torch.uint8), torch.zeros(16, dtype=torch.uint8)],
+        "h": torch.Generator().manual_seed(3),  # a private generator, saved as itself
+        "sampler": {"cursor": 12},
+        "iteration": 2,
+        "k": scaler,
+    }
+    torch.save(blob, tmp_path / "x.bin")
+    inv = read(tmp_path / "x.bin")
+    assert inv.lacks == []
+    assert all(s == "present" for s in statuses(inv).values()), statuses(inv)
+    opt_found = inv.parts["optimizer"].found[0]
+    assert opt_found.where == "x.bin:b" and not opt_found.by_name
+    assert "exp_avg, exp_avg_sq, step for 4 of 4 parameters" in opt_found.detail
+    assert inv.streams == {"python": 1, "numpy": 1, "torch": 2, "cuda": 2}
+    assert inv.parts["data"].found[0].by_name  # a data position has no shape: said so
+
+
+def test_a_scheduler_that_ran_but_was_not_saved_is_missing(tmp_path: Path) -> None:
+    model, opt, _ = trained()
+    torch.save({"m": model.state_dict(), "o": opt.state_dict()}, tmp_path / "c.pt")
+    inv = read(tmp_path / "c.pt")
+    assert inv.parts["scheduler"].status == "missing"  # initial_lr in the param groups
+    assert "scheduler" in inv.lacks
+    model2 = torch.nn.Linear(2, 1)
+    opt2 = torch.optim.SGD(model2.parameters(), lr=0.1, momentum=0.9)
+    model2(torch.ones(1, 2)).sum().backward()
+    opt2.step()
+    torch.save({"m": model2.state_dict(), "o": opt2.state_dict()}, tmp_path / "d.pt")
+    inv2 = read(tmp_path / "d.pt")
+    assert inv2.parts["scheduler"].status == "unknown" and "scheduler" not in inv2.lacks
+    assert "SGD momentum" in inv2.parts["optimizer"].found[0].detail
+
+
+class Trap:
+    """Unpickling this would create a file: the inspector must never do it."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return (open, (self.marker, "w"))
+
+
+def test_a_pickle_that_needs_arbitrary_globals_is_flagged_not_loaded(tmp_path: Path) -> None:
+    marker = tmp_path / "code-ran"
+    d = tmp_path / "ck"
+    d.mkdir()
+    torch.save({"w": torch.ones(3)}, d / "model.pt")
+    torch.save({"evil": Trap(str(marker))}, d / "extra.pt")
+    inv = read(d)
+    extra = next(f for f in inv.files if f["name"] == "extra.pt")
+    assert not extra["read"] and [g.rsplit(".", 1)[1] for g in extra["unsafe_globals"]] == ["open"]
+    assert any("extra.pt: not loaded" in c for c in inv.cannot_tell)
+    assert not marker.exists()
+    with pytest.raises(InspectError, match=r"could be read safely \(needs globals .*open"):
+        read(d / "extra.pt")
+    assert not marker.exists()
+
+
+def test_safetensors_headers_are_read_without_the_library(tmp_path: Path) -> None:
+    header = {"fc.weight": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}}
+    raw = json.dumps(header).encode()
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + bytes(24))
+    inv = read(path)
+    assert inv.format == "safetensors" and inv.parts["model"].status == "present"
+    assert inv.lacks == ["optimizer", "rng", "data", "step"]
+
+
+def test_a_hugging_face_output_dir_reads_its_newest_checkpoint(tmp_path: Path) -> None:
+    model, opt, sched = trained()
+    for step in (2, 4):
+        d = tmp_path / f"checkpoint-{step}"
+        d.mkdir()
+        torch.save(model.state_dict(), d / "pytorch_model.bin")
+        torch.save(opt.state_dict(), d / "optimizer.pt")
+        torch.save(sched.state_dict(), d / "scheduler.pt")
+        rng = {"python": random.getstate(), "numpy": np.random.get_state(),
+               "cpu": torch.get_rng_state()}  # fmt: skip
+        torch.save(rng, d / "rng_state.pth")
+        (d / "trainer_state.json").write_text(json.dumps({"global_step": step, "epoch": 1.0}))
+    inv = read(tmp_path)
+    assert inv.format == "huggingface" and inv.checkpoint.endswith("checkpoint-4")
+    assert inv.parts["data"].status == "derived" and inv.lacks == []
+    assert inv.streams["numpy"] == 1 and inv.streams["cuda"] == 0
+    assert "CUDA" in inv.parts["rng"].note
+
+
+def test_a_distributed_checkpoint_is_read_from_its_metadata(tmp_path: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    model, opt, _ = trained()
+    state = {"model": model.state_dict(), "optim": opt.state_dict(), "step": 2}
+    with pytest.warns(UserWarning):  # DCP warns that no process group is initialised
+        dcp.save(state, checkpoint_id=str(tmp_path / "dcp"))
+    inv = read(tmp_path / "dcp")
+    assert inv.format == "torch.distributed.checkpoint"
+    assert statuses(inv)["model"] == "present" and statuses(inv)["optimizer"] == "present"
+    assert inv.parts["step"].status == "present" and inv.parts["step"].found[0].by_name
+    assert "rng" in inv.lacks
+    assert any("pickled into the data files" in c for c in inv.cannot_tell)
+
+
+def test_the_project_s_own_checkpoint_holds_everything(tmp_path: Path) -> None:
+    from crashdrill.trainer import checkpoint as ck
+    from crashdrill.trainer.data import BatchSampler
+    from crashdrill.trainer.model import GPT
+    from crashdrill.trainer.presets import get_preset
+    from crashdrill.trainer.train_state import TrainState, state_files
+
+    cfg = get_preset("quick").config_for("A")
+    model = GPT(cfg, 64)
+    opt = model.configure_optimizer(cfg)
+    sampler = BatchSampler(np.arange(1000, dtype=np.uint16) % 64, cfg)
+    x, y = sampler.next_batch()
+    model(x, y)[1].backward()
+    opt.step()
+    files, parts = state_files(cfg, model, opt, sampler, TrainState(step=1), {"config": "c"})
+    ck.CheckpointWriter(tmp_path).save(1, files, {"parts": parts})
+    inv = read(tmp_path)
+    assert inv.format == "crashdrill" and inv.checkpoint.endswith("step-00000001")
+    assert inv.lacks == [], inv.parts
+    assert inv.streams["python"] == 1 and inv.streams["numpy"] == 1
+    assert inv.streams["torch"] == 2  # the global generator and the sampler's own
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "crashdrill", "inspect", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow  # four processes that import torch
+def test_the_cli_exit_codes_say_read_lacking_and_bad_input(tmp_path: Path) -> None:
+    model, _, _ = trained()
+    torch.save({"model": model.state_dict()}, tmp_path / "w.pt")
+    ok = cli(str(tmp_path / "w.pt"))
+    assert ok.returncode == 0, ok.stderr
+    assert "lacks: optimizer state, RNG states, data position, step counters" in ok.stdout
+    strict = cli(str(tmp_path / "w.pt"), "--require", "full", "--json")
+    assert strict.returncode == 1 and "lacks optimizer state" in strict.stderr
+    assert json.loads(strict.stdout)["lacks"] == ["optimizer", "rng", "data", "step"]
+    bad = cli(str(tmp_path / "w.pt"), "--require", "weights")
+    assert bad.returncode == 2 and "'weights' is not 'full' or one of model" in bad.stderr
+    gone = cli(str(tmp_path / "nothing.pt"))
+    assert gone.returncode == 2 and "no such file or directory" in gone.stderr
+    (tmp_path / "junk.pt").write_bytes(b"PK\x03\x04 torn")
+    torn = cli(str(tmp_path / "junk.pt"))
+    assert torn.returncode == 2 and "nothing in it could be read safely" in torn.stderr
+
+
+def test_inspect_runs_the_reader_in_a_child_with_a_timeout(tmp_path: Path) -> None:
+    torch.save({"w": torch.ones(2)}, tmp_path / "a.pt")
+    assert inspect(tmp_path / "a.pt", timeout=60).parts["model"].status == "present"
