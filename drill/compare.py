@@ -384,7 +384,7 @@ def _check(
         segs[0].snapshot_first_step, prev.snapshot_before_kill
     )
     landing = (
-        judge_landing(prev, seg, from_step, target)
+        judge_landing(prev, seg, from_step, target, ref.write_steps)
         if prev is not None and prev.killed and replay_of is None
         else Landing(False, False, killed_at)
     )
@@ -416,6 +416,28 @@ def _check(
             f" The kill landed inside a checkpoint write that left "
             f"{', '.join(landing.partial[:3])} incomplete under its final name: the checkpoint "
             f"was torn — {TORN_DIR}."
+        )
+    # A write that left a new checkpoint incomplete under its final name, which the
+    # restart skipped for the older complete one: that older one was intact, so what its
+    # resume shows is judged like a plain resume, and the incomplete one is a note.
+    skipped = (
+        landing.torn
+        and not landing.in_place
+        and not seg.crashed
+        and not seg.hung
+        and from_step is not None
+        and landing.writing_step is not None
+        and from_step < landing.writing_step
+    )
+    if skipped:
+        torn_note = ""
+        add(
+            "incomplete-skipped",
+            f"the kill left {', '.join(landing.partial[:3])} incomplete under its final name; "
+            f"the restart skipped it and resumed from the older complete checkpoint (step "
+            f"{from_step}), so nothing torn was loaded. A script that did not skip it would "
+            f"load a torn checkpoint — {TORN_DIR}",
+            fails=False,
         )
     if landing.in_place and not landing.in_write:
         add(

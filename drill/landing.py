@@ -14,14 +14,18 @@ effect). It counts as inside a write only with evidence:
 - the restart loaded an older checkpoint than the one being written (it resumed from an
   earlier step), or went back to the start although a checkpoint existed.
 
-A restart that resumed from the very step being written (the last step the killed
-process printed) proves the write had finished: that kill is judged like a plain one.
+The step being written is the newest step the reference run wrote a checkpoint after that
+the killed process had reached (without a reference's writes, the last step it printed:
+a process can print a step or two past a write that had already finished before the kill
+took effect, as Lightning's next epoch does). A restart that resumed from that very step
+proves the write had finished: that kill is judged like a plain one.
 The write's files that were rewritten in place (same inode) or that appeared under their
 final names stay evidence of a non-atomic writer, whichever way the kill landed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from crashdrill.drill.engine import Segment, Target, appeared_incomplete, modified_in_place
@@ -63,14 +67,29 @@ def _new_temp_files(before: Snapshot | None, after: Snapshot | None) -> list[str
     return sorted(k for k in after if k not in finals and k not in (before or {}))
 
 
+def writing_step(last_step: int | None, writes: Sequence[int] = ()) -> int | None:
+    """The step whose checkpoint a process that printed up to `last_step` was writing
+    last: the newest of the reference's `writes` (each the step printed before a write)
+    at or before it, else `last_step` itself."""
+    if last_step is None:
+        return None
+    reached = [w for w in writes if w <= last_step]
+    return max(reached) if reached else last_step
+
+
 def judge_landing(
-    killed: Segment, restart: Segment | None, from_step: int | None, target: Target
+    killed: Segment,
+    restart: Segment | None,
+    from_step: int | None,
+    target: Target,
+    writes: Sequence[int] = (),
 ) -> Landing:
     """Where the kill that ended `killed` landed, from what the checkpoint dir and the
-    restart after it (`restart`, which resumed from `from_step`) show."""
+    restart after it (`restart`, which resumed from `from_step`) show. `writes`: the steps
+    the reference run wrote a checkpoint after."""
     before, after = killed.snapshot_before_kill, killed.snapshot_after_kill
     armed = bool(killed.in_write)
-    writing = killed.last_step
+    writing = writing_step(killed.last_step, writes)
     in_place = modified_in_place(before, after)
     partial = appeared_incomplete(before, after)
     # A plain kill has no snapshot from before a write: a temp file that was not there

@@ -44,8 +44,8 @@ def inspect(path: Path) -> dict[str, Any]:
 
 def state_missing(rc: int, report: dict[str, Any], out: str) -> str:
     """The text of the drill's state-missing finding (the first, if several resumes have
-    one). Other findings may stand beside it: with a kill inside a checkpoint write, the
-    resume after it can be blamed on a tear (issue #26 item 2), which is not asserted here."""
+    one). Other findings may stand beside it: a kill that really tore a checkpoint the
+    restart then loaded is also a `torn-checkpoint`, depending on where the kill landed."""
     assert rc == 1, out
     texts = [d["text"] for d in report["diagnosis"] if d["code"] == "state-missing"]
     assert texts, out

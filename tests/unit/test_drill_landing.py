@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from crashdrill.drill.engine import Snapshot
-from tests.unit.test_drill_compare import CKPT, REF, _analyse, _codes, _seg
+from tests.unit.test_drill_compare import CKPT, REF, _analyse, _codes, _ref, _seg
 
 IN_PLACE: Snapshot = {"ckpt.json": (1, 120, 99)}  # same inode, rewritten
 
@@ -70,3 +70,47 @@ def test_a_resume_after_a_diverged_one_is_judged_against_the_killed_process() ->
     assert first.compared_with == "reference" and first.first_divergent_step == 16
     assert second.compared_with == "killed process" and second.first_divergent_step is None
     assert [f.resume for f in an.findings] == [1], an.findings
+
+
+def test_a_step_printed_past_a_finished_write_does_not_make_the_resume_older_than_it() -> None:
+    # Lightning: the epoch-end checkpoint "step=16" is written, the next epoch prints step
+    # 17, then the kill aimed at the write takes effect. The restart resumes from 16, the
+    # step that was being written (the reference wrote after 8, 16, 24 and 32): the write
+    # had finished, and the loss that differs is the script's own (RNG) bug, not a tear.
+    partial: Snapshot = {**CKPT, "epoch=3-step=16.ckpt": (9, 2, 99)}
+    off = {s: REF[s - 1] + 0.05 for s in range(17, 41)}
+    ref = _ref()
+    ref.write_steps = [8, 16, 24, 32]
+    segs = [
+        _seg(0, range(1, 18), killed=True, in_write=True, before=CKPT, after=partial),
+        _seg(1, range(17, 41), values=off),
+    ]
+    an = _analyse(segs, ref)
+    r = an.resumes[0]
+    assert not r.kill_in_write and r.trial == "after-checkpoint", r.kill_evidence
+    assert any("the step being written" in e for e in r.kill_evidence), r.kill_evidence
+    assert "torn-checkpoint" not in _codes(an) and "state-missing" in _codes(an), an.findings
+
+
+def test_an_incomplete_new_checkpoint_the_restart_skipped_is_a_note_not_the_divergence() -> None:
+    # torchrun + DCP saving the model only: the kill lands inside the write of step-22/
+    # (its .metadata still a temp file); the restart skips the incomplete dir and loads
+    # step 16's, intact. The first step after it differs because the optimizer state is
+    # missing: that is the finding, and the incomplete dir is a note, not a tear.
+    partial: Snapshot = {
+        **CKPT,
+        "step-22/__0_0.distcp": (9, 2, 99),
+        "step-22/.metadata.tmp": (10, 1, 99),
+    }
+    off = {s: REF[s - 1] + 0.05 for s in range(17, 41)}
+    segs = [
+        _seg(0, range(1, 23), killed=True, in_write=True, before=CKPT, after=partial),
+        _seg(1, range(17, 41), values=off),
+    ]
+    an = _analyse(segs)
+    r = an.resumes[0]
+    assert r.kill_in_write and r.trial == "inside-write", r.kill_evidence
+    assert "torn-checkpoint" not in _codes(an), an.findings
+    assert _codes(an) == ["incomplete-skipped", "state-missing"], an.findings
+    note = an.findings[0]
+    assert not note.fails and "skipped it" in note.text and "step 16" in note.text
