@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,11 +103,22 @@ def stop_server(server: LabServer) -> None:
             server.proc.wait(5)
 
 
+def serve_lab(
+    tmp_path_factory: pytest.TempPathFactory, name: str, token: str | None = None
+) -> Iterator[LabServer]:
+    """A lab of its own for a test module (data dir `name`), with instructor mode on when
+    `token` is given; stopped when the module is done. `yield from` it in a fixture."""
+    env = {"CRASHDRILL_INSTRUCTOR_TOKEN": token} if token else None
+    server = start_server(tmp_path_factory.mktemp(name), env=env)
+    try:
+        yield server
+    finally:
+        stop_server(server)
+
+
 @pytest.fixture(scope="module")
 def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
-    server = start_server(tmp_path_factory.mktemp("lab"))
-    yield server
-    stop_server(server)
+    yield from serve_lab(tmp_path_factory, "lab")
 
 
 @pytest.fixture(scope="module")
@@ -123,22 +135,30 @@ def browser() -> Iterator[object]:
         b.close()
 
 
-@pytest.fixture
-def page(browser: object, request: pytest.FixtureRequest) -> Iterator[object]:
-    """A fresh browser context (own cookie = own session) at laptop size; console errors
-    and page errors are collected in page.errors."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
+def open_page(browser: Any, *, console: bool = True) -> Any:
+    """A page in a fresh browser context (own cookie = own session) at laptop size; page
+    errors, and with `console` the console's errors too, are collected in page.errors.
+    Close it with page.context.close()."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
     pg = context.new_page()
     pg.set_default_timeout(30_000)
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-    pg.on(
-        "console",
-        lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None,
-    )
+    if console:
+        pg.on(
+            "console",
+            lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None,
+        )
     pg.errors = errors
+    return pg
+
+
+@pytest.fixture
+def page(browser: object, request: pytest.FixtureRequest) -> Iterator[object]:
+    """open_page's page, closed after the test."""
+    pg = open_page(browser)
     yield pg
-    context.close()
+    pg.context.close()
 
 
 @pytest.fixture(scope="session")

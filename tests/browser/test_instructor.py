@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import LabServer, start_server, stop_server
+from tests.browser.conftest import LabServer, open_page, serve_lab
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -49,21 +49,11 @@ b = 150
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
-    server = start_server(
-        tmp_path_factory.mktemp("instructor"), env={"CRASHDRILL_INSTRUCTOR_TOKEN": TOKEN}
-    )
-    yield server
-    stop_server(server)
+    yield from serve_lab(tmp_path_factory, "instructor", TOKEN)
 
 
 def new_page(browser: Any) -> Any:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-    page.errors = errors
-    return page
+    return open_page(browser, console=False)
 
 
 def api(page: Any, method: str, path: str, body: Any = None) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import LabServer, start_server, stop_server
+from tests.browser.conftest import LabServer, serve_lab
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -19,11 +19,7 @@ TOKEN = "a-browser-test-instructor-token"
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
-    server = start_server(
-        tmp_path_factory.mktemp("instructor-link"), env={"CRASHDRILL_INSTRUCTOR_TOKEN": TOKEN}
-    )
-    yield server
-    stop_server(server)
+    yield from serve_lab(tmp_path_factory, "instructor-link", TOKEN)
 
 
 def number_key(number: str) -> tuple[int, ...]:

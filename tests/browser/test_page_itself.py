@@ -72,6 +72,20 @@ def test_while_a_pair_runs_the_owner_switches_lessons_and_stops_it(
         arg=list(GRID),
         timeout=10_000,
     )
+    # The lesson picker and Stop while it runs (before the slower checks: the pair would
+    # end on its own meanwhile).
+    switch = page.locator("#switch-lesson")
+    assert switch.is_visible() and switch.input_value() == "browser"
+    assert page.locator("#stop-pair").is_visible()
+    page.locator("#stop-pair").click()
+    for label in ("A", "B"):
+        page.wait_for_function(
+            "(l) => document.querySelector(`.run-${l} .badge`)?.textContent === 'stopped'",
+            arg=label,
+            timeout=RUN_MS,
+        )
+        assert run_view(page, label)["state"] == "stopped"
+    assert page.locator("#stop-pair").is_hidden()
     # One x axis control moves every chart to elapsed time.
     page.locator('input[name="loss-x"][value="time"]').check()
     for key in ("loss", *GRID):
@@ -93,19 +107,6 @@ def test_while_a_pair_runs_the_owner_switches_lessons_and_stops_it(
         timeout=RUN_MS,
     )
 
-    # The lesson picker and Stop while it runs.
-    switch = page.locator("#switch-lesson")
-    assert switch.is_visible() and switch.input_value() == "browser"
-    assert page.locator("#stop-pair").is_visible()
-    page.locator("#stop-pair").click()
-    for label in ("A", "B"):
-        page.wait_for_function(
-            "(l) => document.querySelector(`.run-${l} .badge`)?.textContent === 'stopped'",
-            arg=label,
-            timeout=RUN_MS,
-        )
-        assert run_view(page, label)["state"] == "stopped"
-    assert page.locator("#stop-pair").is_hidden()
     switch.select_option("quick")
     page.wait_for_url("**/?new=1&preset=quick")
     page.locator("#start:not([disabled])").wait_for()

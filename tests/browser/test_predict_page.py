@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import LabServer, start_server, stop_server
+from tests.browser.conftest import LabServer, open_page, serve_lab
 from tests.support.browser_lab import RUN_MS, resume_check, run_view, wait_step
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -21,22 +21,11 @@ TOKEN = "browser-predict-teacher-token"
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
-    server = start_server(
-        tmp_path_factory.mktemp("predict"), env={"CRASHDRILL_INSTRUCTOR_TOKEN": TOKEN}
-    )
-    yield server
-    stop_server(server)
+    yield from serve_lab(tmp_path_factory, "predict", TOKEN)
 
 
 def new_page(browser: Any) -> Any:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.errors = errors
-    return page
+    return open_page(browser)
 
 
 def click_crash(page: Any, label: str, after_step: int) -> None:
