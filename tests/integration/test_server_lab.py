@@ -110,10 +110,25 @@ def test_a_quick_pair_survives_three_crash_tests_bit_identically(base_url: str) 
             assert check["bit_identical"] is True, check
             assert check["max_abs_delta"] == 0.0 and check["complete"], check
             assert check["points"] == check["expected_points"] > 0, check
-        assert [c["from_step"] for c in checks[run_a]] == [50, 100]
-        assert checks[run_b][0]["from_step"] == 150
+        # Each resume came from the newest checkpoint (every 50 steps) when the kill landed:
+        # the supervisor's crash event says where that was. Where the kill lands is timing
+        # (a loaded machine trains on between the test's poll and the kill), so the steps
+        # are read from the event and checked against the cadence, not fixed here.
+        resumed: dict[str, list[int]] = {}
+        for run, firsts in ((run_a, [50, 100]), (run_b, [150])):
+            records = client.get(f"/api/runs/{run}/records", params={"limit": 20000}).json()
+            crashes = [
+                e for e in records["records"] if e["kind"] == "event" and e.get("code") == "crash"
+            ]
+            assert len(crashes) == len(firsts), crashes
+            for e, first in zip(crashes, firsts, strict=True):
+                at, ckpt = e["at_step"], e["resume_from"]
+                assert ckpt % 50 == 0 and first <= ckpt <= at <= ckpt + 50, e
+            resumed[run] = [e["resume_from"] for e in crashes]
+        assert [c["from_step"] for c in checks[run_a]] == resumed[run_a]
+        assert [c["from_step"] for c in checks[run_b]] == resumed[run_b]
 
-        for run, resumes in ((run_a, [50, 100]), (run_b, [150])):
+        for run, resumes in resumed.items():
             texts = [e["text"] for e in client.get(f"/api/runs/{run}/events").json()["events"]]
             story = [t for t in texts if t.startswith(("Crash test:", "Resumed at", "Finished"))]
             expected = []
