@@ -72,6 +72,7 @@ from abuse_student import (  # noqa: E402  siblings: benchmarks run as scripts
     FINISH_TIMEOUT_S,
     CrashTest,
     Poller,
+    compared_identically,
     pct,
     wait_runs,
 )
@@ -305,10 +306,14 @@ def run_attacks(
             f"{name:<26} {sum(outcomes.values()):>5} {outcomes['refused']:>8}"
             f" {outcomes['5xx']:>4} {outcomes['through']:>8}  {statuses}  {note}".rstrip()
         )
-    identical = bool(checks) and all(ch["bit_identical"] is True for ch in checks)
+    identical = compared_identically(checks)
     print()
     print(f"honest pair: {[r['state'] for r in runs]}, crash test on A: {crash.text()},")
     print(f"  resume checks of A: {len(checks)}, bit-identical: {identical}")
+    for ch in checks:
+        if ch["expected_points"] and ch["bit_identical"] is not True:  # say what it measured
+            shown = {k: v for k, v in ch.items() if not isinstance(v, dict | list)}
+            print(f"  not bit-identical: {shown}")
     ms = [x * 1000 for x in attack_latencies]
     print(
         f"GET /api/pairs/{{id}} during the attack ({attack_s:.0f} s, {len(ms)} requests,"
@@ -352,7 +357,7 @@ class FloodOutcome:
             f" failed): p50 {pct(ms, 0.5):.0f} ms, p99 {pct(ms, 0.99):.0f} ms,"
             f" max {max(ms, default=float('nan')):.0f} ms"
         )
-        identical = bool(self.checks) and all(ch["bit_identical"] is True for ch in self.checks)
+        identical = compared_identically(self.checks)
         print(
             f"crash test during the flood: {self.crash.text()}, flood pair"
             f" {[r['state'] for r in self.runs]},"

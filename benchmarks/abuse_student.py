@@ -63,9 +63,17 @@ def checkpoints_past_zero(c: httpx.Client, run: str) -> bool:
     return any(r["kind"] == "ckpt" and (r.get("step") or 0) > 0 for r in page)
 
 
+def compared_identically(checks: list[dict[str, Any]]) -> bool:
+    """The resume checks that compared something (a kill that cost steps) are all
+    bit-identical, and there is at least one; a kill that cost no step compares nothing."""
+    compared = [ch for ch in checks if ch["expected_points"]]
+    return bool(compared) and all(ch["bit_identical"] is True for ch in compared)
+
+
 class CrashTest:
     """The honest browser's crash test on run A of its pair: pressed once A has written a
-    checkpoint past step 0 with CRASH_MARGIN steps still to train, within `deadline_s`."""
+    checkpoint past step 0 with CRASH_MARGIN steps still to train, within `deadline_s`, and
+    again while a kill costs no step (it landed just after a checkpoint: no comparison)."""
 
     def __init__(
         self, honest: httpx.Client, pair: str, run_a: str, steps: int, deadline_s: float = 0
@@ -75,6 +83,18 @@ class CrashTest:
         self.pressed = threading.Event()
         self.answer = ""  # the crash request's status and time
         self.notes: list[str] = []  # why there was no crash test, when there was none
+        self.again = 0  # crash tests pressed again because a kill cost no step
+
+    def cost_steps(self, segment: int) -> bool:
+        """Whether the crash test that made `segment` cost steps to recompute (its resume
+        check compares some); False when it cost none or no check came in time."""
+        while time.monotonic() < self.deadline:
+            checks = self.honest.get(f"/api/runs/{self.run_a}/resume-checks").json()["checks"]
+            check = next((c for c in checks if c["segment"] == segment), None)
+            if check is not None:
+                return bool(check["expected_points"])
+            time.sleep(0.1)
+        return False
 
     def when_ready(self) -> None:
         while time.monotonic() < self.deadline:
@@ -86,18 +106,24 @@ class CrashTest:
                 if (a["step"] or 0) > self.steps - CRASH_MARGIN:
                     self.notes.append(f"run A was at step {a['step']} of {self.steps}: too late")
                     return
+                segment = (a["segment"] or 0) + 1  # the segment its resume check compares
                 t0 = time.perf_counter()
                 r = self.honest.post(f"/api/runs/{self.run_a}/crash")
                 self.answer = f"{r.status_code} in {(time.perf_counter() - t0) * 1000:.0f} ms"
-                if r.status_code == 202:
-                    self.pressed.set()
-                else:
+                if r.status_code != 202:
                     self.notes.append(f"refused ({r.status_code}): {r.text[:200]}")
-                return
+                    return
+                self.pressed.set()
+                if self.cost_steps(segment):
+                    return
+                # The kill landed just after a checkpoint and cost no step: nothing to
+                # compare. A student would press again; so does the honest browser.
+                self.again += 1
             time.sleep(0.1)
         self.notes.append("run A was not ready for a crash test in time")
 
     def text(self) -> str:
         if self.pressed.is_set():
-            return f"pressed ({self.answer})"
+            again = f", again {self.again}× (a kill cost no step)" if self.again else ""
+            return f"pressed ({self.answer}){again}"
         return f"none: {'; '.join(self.notes) or 'not yet'}"
