@@ -281,11 +281,11 @@ def main() -> int:
     p.add_argument(
         "--smoke",
         action="store_true",
-        help="CI size: 1 pair, 2 nodes, 600 steps, a 2 s window, runs stopped once measured",
+        help="CI size: 1 pair, 2 nodes, 1200 steps, a 2 s window, runs stopped once measured",
     )
     args = p.parse_args()
     if args.smoke:
-        args.pairs, args.nodes, args.steps, args.cpu_window_s = 1, 2, 600, 2.0
+        args.pairs, args.nodes, args.steps, args.cpu_window_s = 1, 2, 1200, 2.0
         if args.executors is None:
             args.executors = ["local"]
             print("smoke: the local executor only (--executors local ray for both)", flush=True)
