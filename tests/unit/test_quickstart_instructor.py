@@ -4,22 +4,14 @@ CRASHDRILL_INSTRUCTOR_TOKEN wins and nothing is written."""
 
 from __future__ import annotations
 
-import importlib.util
 import stat
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from tests.support.quickstart import quickstart
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def quickstart() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("quickstart", ROOT / "quickstart.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_instructor_token_is_made_once_and_read_back(
