@@ -61,6 +61,7 @@ import psutil
 
 from crashdrill.trainer.divergence import EXIT_DIVERGED
 from crashdrill.trainer.divergence import STAGE as DIVERGED
+from crashdrill.trainer.event_codes import event as build_event
 from crashdrill.trainer.presets import CRASH_MODES
 from crashdrill.workers.executor import Executor, Host, LocalExecutor, Trainer
 from crashdrill.workers.graceful_stop import (
@@ -355,7 +356,14 @@ class Supervisor:
                     " cluster), so the run restarts here, as in the wipe mode"
                 )
             return self._restart(
-                lead, segment, step, code="crash", level="info", had_checkpoint=had, mode=mode
+                lead,
+                segment,
+                step,
+                code="crash",
+                level="info",
+                had_checkpoint=had,
+                mode=mode,
+                save_step=save_step,
             )
         if killed:
             self._unrequested_kills += 1
@@ -398,6 +406,7 @@ class Supervisor:
         had_checkpoint: bool | None = None,
         mode: str = "kill",
         stopped: bool = False,
+        save_step: int | None = None,
     ) -> bool:
         """Restart the trainer. Once the run has saved a checkpoint (`had_checkpoint`,
         default: one exists now) the restart requires one: resume it or refuse, never a
@@ -418,6 +427,7 @@ class Supervisor:
             level=level,
             mode=mode,
             fresh=self.launch.fresh_start_allowed,
+            save_step=save_step,
         )
         if stopped:
             event = count_the_cost(event)
@@ -510,7 +520,7 @@ class Supervisor:
         if segment is None:
             segment, _, stage = self.run_dir.last_seen()
         records: list[dict[str, Any]] = [
-            {"kind": "event", "segment": segment, "level": "error", "code": "failed", "text": text}
+            build_event("failed", text, segment=segment, exit_code=exit_code)
         ]
         if stage != "failed":
             records.append({"kind": "stage", "segment": segment, "stage": "failed", "progress": 1})
@@ -522,8 +532,7 @@ class Supervisor:
 
     def _stopped(self, who: str, segment: int) -> None:
         text = f"Stopped by {who}."
-        event = {"kind": "event", "segment": segment, "level": "info", "code": "stopped"}
-        self._append([{**event, "text": text}])
+        self._append([build_event("stopped", text, segment=segment, by=who)])
         self._notify(Change("stopped", text=text))
 
     # ---- through the executor --------------------------------------------------------
