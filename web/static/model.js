@@ -9,6 +9,12 @@ export function stepKeyedKinds(contract) {
   return new Set((contract?.kinds || []).filter((k) => k.keyed_by_step).map((k) => k.name));
 }
 
+/** The event codes of the contract (GET /api/record-kinds `events`: weight, levels,
+ * fields), by code. */
+export function eventCodes(contract) {
+  return new Map((contract?.events || []).map((e) => [e.code, e]));
+}
+
 // The supervisor's events that end a segment and start the next one: a crash test, a
 // preemption (the Preempt button, a lesson's session wall), a trainer's graceful stop, or
 // the run's machine lost (a Ray node gone: the run resumes on another, docs/cluster.md).
@@ -296,6 +302,7 @@ export class PairModel {
     this.id = view.pair;
     this.view = view;
     this.stepKeyed = stepKeyedKinds(contract);
+    this.eventCodes = eventCodes(contract);
     this.runs = new Map(view.runs.map((r) => [r.id, new RunModel(r, this.stepKeyed)]));
     this.checks = new Map(); // run id -> resume checks
     this.machine = null; // newest telemetry sample
