@@ -249,6 +249,9 @@ class Event(BaseModel):
     code: str | None
     text: str
     step: int | None
+    fields: dict[str, Any] = Field(
+        description="the code's own fields (docs/run-contract.md, Event codes); {} before codes"
+    )
 
 
 class Events(BaseModel):
