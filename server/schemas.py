@@ -289,6 +289,10 @@ class EventCodeOut(BaseModel):
     levels: list[str] = Field(description="the levels it is written at; the first is the usual")
     weight: str = Field(description='"key" (the lesson\'s story), "info" or "routine" (muted)')
     meaning: str
+    restart: str | None = Field(
+        description="a supervisor's restart event: what ended the segment (crash, preempt,"
+        " lost_host, killed); null for every other code"
+    )
     fields: list[EventField] = Field(description="besides kind, segment, level, code, text")
 
 

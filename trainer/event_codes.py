@@ -32,6 +32,12 @@ LEVELS = ("info", "warn", "error")
 # evaluations, mirror copies). A warning or an error stands out whatever its weight.
 WEIGHTS = ("key", "info", "routine")
 WRITERS = ("trainer", "supervisor", "mirror", "lab")
+# What ended a segment, by the supervisor's restart event (every one has `resume_from`):
+# a crash test (SIGKILL by a student, whatever its crash mode), a preemption (SIGTERM: the
+# Preempt button, a session wall, a trainer's own graceful stop: the only kind that had a
+# chance to save), a lost host, or a kill nobody asked for (the out-of-memory killer). The
+# class view counts restarts by these names; the page calls all but "preempt" a crash.
+RESTART_KINDS = ("crash", "preempt", "lost_host", "killed")
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,7 @@ class EventCode:
     meaning: str
     fields: tuple[Field, ...] = ()  # besides kind, segment, level, code, text
     optional: tuple[str, ...] = ()  # names of fields that may be absent
+    restart: str = ""  # a supervisor's restart event: what ended the segment (RESTART_KINDS)
 
     def field(self, name: str) -> Field:
         for f in self.fields:
@@ -238,6 +245,7 @@ EVENT_CODES: tuple[EventCode, ...] = (
         "a crash test killed the trainer (SIGKILL, any crash mode); the run restarts",
         (*_RESTART, _SAVE_STEP, *_HOSTS),
         optional=("save_step", "lost_host", "host"),
+        restart="crash",
     ),
     EventCode(
         "preempt",
@@ -246,6 +254,7 @@ EVENT_CODES: tuple[EventCode, ...] = (
         "info",
         "a preemption (SIGTERM, then SIGKILL after the grace) ended the segment; it restarts",
         _RESTART,
+        restart="preempt",
     ),
     EventCode(
         "graceful_stop",
@@ -254,6 +263,7 @@ EVENT_CODES: tuple[EventCode, ...] = (
         "info",
         "the trainer stopped itself gracefully (its time budget); it restarts",
         _RESTART,
+        restart="preempt",
     ),
     EventCode(
         "killed",
@@ -262,6 +272,7 @@ EVENT_CODES: tuple[EventCode, ...] = (
         "key",
         "a SIGKILL nobody asked for (the out-of-memory killer?); the run restarts",
         _RESTART,
+        restart="killed",
     ),
     EventCode(
         "lost",
@@ -270,6 +281,7 @@ EVENT_CODES: tuple[EventCode, ...] = (
         "key",
         "the trainer died while no supervisor watched (the server was down); it restarts",
         _RESTART,
+        restart="lost_host",
     ),
     EventCode(
         "lost_host",
@@ -278,6 +290,7 @@ EVENT_CODES: tuple[EventCode, ...] = (
         "key",
         "the run's machine vanished; it restarts on another from the mirror",
         (*_RESTART, *_HOSTS),
+        restart="lost_host",
     ),
     EventCode(
         "failed",
@@ -456,6 +469,7 @@ def events_json() -> list[dict[str, Any]]:
             "levels": list(e.levels),
             "weight": e.weight,
             "meaning": e.meaning,
+            "restart": e.restart or None,
             "fields": [
                 {
                     "name": f.name,

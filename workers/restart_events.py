@@ -16,31 +16,25 @@ import signal
 from typing import Any
 
 from crashdrill.trainer.divergence import CODE as DIVERGED_CODE
+from crashdrill.trainer.event_codes import CODES, event_code
+from crashdrill.trainer.event_codes import RESTART_KINDS as RESTART_KINDS  # for its readers
 from crashdrill.trainer.event_codes import event as build_event
 from crashdrill.workers.executor import Host
 from crashdrill.workers.mirror import Restored
 
 EXIT_NO_CHECKPOINT = 3
 
-# What ended a segment, by kind, from its restart event (every one has `resume_from`):
-# a crash test (SIGKILL by a student, whatever its crash mode), a preemption (SIGTERM: the
-# Preempt button, a session wall, a trainer's own graceful stop), a lost host, or a kill
-# nobody asked for (the out-of-memory killer). The class view counts them by these names.
-RESTART_KINDS = ("crash", "preempt", "lost_host", "killed")
-
 
 def restart_kind(event: dict[str, Any]) -> str | None:
-    """The RESTART_KINDS name of a supervisor's restart event; None for any other event."""
+    """The RESTART_KINDS name of a supervisor's restart event (its code's `restart` in
+    trainer/event_codes.py); None for any other event."""
     if event.get("kind", "event") != "event" or "resume_from" not in event:
         return None
     code = event.get("code")
-    if code == "crash":
-        return "crash"
-    if event.get("crash_mode") == "preempt" or code in ("preempt", "graceful_stop"):
+    kind = event_code(code).restart if code in CODES else ""
+    if kind != "crash" and event.get("crash_mode") == "preempt":
         return "preempt"
-    if code in ("lost_host", "lost"):
-        return "lost_host"
-    return "killed"
+    return kind or "killed"
 
 
 def restart_event(

@@ -13,6 +13,7 @@ from crashdrill.trainer.event_codes import (
     CODES,
     EVENT_CODES,
     LEVELS,
+    RESTART_KINDS,
     WEIGHTS,
     WRITERS,
     event,
@@ -88,6 +89,14 @@ def test_every_code_is_well_formed() -> None:
         assert not {"kind", "segment", "level", "code", "text", "v", "t"} & set(names), e.code
 
 
+def test_restart_codes_are_the_supervisor_s_and_carry_where_the_run_resumes() -> None:
+    restarts = [e for e in EVENT_CODES if e.restart]
+    assert {e.restart for e in restarts} == set(RESTART_KINDS)
+    for e in restarts:
+        assert e.writer == "supervisor", e.code
+        assert "resume_from" in {f.name for f in e.fields} and "resume_from" not in e.optional
+
+
 def _source_codes() -> dict[str, set[str]]:
     """The event codes the Python source writes or compares, by file: the first argument
     of every `event(` / `build_event(` / `rec.event(` call, every `*_CODE = "…"` constant,
@@ -96,7 +105,7 @@ def _source_codes() -> dict[str, set[str]]:
     patterns = (
         r'(?:build_event|\brec\.event|\bevent)\(\s*"([a-z_]+)"',
         r"\b[A-Z_]*CODE[A-Z_, ]* = ([^#\n]+)",
-        r'\bwarn\([^\n]*"([a-z_]+)"\)',
+        r'\bwarn\(\s*f?"[^"]*",\s*"([a-z_]+)"',
         r'\b_log\(run, "([a-z_]+)"',
         r'\bcode="([a-z_]+)"',
         r'"code"\)? == "([a-z_]+)"',
@@ -157,8 +166,8 @@ def test_the_page_compares_only_registered_codes_and_lists_no_key_codes() -> Non
 def doc_table() -> str:
     """The event-codes table of docs/run-contract.md, as the registry says it."""
     lines = [
-        "| code | written by | level | weight | fields | meaning |",
-        "|---|---|---|---|---|---|",
+        "| code | written by | level | weight | restart | fields | meaning |",
+        "|---|---|---|---|---|---|---|",
     ]
     for e in EVENT_CODES:
         fields = ", ".join(
@@ -166,7 +175,8 @@ def doc_table() -> str:
         )
         levels = " or ".join(e.levels)
         lines.append(
-            f"| `{e.code}` | {e.writer} | {levels} | {e.weight} | {fields or '—'} | {e.meaning} |"
+            f"| `{e.code}` | {e.writer} | {levels} | {e.weight} | {e.restart or '—'}"
+            f" | {fields or '—'} | {e.meaning} |"
         )
     return "\n".join(lines) + "\n"
 
