@@ -32,7 +32,7 @@ from crashdrill.server.ingest import IngestBatch
 from crashdrill.server.lesson_policy import during_save_pause
 from crashdrill.server.store import NewRecord, Store
 from crashdrill.trainer.config import ConfigError
-from crashdrill.trainer.event_codes import event as build_event
+from crashdrill.trainer.event_record import event as build_event
 from crashdrill.trainer.presets import CRASH_MODES, PresetError, get_preset
 from crashdrill.trainer.record_contract import VERSION
 from crashdrill.workers.graceful_stop import PREEMPT_GRACE_S

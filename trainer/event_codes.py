@@ -1,20 +1,19 @@
 """Event codes: every `event` record's code, once, with its level, its typed fields and
 whether it tells the lesson's story. The trainer, the supervisor, the mirror and the lab
-build events only through `event()`, which refuses an unknown code, a level the code does
-not have, and a missing, unknown or wrong-typed field; the page gets this table from
-GET /api/record-kinds (`events`) and renders from code and fields, never from the
-sentence. docs/run-contract.md lists it (a test keeps the two in step).
+build events only through `event_record.event()`, which refuses an unknown code, a level
+the code does not have, and a missing, unknown or wrong-typed field; the page gets this
+table from GET /api/record-kinds (`events`) and renders from code and fields, never from
+the sentence. docs/run-contract.md lists it (a test keeps the two in step).
 
-    from crashdrill.trainer.event_codes import event
-    event("checkpoint", "Checkpoint at step 50: …", step=50, bytes=1024, seconds=0.01,
-          persist_seconds=0.01, mode="sync", parts=["weights"])
-    # {"kind": "event", "level": "info", "code": "checkpoint", "text": "…", "step": 50, …}
+    from crashdrill.trainer.event_codes import event_code
+    event_code("checkpoint").weight          # 'routine': the page mutes it
+    event_code("crash").restart              # 'crash': what ended the segment
 
 `text` stays the sentence for people and logs. A field's number is the number: a reader
 takes `step` from the field, never from the sentence.
 
-Adding an event: one `EventCode` below (its fields, level(s), weight), the `event()` call
-where it happens, and its row in docs/run-contract.md.
+Adding an event: one `EventCode` below (its fields, level(s), weight), the
+`event_record.event()` call where it happens, and its row in docs/run-contract.md.
 
 Imports nothing but the standard library (and the record contract's Field).
 """
@@ -380,7 +379,6 @@ CODES: tuple[str, ...] = tuple(e.code for e in EVENT_CODES)
 _BY_CODE = {e.code: e for e in EVENT_CODES}
 # Written by every event, whatever its code (the record's common fields aside).
 BASE_FIELDS = ("kind", "segment", "level", "code", "text")
-_NOT_ITS_OWN = frozenset((*BASE_FIELDS, "v", "t"))
 
 
 def event_code(code: str) -> EventCode:
@@ -389,75 +387,6 @@ def event_code(code: str) -> EventCode:
         return _BY_CODE[code]
     except KeyError:
         raise KeyError(f"unknown event code {code!r}; known: {', '.join(CODES)}") from None
-
-
-def type_ok(value: Any, type_: str) -> bool:
-    """Whether `value` (as it stands before JSON) is of the contract type `type_`
-    ("int", "float or null", "list[str]", "object", …). A float that is not finite passes
-    as a float: JSON writes it as null."""
-    return any(_one_type_ok(value, t) for t in type_.split(" or "))
-
-
-def _one_type_ok(value: Any, t: str) -> bool:
-    if t.startswith("list[") and t.endswith("]"):
-        return isinstance(value, list | tuple) and all(_one_type_ok(v, t[5:-1]) for v in value)
-    number = isinstance(value, int) and not isinstance(value, bool)
-    return {
-        "null": value is None,
-        "int": number,
-        "float": number or isinstance(value, float),
-        "str": isinstance(value, str),
-        "bool": isinstance(value, bool),
-        "object": isinstance(value, dict),
-    }.get(t, False)
-
-
-def check_event(code: str, level: str, fields: dict[str, Any]) -> EventCode:
-    """The registered code, after checking `level` and `fields` against it; ValueError
-    (KeyError for an unknown code) says what is wrong and what is allowed."""
-    spec = event_code(code)
-    if level not in spec.levels:
-        raise ValueError(f"event {code!r}: level {level!r} not one of {', '.join(spec.levels)}")
-    names = {f.name for f in spec.fields}
-    unknown = sorted(set(fields) - names)
-    if unknown:
-        allowed = ", ".join(sorted(names)) or "none"
-        raise ValueError(
-            f"event {code!r}: unknown field(s) {', '.join(unknown)}; allowed: {allowed}"
-        )
-    for f in spec.fields:
-        if f.name not in fields:
-            if f.name in spec.optional:
-                continue
-            raise ValueError(f"event {code!r}: missing field {f.name!r} ({f.type}: {f.meaning})")
-        if not type_ok(fields[f.name], f.type):
-            raise ValueError(
-                f"event {code!r}: field {f.name!r} is {fields[f.name]!r}, not a {f.type}"
-            )
-    return spec
-
-
-def check_record(rec: dict[str, Any]) -> EventCode:
-    """`check_event` for a whole event record (its common fields aside)."""
-    if not isinstance(rec.get("code"), str) or not isinstance(rec.get("text"), str):
-        raise ValueError(f"an event needs a code and a text (str): {rec!r}")
-    fields = {k: v for k, v in rec.items() if k not in _NOT_ITS_OWN}
-    return check_event(rec["code"], rec.get("level", ""), fields)
-
-
-def event(
-    code: str, text: str, *, level: str | None = None, segment: int | None = None, **fields: Any
-) -> dict[str, Any]:
-    """The event record of `code` (checked: see `check_event`); `level` defaults to the
-    code's first; `segment` is left out when None (the RecordWriter adds its own)."""
-    spec = event_code(code)
-    level = level or spec.levels[0]
-    check_event(code, level, fields)
-    rec: dict[str, Any] = {"kind": "event"}
-    if segment is not None:
-        rec["segment"] = segment
-    rec.update(level=level, code=code, text=text, **fields)
-    return rec
 
 
 def events_json() -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from typing import Any
 
 # The contract (kinds, fields, version, float32 bits) lives in record_contract; these
 # names are re-exported for the writer's users.
-from crashdrill.trainer.event_codes import check_record, event
+from crashdrill.trainer.event_record import check_record, event
 from crashdrill.trainer.record_contract import VERSION, bits_to_float32, float32_bits, to_json
 
 __all__ = [

@@ -54,7 +54,7 @@ from crashdrill.trainer.checkpoint_layout import (
     find_latest,
     step_dir_name,
 )
-from crashdrill.trainer.event_codes import event as build_event
+from crashdrill.trainer.event_record import event as build_event
 from crashdrill.workers.mirror_backends import Backend, MirrorError, RetryPolicy, open_backend
 from crashdrill.workers.mirror_restore import (
     Restored,

@@ -34,7 +34,7 @@ from crashdrill.trainer.checkpoint_layout import (
     step_dir_name,
     temp_dir_name,
 )
-from crashdrill.trainer.event_codes import event as build_event
+from crashdrill.trainer.event_record import event as build_event
 from crashdrill.workers.mirror_backends import Backend, MirrorError, MirrorURLError, open_backend
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from crashdrill.trainer.divergence import CODE as DIVERGED_CODE
 from crashdrill.trainer.event_codes import CODES, event_code
 from crashdrill.trainer.event_codes import RESTART_KINDS as RESTART_KINDS  # for its readers
-from crashdrill.trainer.event_codes import event as build_event
+from crashdrill.trainer.event_record import event as build_event
 from crashdrill.workers.executor import Host
 from crashdrill.workers.mirror import Restored
 

@@ -61,7 +61,7 @@ import psutil
 
 from crashdrill.trainer.divergence import EXIT_DIVERGED
 from crashdrill.trainer.divergence import STAGE as DIVERGED
-from crashdrill.trainer.event_codes import event as build_event
+from crashdrill.trainer.event_record import event as build_event
 from crashdrill.trainer.presets import CRASH_MODES
 from crashdrill.workers.executor import Executor, Host, LocalExecutor, Trainer
 from crashdrill.workers.graceful_stop import (

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from crashdrill.trainer.event_codes import event
+from crashdrill.trainer.event_record import event
 from crashdrill.trainer.record_contract import contract_json
 
 STATIC = Path(__file__).resolve().parents[2] / "web" / "static"

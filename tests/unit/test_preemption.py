@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from crashdrill.trainer.config import ConfigError, TrainConfig
-from crashdrill.trainer.event_codes import event
+from crashdrill.trainer.event_record import event
 from crashdrill.trainer.preemption import (
     EXIT_S,
     EXIT_STOPPED,

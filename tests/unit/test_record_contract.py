@@ -12,7 +12,7 @@ from typing import Any, get_args
 
 import pytest
 
-from crashdrill.trainer.event_codes import check_record
+from crashdrill.trainer.event_record import check_record
 from crashdrill.trainer.record_contract import (
     COMMON,
     KIND_NAMES,
