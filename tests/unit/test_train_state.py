@@ -85,7 +85,7 @@ def assert_same_state(a: tuple[Any, ...], b: tuple[Any, ...]) -> None:
 def test_the_state_map_names_exactly_the_layout_s_parts_in_its_order() -> None:
     model, opt, sampler, st = fresh()
     assert tuple(state_map(CFG, model, opt, sampler, st)) == layout.PARTS_FULL
-    assert ck.PART_WORDS == {n: p.word for n, p in layout.PARTS.items()}
+    assert {n: p.word for n, p in layout.PARTS.items()} == ck.PART_WORDS
 
 
 def test_a_full_checkpoint_keeps_the_files_and_keys_of_format_1() -> None:
