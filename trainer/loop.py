@@ -38,7 +38,13 @@ from crashdrill.trainer.preemption import (
 from crashdrill.trainer.priority import settle_after_first_step
 from crashdrill.trainer.record_contract import to_json
 from crashdrill.trainer.records import NO_CHECKPOINT_CODE, RecordWriter, float32_bits
-from crashdrill.trainer.train_state import CheckpointMismatch, TrainState, restore, state_files
+from crashdrill.trainer.train_state import (
+    CheckpointMismatch,
+    TrainState,
+    restore,
+    state_files,
+    state_map,
+)
 
 __all__ = ["CheckpointMismatch", "RunDirError", "RunOptions", "train"]
 
@@ -160,7 +166,7 @@ def _resume_or_fresh(
                 code="fresh_start",
             )
         return
-    parts = restore(info, cfg, fingerprints, model, opt, sampler, st)
+    parts = restore(info, cfg, fingerprints, state_map(cfg, model, opt, sampler, st), st)
     print(f"crashdrill: resumed at step {st.step} from {info.path}", file=sys.stderr)
     absent = [p for p in ck.PARTS_FULL if p not in parts]
     rec.write(
@@ -296,7 +302,7 @@ def _train(
     saved = {"step": info.step if info is not None else None}
 
     def save() -> None:
-        files, parts = state_files(cfg, model, opt, sampler, st, fingerprints)
+        files, parts = state_files(cfg, state_map(cfg, model, opt, sampler, st), st, fingerprints)
         meta = {"parts": parts, "fingerprints": fingerprints, "tokens": st.tokens}
         writer.save(st.step, files, meta)
         saved["step"] = st.step
