@@ -10,7 +10,7 @@ import pytest
 from crashdrill.server import cli
 from crashdrill.server.cluster import executor_for
 from crashdrill.server.settings import Settings, SettingsError
-from crashdrill.workers.executor import LocalExecutor
+from crashdrill.workers.local_executor import LocalExecutor
 from tests.support.extras import require_extra
 from tests.support.quickstart import quickstart
 
@@ -30,8 +30,9 @@ def test_the_default_lab_runs_its_trainers_on_this_machine(tmp_path: Path) -> No
 def test_ray_without_a_mirror_every_node_reaches_is_refused_naming_the_setting(
     tmp_path: Path, mirror: str
 ) -> None:
-    with pytest.raises(SettingsError, match=r"ray = '127\.0\.0\.1:6379' needs a checkpoint"):
-        Settings(data_dir=tmp_path, ray="127.0.0.1:6379", mirror=mirror)
+    needs = r"ray_address = '127\.0\.0\.1:6379'\) needs a checkpoint"
+    with pytest.raises(SettingsError, match=needs):
+        Settings(data_dir=tmp_path, executor="ray", ray_address="127.0.0.1:6379", mirror=mirror)
 
 
 def test_serve_with_ray_and_no_mirror_exits_2_naming_the_setting(
@@ -55,7 +56,7 @@ def test_serve_with_an_unreachable_ray_address_exits_2_naming_it(
     assert code == 2
     err = capsys.readouterr().err
     assert f"cannot reach the Ray cluster at {address}" in err
-    assert "--ray, CRASHDRILL_RAY_ADDRESS" in err
+    assert "--ray-address, CRASHDRILL_RAY_ADDRESS" in err
     assert not (tmp_path / "lab" / "crashdrill.sqlite3").exists()  # refused before anything
 
 
