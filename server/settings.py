@@ -193,7 +193,7 @@ class Settings:
         if not 1 <= self.port <= 65535:
             raise SettingsError(f"port = {self.port}: a number in 1..65535")
         self._check_executor()
-        if self.max_concurrent is None and not executor_kind(self.executor).queues_itself:
+        if self.max_concurrent is None and not self.on_cluster:
             object.__setattr__(self, "max_concurrent", default_max_concurrent())
         if self.max_concurrent is not None and self.max_concurrent < 1:
             raise SettingsError(f"max_concurrent = {self.max_concurrent}: a whole number ≥ 1")
@@ -305,7 +305,7 @@ class Settings:
                 "executor = 'ray' needs ray_address (--ray-address, CRASHDRILL_RAY_ADDRESS):"
                 " auto, HOST:PORT or ray://HOST:PORT"
             )
-        if kind.needs_mirror and self.mirror in ("", "off"):
+        if kind.cluster and self.mirror in ("", "off"):
             raise SettingsError(
                 f"executor = {kind.name!r} (ray_address = {self.ray_address!r}) needs a"
                 " checkpoint mirror that every node reaches (a node and its disk can vanish):"
@@ -391,6 +391,11 @@ class Settings:
     def instructor_presets_dir(self) -> Path:
         """Where instructor presets live: the `presets_dir` setting, else data_dir/presets."""
         return self.presets_dir if self.presets_dir is not None else self.data_dir / "presets"
+
+    @property
+    def on_cluster(self) -> bool:
+        """Runs train on a cluster's nodes (the executor's kind says), not on this machine."""
+        return executor_kind(self.executor).cluster
 
     @property
     def mirror_url(self) -> str | None:

@@ -34,10 +34,11 @@ class ExecutorKind:
     factory: str  # "module:function" taking the settings, imported only when chosen
     about: str  # one line for --help and the docs
     extra: str | None = None  # the pip extra (pyproject) its module needs
-    # A node and its disk can vanish: checkpoints must reach a mirror every node reaches.
-    needs_mirror: bool = False
-    # Runs wait for a node with their resources: no run limit from this machine's cores.
-    queues_itself: bool = False
+    # Runs train on the nodes of a cluster, not on this machine. So a node and its disk can
+    # vanish (checkpoints must reach a mirror every node reaches); runs wait for a node
+    # with their resources (no run limit from this machine's cores); presets read their
+    # cluster text (trainer/presets.py `for_lab`).
+    cluster: bool = False
 
 
 KINDS: dict[str, ExecutorKind] = {
@@ -53,8 +54,7 @@ KINDS: dict[str, ExecutorKind] = {
             "crashdrill.workers.ray_executor:from_settings",
             "each run on a node of a Ray cluster (--ray-address; needs --mirror)",
             extra="ray",
-            needs_mirror=True,
-            queues_itself=True,
+            cluster=True,
         ),
     )
 }

@@ -1,7 +1,10 @@
-"""`crashdrill serve --ray`: what cannot work exits 2 naming the setting, before serving."""
+"""`crashdrill serve --executor NAME` (and `--ray ADDRESS`, its shorthand): what cannot work
+exits 2 naming the setting, before serving."""
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import socket
 from pathlib import Path
 
@@ -10,6 +13,7 @@ import pytest
 from crashdrill.server import cli
 from crashdrill.server.cluster import executor_for
 from crashdrill.server.settings import Settings, SettingsError
+from crashdrill.workers.executor_registry import KINDS, executor_kind
 from crashdrill.workers.local_executor import LocalExecutor
 from tests.support.extras import require_extra
 from tests.support.quickstart import quickstart
@@ -63,3 +67,49 @@ def test_serve_with_an_unreachable_ray_address_exits_2_naming_it(
 def test_the_test_setup_installs_ray_and_the_default_lab_does_not() -> None:
     sets = quickstart().INSTALL_SETS
     assert "ray" in sets["test"] and "ray" not in sets["lab"]
+
+
+def test_an_unknown_executor_exits_2_naming_the_ones_there_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--data-dir", str(tmp_path / "lab"), "--port", str(closed_port())]
+    assert cli.main([*args, "--executor", "k8s"]) == 2
+    err = capsys.readouterr().err
+    assert "executor = 'k8s': one of local, ray (--executor, CRASHDRILL_EXECUTOR)" in err
+    assert not (tmp_path / "lab" / "crashdrill.sqlite3").exists()
+
+
+def test_ray_is_short_for_executor_ray_with_its_address_and_refuses_to_contradict_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser()
+    cli._add_arguments(parser)
+    short = parser.parse_args(["--ray", "head:6379"])
+    assert cli.executor_options(short) == ("ray", "head:6379")
+    both = parser.parse_args(["--ray", "head:6379", "--executor", "ray"])
+    assert cli.executor_options(both) == ("ray", "head:6379")
+    args = ["--data-dir", str(tmp_path / "lab"), "--port", str(closed_port())]
+    assert cli.main([*args, "--ray", "head:6379", "--executor", "local"]) == 2
+    assert "--ray head:6379 is short for --executor ray" in capsys.readouterr().err
+
+
+def test_the_executor_is_ray_when_only_an_address_is_set_and_its_options_must_agree(
+    tmp_path: Path,
+) -> None:
+    mirror = str(tmp_path / "mirror")
+    assert Settings(data_dir=tmp_path).executor == "local"
+    assert Settings(data_dir=tmp_path, ray_address="h:1", mirror=mirror).executor == "ray"
+    with pytest.raises(SettingsError, match=r"ray_address = 'h:1' is for executor 'ray'"):
+        Settings(data_dir=tmp_path, executor="local", ray_address="h:1", mirror=mirror)
+    with pytest.raises(SettingsError, match=r"executor = 'ray' needs ray_address \(--ray-address"):
+        Settings(data_dir=tmp_path, executor="ray", mirror=mirror)
+
+
+def test_every_registered_executor_names_a_factory_that_exists() -> None:
+    for kind in KINDS.values():
+        module, _, function = kind.factory.partition(":")
+        if kind.extra is not None:
+            require_extra(kind.extra)
+        assert callable(getattr(importlib.import_module(module), function)), kind
+    assert executor_kind("local").cluster is False and executor_kind("ray").cluster is True
+    assert Settings(executor="ray", ray_address="h:1", mirror="/m").on_cluster is True
