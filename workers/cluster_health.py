@@ -11,6 +11,13 @@ records are shipped by offset once a call answers again. `since` is when the cur
 outage began (null while reachable); `on_change` is called, on the caller's thread, on
 each change of `reachable` only, so the page gets one message per outage and one at its
 end. The local executor's status is `LOCAL`: this machine is always reachable.
+
+    cluster = ClusterNodes("ray", "head:6379", runs_on=executor.runs_on)
+    cluster.took_sample(record)       # a node's own sample: kept if newest, told once
+
+`ClusterNodes` is what an executor on a cluster exposes as its `cluster` (the ClusterView
+of workers/executor.py): this health, the nodes' newest telemetry samples, and which runs
+each node holds; the server wires it to the telemetry feed (server/cluster.py).
 """
 
 from __future__ import annotations
