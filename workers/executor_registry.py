@@ -2,7 +2,7 @@
 
     kind = executor_kind("ray")          # ExecutorKind, or ExecutorConfigError naming the allowed
     executor = create_executor(settings)  # the one settings.executor names, ready to start runs
-    names()                               # ("local", "ray")
+    KINDS                                 # {"local": …, "ray": …}: what --executor takes
 
 Each executor is one module with a class that implements workers/executor.py's Executor
 and a `from_settings(settings) -> Executor` that reads the options it needs (a Protocol
@@ -58,10 +58,6 @@ KINDS: dict[str, ExecutorKind] = {
         ),
     )
 }
-
-
-def names() -> tuple[str, ...]:
-    return tuple(KINDS)
 
 
 def executor_kind(name: str) -> ExecutorKind:
