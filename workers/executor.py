@@ -138,7 +138,12 @@ class Executor(Protocol):
     """What differs between running a trainer here and on a cluster node."""
 
     name: str  # its name in the registry (workers/executor_registry.py)
-    cluster: ClusterView | None  # None: one machine, always reachable
+
+    @property
+    def cluster(self) -> ClusterView | None:
+        """The cluster its runs train on (reachability, nodes' telemetry); None: one
+        machine, always reachable, sampled by the server itself."""
+        ...
 
     def prepare(self, launch: Launch) -> None:
         """Learn what the run needs (its resources) before anything is placed."""
