@@ -83,7 +83,7 @@ class LabLimits:
     cores: int = 1
     gpus: int = 0
     gpt2_tokenizer: bool = False
-    cluster: bool = False  # runs execute on a Ray cluster's nodes, not on this one machine
+    cluster: bool = False  # runs execute on a cluster's nodes, not on this one machine
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LabLimits:
@@ -94,7 +94,7 @@ class LabLimits:
             settings.max_checkpoint_bytes_per_run,
             settings.max_disk_bytes_per_run,
             settings.mirror_url is not None,
-            settings.ray is not None,
+            settings.on_cluster,
         )
 
     @property

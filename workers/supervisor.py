@@ -41,7 +41,8 @@ alive), so the file tells the whole story in order.
 The trainer runs in its own session with its output in files, not pipes: it outlives a
 server that is killed, and a new server adopts it (`adopt`). Where it runs, and how it is
 started, found, waited for and signalled, is the executor's (workers/executor.py: this
-machine by default, or a Ray node, workers/ray_executor.py); which checkpoint a
+machine by default, workers/local_executor.py, or a Ray node, workers/ray_executor.py),
+and so is the run dir where it runs (`self.files`, a RunFiles); which checkpoint a
 restart resumes from is the checkpoint layout's rule (trainer/checkpoint_layout.py). The
 trainer's environment is an allowlist (workers/trainer_env.py), never the server's secrets.
 """
@@ -62,7 +63,7 @@ import psutil
 from crashdrill.trainer.divergence import EXIT_DIVERGED
 from crashdrill.trainer.divergence import STAGE as DIVERGED
 from crashdrill.trainer.presets import CRASH_MODES
-from crashdrill.workers.executor import Executor, Host, LocalExecutor, Trainer
+from crashdrill.workers.executor import Executor, Host, Trainer
 from crashdrill.workers.graceful_stop import (
     PREEMPT_GRACE_S,
     Preemption,
@@ -73,6 +74,7 @@ from crashdrill.workers.graceful_stop import (
     trainer_stop,
 )
 from crashdrill.workers.launch import ENDED, Change, Launch, NotRunning
+from crashdrill.workers.local_executor import LocalExecutor
 from crashdrill.workers.mirror import Restored
 from crashdrill.workers.restart_events import (
     diverged_text,
@@ -113,6 +115,7 @@ class Supervisor:
         self._mirror = mirror  # checkpoint mirror URL: a restart with none on disk pulls one
         self.executor: Executor = executor or LocalExecutor()
         self.executor.prepare(launch)  # what the run needs wherever it is placed
+        self.files = self.executor.files(launch.run_dir)  # where the trainer runs
         self.run_dir = RunDir(launch.run_dir)  # the server's copy: records, mirror log
         self._on_change = on_change
         self._max_unrequested = max_unrequested_kills
@@ -217,7 +220,7 @@ class Supervisor:
         buf = b""
         while self._proc is proc and not self._detached:
             try:
-                chunk = self.executor.stderr_since(self.launch.run_dir, since)
+                chunk = self.files.stderr_since(since)
             except Exception:  # its host going away: the watcher hears of it
                 chunk = b""
             since += len(chunk)
@@ -380,7 +383,7 @@ class Supervisor:
         """Delete the run's local checkpoints (crash modes "wipe", "host"); the sentence for
         the event."""
         ckpt = self._checkpoint_step()
-        self.executor.wipe(self.launch.run_dir)
+        self.files.wipe()
         gone = f", the checkpoint at step {ckpt} with it" if ckpt is not None else ""
         return (
             ". Its disk went with it: the run's checkpoint directory was deleted, like local"
@@ -448,7 +451,7 @@ class Supervisor:
         that verifies, pulled into the run dir; warnings for copies that did not verify."""
         if self._mirror is None:
             return None
-        pull = self.executor.pull_from_mirror(self.launch.run_dir, self._mirror, segment)
+        pull = self.files.pull_from_mirror(self._mirror, segment)
         if pull.events:
             self._append(pull.events)
         return pull.restored
@@ -492,7 +495,7 @@ class Supervisor:
         """The end of the trainer's stderr since its start (a traceback, paths): for the
         lab's log and the instructor, never for the records."""
         try:
-            return self.executor.stderr_tail(self.launch.run_dir, self._stderr_since)
+            return self.files.stderr_tail(self._stderr_since)
         except Exception:  # its host is gone with its error output
             return ""
 
@@ -530,14 +533,14 @@ class Supervisor:
 
     def _append(self, records: list[dict[str, Any]]) -> None:
         """The supervisor's records, after the trainer's own in the run's records file."""
-        self.executor.append_records(self.launch.run_dir, records)
+        self.files.append_records(records)
 
     def _checkpoint_step(self) -> int | None:
-        return self.executor.checkpoint_step(self.launch.run_dir)
+        return self.files.checkpoint_step()
 
     def _stderr_size(self) -> int:
         try:
-            return self.executor.stderr_size(self.launch.run_dir)
+            return self.files.stderr_size()
         except Exception:  # its host is gone
             return 0
 
