@@ -16,6 +16,8 @@ import pytest
 import torch
 
 from crashdrill.trainer.checkpoint import ckpt_root, load_model_state
+from crashdrill.trainer.checkpoint_pause import ENV as PAUSE_ENV
+from crashdrill.trainer.checkpoint_pause import format_pause
 from crashdrill.trainer.records import read_records
 from tests.conftest import crashdrill_cmd, run_cli
 
@@ -74,7 +76,7 @@ def test_sigkilled_twice_once_mid_checkpoint_resumes_bit_identical(tmp_path, see
     rng = random.Random(seed)
     run_dir = tmp_path / "crashed"
     write_step = rng.choice([100, 150, 200])
-    proc = _start(run_dir, env={"CRASHDRILL_CKPT_PAUSE": f"{write_step}:5"})
+    proc = _start(run_dir, env={PAUSE_ENV: format_pause(write_step, 5)})
     _kill_inside_checkpoint_write(proc, run_dir, write_step)
     assert (ckpt_root(run_dir) / f"step-{write_step:08d}.tmp").is_dir()
 
