@@ -27,10 +27,10 @@ import re
 from collections.abc import Iterable, Mapping
 
 ENV = "CRASHDRILL_CKPT_PAUSE"
-_LINE = "crashdrill: paused inside checkpoint write at step {step}"
+_SAID = "crashdrill: paused inside checkpoint write at step "  # and the step's number
 # The line ends after the step's digits. In a byte stream only a line with its newline
 # counts: one cut short by a read ("…at step 15" of "…at step 150") would name the wrong step.
-_PAUSED = r"crashdrill: paused inside checkpoint write at step (\d+)"
+_PAUSED = re.escape(_SAID) + r"(\d+)"
 _PAUSED_TEXT = re.compile(_PAUSED + r"\r?$", re.MULTILINE)
 _PAUSED_BYTES = re.compile(_PAUSED.encode() + rb"\r?\n")
 FORMAT = "STEP:SECONDS[,STEP:SECONDS…] (STEP a whole number ≥ 0, SECONDS a number ≥ 0)"
@@ -87,7 +87,7 @@ def pauses_from_env(environ: Mapping[str, str]) -> dict[int, float]:
 
 def paused_line(step: int) -> str:
     """The stderr line the trainer prints when the write of step `step` pauses."""
-    return _LINE.format(step=step)
+    return f"{_SAID}{step}"
 
 
 def paused_step(text: str | bytes) -> int | None:
