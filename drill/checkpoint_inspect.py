@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from crashdrill.drill.checkpoint_parts import Found, recognise, unflatten
+from crashdrill.trainer.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
-EXIT_OK, EXIT_LACKS, EXIT_USAGE = 0, 1, 2
 SCHEMA = "crashdrill.inspect/1"
 DEFAULT_TIMEOUT = 120.0
 
@@ -336,7 +336,7 @@ def run(args: argparse.Namespace) -> int:
     if short:
         words = ", ".join(PARTS[n] for n in short)
         print(f"crashdrill inspect: --require: {inv.checkpoint} lacks {words}", file=sys.stderr)
-        return EXIT_LACKS
+        return EXIT_FAILED
     return EXIT_OK
 
 

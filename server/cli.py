@@ -19,10 +19,10 @@ import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
+from crashdrill.trainer.exit_codes import EXIT_OK, EXIT_USAGE
+
 if TYPE_CHECKING:
     from crashdrill.server.settings import Settings
-
-EXIT_OK, EXIT_USAGE = 0, 2
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -24,11 +24,11 @@ from crashdrill.trainer import checkpoint_layout as layout
 from crashdrill.trainer import determinism, evaluate, metrics
 from crashdrill.trainer.config import TrainConfig
 from crashdrill.trainer.data import BatchSampler, Dataset, load_dataset
-from crashdrill.trainer.divergence import EXIT_DIVERGED, nonfinite, record_divergence
+from crashdrill.trainer.divergence import nonfinite, record_divergence
+from crashdrill.trainer.exit_codes import EXIT_DIVERGED, EXIT_NO_CHECKPOINT, EXIT_OK, EXIT_STOPPED
 from crashdrill.trainer.model import GPT, lr_at
 from crashdrill.trainer.optim import AdamW
 from crashdrill.trainer.preemption import (
-    EXIT_STOPPED,
     GracefulStop,
     check_previous_stop,
     parse_duration,
@@ -47,8 +47,6 @@ from crashdrill.trainer.train_state import (
 )
 
 __all__ = ["CheckpointMismatch", "RunDirError", "RunOptions", "train"]
-
-EXIT_NO_CHECKPOINT = 3
 
 
 class RunDirError(ValueError):
@@ -448,4 +446,4 @@ def _train(
     rec.write("stage", stage="finished", progress=1.0)
     best = f" Best val loss {st.best_val:.3f}." if st.best_val is not None else ""
     rec.event(f"Finished {cfg.steps} steps.{best}", code="finished")
-    return 0
+    return EXIT_OK

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from crashdrill.trainer.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from crashdrill.workers.mirror_backends import (
     CREDENTIALS_HELP,
     GcsBackend,
@@ -34,7 +35,6 @@ from crashdrill.workers.mirror_backends import (
 )
 
 T = TypeVar("T")
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 TEST_BYTES = 256 * 1024
 
 

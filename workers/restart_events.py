@@ -16,10 +16,9 @@ import signal
 from typing import Any
 
 from crashdrill.trainer.divergence import CODE as DIVERGED_CODE
+from crashdrill.trainer.exit_codes import EXIT_NO_CHECKPOINT
 from crashdrill.workers.executor import Host
 from crashdrill.workers.mirror import Restored
-
-EXIT_NO_CHECKPOINT = 3
 
 # What ended a segment, by kind, from its restart event (every one has `resume_from`):
 # a crash test (SIGKILL by a student, whatever its crash mode), a preemption (SIGTERM: the
@@ -140,7 +139,8 @@ def failure_text(code: int | None) -> str:
     and the instructor's class view (Change.detail), never into the records."""
     if code == EXIT_NO_CHECKPOINT:
         return (
-            "The trainer found no complete checkpoint to resume from (exit status 3),"
+            "The trainer found no complete checkpoint to resume from"
+            f" (exit status {EXIT_NO_CHECKPOINT}),"
             " so the run cannot continue."
         )
     if code is not None and code < 0:

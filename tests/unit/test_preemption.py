@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from crashdrill.trainer.config import ConfigError, TrainConfig
+from crashdrill.trainer.exit_codes import EXIT_STOPPED
 from crashdrill.trainer.preemption import (
     EXIT_S,
-    EXIT_STOPPED,
     MIN_MARGIN_S,
     GracefulStop,
     StopMarker,
