@@ -114,7 +114,7 @@ class PresetTarget(Target):
     def start(self, argv: list[str], env: dict[str, str], cwd: str | None) -> Child:
         if self.fork_server is None:
             return super().start(argv, env, cwd)
-        return self.fork_server.spawn(argv, env, cwd)  # ForkServerError: verify falls back
+        return self.fork_server.spawn_piped(argv, env, cwd)  # ForkServerError: verify falls back
 
     def environ(self, ckpt_dir: Path, kill: KillPoint | None) -> dict[str, str]:
         if kill is not None and kill.during_write:

@@ -253,8 +253,8 @@ def table(inv: Inventory) -> str:
             shown = p.found[:4]
             more = f" (+{len(p.found) - 4} more)" if len(p.found) > 4 else ""
             lines.append(f"{head} {shown[0].where} — {shown[0].detail}")
-            for f in shown[1:]:
-                lines.append(f"  {'':<18} {f.where} — {f.detail}")
+            for found in shown[1:]:
+                lines.append(f"  {'':<18} {found.where} — {found.detail}")
             if more:
                 lines.append(f"  {'':<18}{more}")
             if p.note:

@@ -175,7 +175,12 @@ class Lab(RunControl):
             else:
                 sup.detach()
         if self.settings.stop_runs_on_exit:
-            await asyncio.to_thread(lambda: [s.join(10) for s in sups])
+
+            def join_all() -> None:
+                for s in sups:
+                    s.join(10)
+
+            await asyncio.to_thread(join_all)
             for _ in range(3):
                 await asyncio.sleep(0)  # let the supervisors' last reports land
         await self.reports.stop()

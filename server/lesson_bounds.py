@@ -201,7 +201,9 @@ def _num(x: float | None) -> str:
 
 def lesson_values(preset: Preset, name: str) -> list[Any]:
     """The values a lesson gives `name` in its four configs (A, B; plain and CUDA)."""
-    return [getattr(preset.config_for(label, cuda=c), name) for label in LABELS for c in (0, 1)]
+    return [
+        getattr(preset.config_for(label, cuda=c), name) for label in LABELS for c in (False, True)
+    ]
 
 
 # (lo, hi) of the float settings; the config refines an open end (lr > 0, dropout < 1).

@@ -91,7 +91,7 @@ class CheckpointWriter:
         keep: int = 2,
         write: str = "atomic",
         mode: str = "sync",
-        on_error: Callable[[str], None] | None = None,
+        on_error: Callable[[str], object] | None = None,
         on_saved: Callable[[SaveResult], None] | None = None,
     ) -> None:
         self.root = ckpt_root(run_dir)
@@ -159,7 +159,7 @@ class CheckpointWriter:
             work = self.root / temp_dir_name(step)
             shutil.rmtree(work, ignore_errors=True)
             work.mkdir()
-        entries = {}
+        entries: dict[str, dict[str, Any]] = {}
         for stem, state in files.items():
             path = work / f"{stem}.pt"
             # Serialise to memory once, hash those bytes, write them: no read-back pass.

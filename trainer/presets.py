@@ -139,7 +139,10 @@ class Preset:
     def for_lab(self, *, cluster: bool) -> Preset:
         """The preset with the text that is true where the lab runs: on one machine its
         [one_machine] text replaces the cluster's."""
-        return self if cluster or not self.one_machine else replace(self, **self.one_machine)
+        if cluster or not self.one_machine:
+            return self
+        text: dict[str, Any] = dict(self.one_machine)
+        return replace(self, **text)
 
     def config_for(self, label: str = "A", *, cuda: bool = False) -> TrainConfig:
         """The TrainConfig of run `label` ("A" or "B")."""
@@ -380,7 +383,8 @@ def _where_and_without(
         return f"[knob] {label.lower()}", None
     side = preset.a if label == "A" else preset.b
     if name in side:
-        return f"[{label.lower()}]", replace(preset, **{label.lower(): _without(side, name)})
+        changes: dict[str, Any] = {label.lower(): _without(side, name)}
+        return f"[{label.lower()}]", replace(preset, **changes)
     if on_cuda and name in preset.cuda:
         return "[run.cuda]", replace(
             preset, cuda={k: v for k, v in preset.cuda.items() if k != name}

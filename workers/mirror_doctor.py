@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         wrote = True
         steps.run("read back", lambda: _read_back(backend, name, sha))
         steps.run("list", lambda: _list(backend, name))
-        steps.run("delete", lambda: (backend.delete(name), "the test object is gone"))
+        steps.run("delete", lambda: _delete(backend, name))
         wrote = False
     except _Failed as e:
         if wrote:
@@ -164,3 +164,8 @@ def _list(backend: GcsBackend, name: str) -> tuple[None, str]:
             " could not find the checkpoints (is the account allowed storage.objects.list?)"
         )
     return None, f"the test object is listed under {backend.url_of(folder)}"
+
+
+def _delete(backend: GcsBackend, name: str) -> tuple[None, str]:
+    backend.delete(name)
+    return None, "the test object is gone"
