@@ -12,10 +12,10 @@
     crashdrill doctor gcs gs://BUCKET/PREFIX          check a checkpoint mirror bucket
     crashdrill doctor supabase                        check a Supabase project's Realtime
 
-Exit codes: 0 ok, 1 a check failed, 2 bad usage or input, 3 a run was told a checkpoint
-must exist and none did, 75 a run stopped gracefully (SIGTERM, SIGINT or --stop-after) with
-a complete checkpoint: run the same command to resume, 141 our output was closed
-(`crashdrill … | head`).
+Exit codes (trainer/exit_codes.py): 0 ok, 1 a check failed, 2 bad usage or input, 3 a run
+was told a checkpoint must exist and none did, 4 a run diverged, 75 a run stopped
+gracefully (SIGTERM, SIGINT or --stop-after) with a complete checkpoint: run the same
+command to resume, 141 our output was closed (`crashdrill … | head`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from crashdrill.closed_output import quiet_when_output_closed
-
-EXIT_OK, EXIT_USAGE = 0, 2
+from crashdrill.trainer.exit_codes import (
+    EXIT_DIVERGED,
+    EXIT_NO_CHECKPOINT,
+    EXIT_OK,
+    EXIT_STOPPED,
+    EXIT_USAGE,
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,6 +68,7 @@ def _progress_printer(label: str) -> Any:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from crashdrill.trainer.checkpoint_pause import PauseError
     from crashdrill.trainer.config import ConfigError, parse_override
     from crashdrill.trainer.data import DataError
     from crashdrill.trainer.loop import CheckpointMismatch, RunDirError, RunOptions, train
@@ -89,7 +95,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if not args.mirror:
             return train(cfg, args.run_dir, opts)
         return _train_mirrored(args.mirror, Path(args.run_dir), cfg, opts)
-    except (RunDirError, DataError, CheckpointMismatch, ConfigError) as e:
+    except (RunDirError, DataError, CheckpointMismatch, ConfigError, PauseError) as e:
         print(f"crashdrill run: {e}", file=sys.stderr)
         return EXIT_USAGE
 
@@ -124,6 +130,7 @@ def _cmd_presets(args: argparse.Namespace) -> int:
     import json
 
     from crashdrill.server.lesson_policy import public_view
+    from crashdrill.trainer.crash_modes import DEFAULT as DEFAULT_CRASH_MODE
     from crashdrill.trainer.presets import (
         PresetError,
         dump_preset,
@@ -136,7 +143,7 @@ def _cmd_presets(args: argparse.Namespace) -> int:
         if args.action == "list":
             for p in list_presets():
                 flags = "" if p.published else "  [unpublished]"
-                mode = "" if p.crash.mode == "kill" else f", crash {p.crash.mode}"
+                mode = "" if p.crash.mode == DEFAULT_CRASH_MODE else f", crash {p.crash.mode}"
                 print(f"{p.id:<16} {p.number:<6} {p.title}  ({p.knob_text()}{mode}){flags}")
             return EXIT_OK
         if not args.name:
@@ -196,9 +203,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     run = sub.add_parser(
         "run",
         help="one headless training run (resumes when run again)",
-        epilog="exit status: 0 finished; 2 bad preset, setting or run dir; 3 no checkpoint"
-        " and --require-checkpoint; 75 stopped gracefully (SIGTERM, SIGINT or --stop-after)"
-        " with a complete checkpoint of its last step: run the same command to resume",
+        epilog=f"exit status: {EXIT_OK} finished; {EXIT_USAGE} bad preset, setting or run dir;"
+        f" {EXIT_NO_CHECKPOINT} no checkpoint and --require-checkpoint; {EXIT_DIVERGED}"
+        " diverged (the loss or gradient norm turned NaN or infinite; nothing saved after"
+        f" it); {EXIT_STOPPED} stopped gracefully (SIGTERM, SIGINT or --stop-after) with a"
+        " complete checkpoint of its last step: run the same command to resume",
     )
     run.add_argument("preset", help="a preset id (see `crashdrill presets list`) or a TOML file")
     run.add_argument("--run-dir", required=True, help="where checkpoints and records live")

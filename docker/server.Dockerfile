@@ -19,8 +19,11 @@
 #   TORCH, TORCH_INDEX  the torch requirement and the index of its CPU build
 #   EXTRAS      the crashdrill extras (default server,postgres,gcs; docker/compose.yaml adds
 #               ray for `crashdrill serve --ray`)
-#   RAY_VERSION with the ray extra, the exact Ray release: the server and every node of
-#               the cluster must run the same Ray and the same Python (docker/worker.Dockerfile)
+# Every package but torch is installed at the version the tests passed with: the lock,
+# requirements/test.txt (compiled from every extra, so it pins whatever EXTRAS names), is
+# the install's constraints, and torch's own dependencies come from it too. Ray among them:
+# the server and every node of the cluster must run the same Ray and the same Python
+# (docker/worker.Dockerfile). `python3 quickstart.py lock` refreshes the lock.
 # Build-only inputs, never in the final image: docker/local/ca.crt (a CA bundle that pip
 # and npm trust during the build) and docker/local/wheels/*.whl (e.g. a CPU torch wheel
 # for a machine that cannot reach TORCH_INDEX); see docker/local/README.md.
@@ -67,9 +70,9 @@ RUN set -e; \
     t=$(/opt/crashdrill/bin/python -c "import importlib.util as u; print(u.find_spec('torch').submodule_search_locations[0])"); \
     rm -rf "$t/include" "$t/test" "$t/bin/protoc" "$t/bin/protoc-"* "$t/bin/"*Test
 ARG EXTRAS=server,postgres,gcs
-ARG RAY_VERSION=2.60.0
 WORKDIR /src
 COPY pyproject.toml README.md package.json ./
+COPY requirements/test.txt requirements/torch.in requirements/
 COPY scripts/build_web.py scripts/
 COPY --from=web /src/node_modules node_modules
 COPY crashdrill crashdrill
@@ -84,8 +87,7 @@ RUN set -e; \
                REQUESTS_CA_BUNDLE=/build-local/ca.crt; \
     fi; \
     /opt/crashdrill/bin/python scripts/build_web.py --no-install; \
-    pins=""; case ",${EXTRAS}," in *,ray,*) pins="ray[default]==${RAY_VERSION}";; esac; \
-    /opt/crashdrill/bin/pip install ".[${EXTRAS}]" $pins; \
+    /opt/crashdrill/bin/pip install -c requirements/test.txt -r requirements/torch.in ".[${EXTRAS}]"; \
     cd / && /opt/crashdrill/bin/python -c "import crashdrill.server.app, torch; print('torch', torch.__version__)"
 
 # ---- the image ------------------------------------------------------------------------

@@ -19,7 +19,8 @@
 #   TORCH, TORCH_INDEX  the torch requirement and its index (default PyPI: the CUDA build;
 #               https://download.pytorch.org/whl/cpu for a CPU node)
 #   EXTRAS      the crashdrill extras (default gpu,gcs,ray: NVML telemetry, GCS mirror, Ray)
-#   RAY_VERSION the exact Ray release, the server's
+# Every package but torch at the version the tests passed with, Ray the server's among
+# them: requirements/test.txt is the install's constraints, as in docker/server.Dockerfile.
 # Build-only inputs as for the server image: docker/local/ (docker/local/README.md).
 
 ARG BASE=python:3.11-slim-bookworm
@@ -54,9 +55,9 @@ RUN set -e; \
     t=$(/opt/crashdrill/bin/python -c "import importlib.util as u; print(u.find_spec('torch').submodule_search_locations[0])"); \
     rm -rf "$t/include" "$t/test" "$t/bin/protoc" "$t/bin/protoc-"* "$t/bin/"*Test
 ARG EXTRAS=gpu,gcs,ray
-ARG RAY_VERSION=2.60.0
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY requirements/test.txt requirements/torch.in requirements/
 COPY crashdrill crashdrill
 COPY trainer trainer
 COPY workers workers
@@ -68,8 +69,7 @@ RUN set -e; \
         export PIP_CERT=/build-local/ca.crt SSL_CERT_FILE=/build-local/ca.crt \
                REQUESTS_CA_BUNDLE=/build-local/ca.crt; \
     fi; \
-    pins=""; case ",${EXTRAS}," in *,ray,*) pins="ray[default]==${RAY_VERSION}";; esac; \
-    /opt/crashdrill/bin/pip install ".[${EXTRAS}]" $pins; \
+    /opt/crashdrill/bin/pip install -c requirements/test.txt -r requirements/torch.in ".[${EXTRAS}]"; \
     cd / && /opt/crashdrill/bin/python -c "import crashdrill.workers.ray_node, torch, ray; print('torch', torch.__version__, 'ray', ray.__version__)"
 
 FROM ${BASE}

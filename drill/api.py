@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from crashdrill.drill.compare import EXIT_PASS
 from crashdrill.drill.verify import DrillResult, verify_command, verify_preset
+from crashdrill.trainer.exit_codes import EXIT_OK
 
 
 class DrillFailed(AssertionError):
@@ -76,6 +76,6 @@ def assert_resumes_bit_identical(
         from crashdrill.drill.junit import write_junit
 
         write_junit(result, junit_path)
-    if result.analysis.exit_code != EXIT_PASS:
+    if result.analysis.exit_code != EXIT_OK:
         raise DrillFailed(result, "crashdrill verify failed\n" + report.table(result))
     return result

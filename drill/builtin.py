@@ -19,6 +19,7 @@ from crashdrill.drill.engine import Child, Segment, Snapshot, Target, WriteWatch
 from crashdrill.drill.plan import KillPoint, draw_kills
 from crashdrill.drill.trace import LossParser
 from crashdrill.processes.forkserver import TRAINER_PRELOAD, ForkServer
+from crashdrill.trainer import checkpoint_pause
 from crashdrill.trainer.checkpoint_layout import (
     INPLACE_SLOT,
     ckpt_root,
@@ -26,9 +27,9 @@ from crashdrill.trainer.checkpoint_layout import (
     parse_step_dir,
     temp_dir_name,
 )
+from crashdrill.trainer.exit_codes import EXIT_NO_CHECKPOINT
 
 PAUSE_SECONDS = 30  # the kill lands as soon as the pause begins; this only bounds a miss
-EXIT_NO_CHECKPOINT = 3
 _RESUMED = re.compile(r"crashdrill: resumed at step (\d+) from")
 _FRESH = "crashdrill: no checkpoint found, starting fresh"
 
@@ -47,7 +48,6 @@ class PauseWatch(WriteWatch):
         self.root = root
         self.step = step
         self.after_previous = step - every
-        self.line = f"paused inside checkpoint write at step {step}"
         self.tmp = root / temp_dir_name(step)
         self.seen: float | None = None
         self.before: Snapshot | None = None
@@ -60,7 +60,7 @@ class PauseWatch(WriteWatch):
         return self.before
 
     def on_stderr(self, line: str) -> bool:
-        return self.line in line
+        return checkpoint_pause.paused_step(line) == self.step
 
     def poll(self) -> bool:
         if not self.tmp.is_dir():
@@ -114,11 +114,11 @@ class PresetTarget(Target):
     def start(self, argv: list[str], env: dict[str, str], cwd: str | None) -> Child:
         if self.fork_server is None:
             return super().start(argv, env, cwd)
-        return self.fork_server.spawn(argv, env, cwd)  # ForkServerError: verify falls back
+        return self.fork_server.spawn_piped(argv, env, cwd)  # ForkServerError: verify falls back
 
     def environ(self, ckpt_dir: Path, kill: KillPoint | None) -> dict[str, str]:
         if kill is not None and kill.during_write:
-            return {"CRASHDRILL_CKPT_PAUSE": f"{kill.step}:{PAUSE_SECONDS}"}
+            return {checkpoint_pause.ENV: checkpoint_pause.format_pause(kill.step, PAUSE_SECONDS)}
         return {}
 
     def checkpoint_root(self, ckpt_dir: Path) -> Path:
@@ -147,7 +147,10 @@ class PresetTarget(Target):
 
     def exit_meaning(self, code: int | None) -> str | None:
         if code == EXIT_NO_CHECKPOINT:
-            return "refused to start: no usable checkpoint (exit 3 under --require-checkpoint)"
+            return (
+                "refused to start: no usable checkpoint"
+                f" (exit {EXIT_NO_CHECKPOINT} under --require-checkpoint)"
+            )
         return None
 
     def resumed_from(self, segment: Segment) -> int | None:

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from crashdrill.drill.checkpoint_parts import Found, recognise, unflatten
+from crashdrill.trainer.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
-EXIT_OK, EXIT_LACKS, EXIT_USAGE = 0, 1, 2
 SCHEMA = "crashdrill.inspect/1"
 DEFAULT_TIMEOUT = 120.0
 
@@ -253,8 +253,8 @@ def table(inv: Inventory) -> str:
             shown = p.found[:4]
             more = f" (+{len(p.found) - 4} more)" if len(p.found) > 4 else ""
             lines.append(f"{head} {shown[0].where} — {shown[0].detail}")
-            for f in shown[1:]:
-                lines.append(f"  {'':<18} {f.where} — {f.detail}")
+            for found in shown[1:]:
+                lines.append(f"  {'':<18} {found.where} — {found.detail}")
             if more:
                 lines.append(f"  {'':<18}{more}")
             if p.note:
@@ -336,7 +336,7 @@ def run(args: argparse.Namespace) -> int:
     if short:
         words = ", ".join(PARTS[n] for n in short)
         print(f"crashdrill inspect: --require: {inv.checkpoint} lacks {words}", file=sys.stderr)
-        return EXIT_LACKS
+        return EXIT_FAILED
     return EXIT_OK
 
 

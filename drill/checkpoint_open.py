@@ -30,6 +30,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from crashdrill.trainer.exit_codes import EXIT_OK, EXIT_USAGE
+
 MAX_FILES = 64  # files of one checkpoint described at most
 MAX_DEPTH = 4  # how far down a directory of checkpoints is searched
 LONG_INTS = 16  # a list/tuple of more ints than this becomes {"ints": n}
@@ -354,14 +356,14 @@ def describe(path: Path) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m crashdrill.drill.checkpoint_open PATH", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     path = Path(argv[0])
     if not path.exists():
         print(f"{path}: no such file or directory", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     json.dump(describe(path), sys.stdout)
     sys.stdout.write("\n")
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

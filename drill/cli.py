@@ -22,11 +22,11 @@ import sys
 from typing import Any
 
 from crashdrill.closed_output import quiet_when_output_closed
-from crashdrill.drill.compare import EXIT_USAGE
 from crashdrill.drill.engine import StartError
 from crashdrill.drill.plan import PREEMPT_MODES
 from crashdrill.drill.trace import TraceError
 from crashdrill.processes.process_tree import become_subreaper
+from crashdrill.trainer.exit_codes import EXIT_USAGE
 
 MAX_KILLS = 100
 

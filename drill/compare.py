@@ -15,12 +15,12 @@ from crashdrill.drill.landing import Landing, judge_landing
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.record_fields import RunRecords, field_verdict
 from crashdrill.drill.trace import Precision, StepPoint, classify_precision, step_spacing
+from crashdrill.trainer.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from crashdrill.trainer.resume_compare import LOSS, FieldComparison, compare
 
 if TYPE_CHECKING:  # imported by the command drill only: the preset drill never inspects
     from crashdrill.drill.checkpoint_evidence import CheckpointLook
 
-EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 TINY_RELATIVE = 1e-4  # a first difference this small is rounding, not a different batch
 TORN = "write checkpoints atomically: a temp file, fsync, then os.replace"
 TORN_DIR = (
@@ -173,7 +173,7 @@ def analyse(ev: Evidence) -> Analysis:
 
     if ref.hung or ref.crashed or not ref.points:
         findings.append(_reference_problem(ref, target))
-        code = EXIT_USAGE if findings[0].code == "no-steps" else EXIT_FAIL
+        code = EXIT_USAGE if findings[0].code == "no-steps" else EXIT_FAILED
         return Analysis([], findings, precision, "fail", code)
 
     spacing = step_spacing(ref.points)
@@ -248,7 +248,7 @@ def analyse(ev: Evidence) -> Analysis:
     failed = any(f.fails for f in findings) or any(
         not r.bit_identical and r.verdict != NOTHING_LEFT for r in resumes
     )
-    exit_code = EXIT_FAIL if failed else EXIT_PASS
+    exit_code = EXIT_FAILED if failed else EXIT_OK
     return Analysis(resumes, findings, precision, "fail" if failed else "pass", exit_code)
 
 

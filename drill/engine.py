@@ -36,6 +36,7 @@ from crashdrill.drill.snapshot import (  # re-exported: the engine's callers imp
 )
 from crashdrill.drill.trace import LossParser, StepPoint
 from crashdrill.processes.process_tree import kill_tree, tree_marker
+from crashdrill.trainer.checkpoint_pause import ENV as PAUSE_ENV
 
 __all__ = [
     "Child",
@@ -285,7 +286,7 @@ def run_segment(
     marker = f"{os.getpid()}-{next(_MARKERS)}"
     env = {**os.environ, **target.environ(ckpt_dir, kill), **tree_marker(marker)}
     if kill is None or not kill.during_write:
-        env.pop("CRASHDRILL_CKPT_PAUSE", None)
+        env.pop(PAUSE_ENV, None)
     seg = Segment(index, argv, kill, started=time.monotonic(), resume_args=resume_args)
     proc = target.start(argv, env, target.cwd)
     _LIVE[proc] = marker

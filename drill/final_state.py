@@ -46,7 +46,7 @@ def compare_final_params_forked(
     """The same comparison in a process forked from `server` (ForkServerError when the
     server is gone), given `timeout` seconds."""
     argv = [sys.executable, "-m", __name__, str(ref_dir), str(crash_dir)]
-    child = server.spawn(argv, env, None)
+    child = server.spawn_piped(argv, env, None)
     out, err = _communicate(child, timeout)
     if child.poll() is None:
         with contextlib.suppress(OSError):

@@ -61,7 +61,7 @@ class RunRecords:
 
 def _compared(run_dir: Path) -> list[tuple[int, Key, Mapping[str, Any]]]:
     records, _ = read_records(run_dir / RECORDS_FILE)
-    out = []
+    out: list[tuple[int, Key, Mapping[str, Any]]] = []
     for rec in records:
         kind, step, segment = rec.get("kind"), rec.get("step"), rec.get("segment", 0)
         if kind in COMPARED_KINDS and isinstance(step, int) and isinstance(segment, int):

@@ -4,12 +4,11 @@
     .venv/bin/python scripts/lint_imports.py            # exit 0: every contract kept
     .venv/bin/python scripts/lint_imports.py --verbose  # any lint-imports option passes through
 
-Why not plain `lint-imports`: the source folders are mapped onto one namespace by
-pyproject's `package-dir` (trainer/ is crashdrill.trainer, …), and an editable install
-finds them through an import hook that import-linter's file walk cannot follow. So this
-script lays the tree out as an installed wheel would (symlinks in a temp dir, built from
-`package-dir`, so a new folder needs no edit here), puts it first on PYTHONPATH and runs
-import-linter on it. Exit codes are lint-imports' own: 0 kept, 1 a contract broken.
+Why not plain `lint-imports`: an editable install finds the source folders through an
+import hook that import-linter's file walk cannot follow. So this script lays the tree out
+as an installed wheel would (scripts/installed_layout.py: symlinks in a temp dir), puts it
+first on PYTHONPATH and runs import-linter on it. Exit codes are lint-imports' own: 0 kept,
+1 a contract broken.
 """
 
 from __future__ import annotations
@@ -18,24 +17,9 @@ import os
 import subprocess
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def installed_layout(dest: Path) -> None:
-    """dest/crashdrill/… as pip would install it, made of symlinks to the source folders."""
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    package_dir: dict[str, str] = pyproject["tool"]["setuptools"]["package-dir"]
-    top = dest / "crashdrill"
-    top.mkdir(parents=True)
-    for entry in (ROOT / package_dir["crashdrill"]).iterdir():
-        if entry.name != "__pycache__":
-            (top / entry.name).symlink_to(entry)
-    for name, folder in package_dir.items():
-        if name != "crashdrill":
-            (dest / name.replace(".", "/")).symlink_to(ROOT / folder)
+from installed_layout import ROOT, installed_layout
 
 
 def main(argv: list[str]) -> int:

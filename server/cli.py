@@ -2,6 +2,8 @@
 
     crashdrill serve                                   SQLite + runs under the data dir
     crashdrill serve --port 8080 --data-dir /srv/lab --max-concurrent 4
+    crashdrill serve --executor ray --ray-address HEAD:6379 --mirror gs://BUCKET/lab
+    crashdrill serve --ray HEAD:6379 --mirror …         the same, shorter
     python -m crashdrill.server …                      the same, without the main CLI
 
 Settings also come from CRASHDRILL_* environment variables (docs/server.md).
@@ -17,10 +19,10 @@ import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
+from crashdrill.trainer.exit_codes import EXIT_OK, EXIT_USAGE
+
 if TYPE_CHECKING:
     from crashdrill.server.settings import Settings
-
-EXIT_OK, EXIT_USAGE = 0, 2
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -45,8 +47,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-concurrent",
         type=int,
-        help="runs that train at once (default: from cores/GPUs; with --ray, the cluster's"
-        " nodes decide)",
+        help="runs that train at once (default: from cores/GPUs; on a Ray cluster, the"
+        " cluster's nodes decide)",
     )
     p.add_argument(
         "--stop-runs-on-exit",
@@ -60,14 +62,47 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         help="checkpoint mirror: a directory, gs://BUCKET[/PREFIX], or off (default: a"
         " directory beside the data dir, DATA_DIR-mirror)",
     )
-    p.add_argument(
-        "--ray",
-        metavar="ADDRESS",
-        help="run the trainers on a Ray cluster: auto, HOST:PORT or ray://HOST:PORT (needs"
-        " crashdrill[ray] and --mirror; default: subprocesses on this machine)",
-    )
+    _add_executor_arguments(p)
     _add_connection_arguments(p)
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def _add_executor_arguments(p: argparse.ArgumentParser) -> None:
+    """Where trainers run (docs/cluster.md): the executor by name, its options beside it."""
+    from crashdrill.workers.executor_registry import KINDS
+
+    g = p.add_argument_group("where trainers run")
+    g.add_argument(
+        "--executor",
+        metavar="NAME",
+        help="; ".join(f"{k.name}: {k.about}" for k in KINDS.values())
+        + " (default: local, or ray when a Ray address is set; CRASHDRILL_EXECUTOR)",
+    )
+    g.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="the Ray executor's cluster: auto, HOST:PORT or ray://HOST:PORT (needs"
+        " crashdrill[ray] and --mirror; CRASHDRILL_RAY_ADDRESS)",
+    )
+    g.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="shorthand for --executor ray --ray-address ADDRESS",
+    )
+
+
+def executor_options(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """(executor, ray_address) from the flags, `--ray ADDRESS` unfolded; ValueError when
+    they disagree."""
+    executor, address = args.executor, args.ray_address
+    if args.ray is None:
+        return executor, address
+    if executor not in (None, "ray") or address not in (None, args.ray):
+        raise ValueError(
+            f"--ray {args.ray} is short for --executor ray --ray-address {args.ray}: it"
+            " cannot go with --executor or --ray-address naming something else"
+        )
+    return "ray", args.ray
 
 
 def _add_connection_arguments(p: argparse.ArgumentParser) -> None:
@@ -118,6 +153,11 @@ def run(args: argparse.Namespace) -> int:
     from crashdrill.server.settings import Settings, SettingsError
 
     try:
+        executor, ray_address = executor_options(args)
+    except ValueError as e:
+        print(f"crashdrill serve: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
         settings = Settings.from_env(
             host=args.host,
             port=args.port,
@@ -125,7 +165,8 @@ def run(args: argparse.Namespace) -> int:
             max_concurrent=args.max_concurrent,
             stop_runs_on_exit=args.stop_runs_on_exit,
             mirror=args.mirror,
-            ray=args.ray,
+            executor=executor,
+            ray_address=ray_address,
             allowed_hosts=parse_names(args.allowed_hosts) if args.allowed_hosts else None,
             max_connections=args.max_connections,
             max_connections_per_address=args.max_connections_per_address,

@@ -8,9 +8,10 @@ restarted run trains from step 0 again.
 - `fresh_start_allowed(preset_ref, label)`: the run's config lets a restart that finds no
   checkpoint train from scratch (on_missing_checkpoint = "fresh"; lesson 1.12's B), so its
   restart event must not say that it requires one.
-- `launch_env(preset_ref, label, mode)`: "during_save" runs start with
-  CRASHDRILL_CKPT_PAUSE holding each cadence checkpoint's write open, so that a crash test
-  (which waits for the trainer to say it paused) lands inside the write.
+- `launch_env(preset_ref, label, mode)`: the runs of a mode that waits for a save
+  ("during_save") start with the checkpoint-pause hook (trainer/checkpoint_pause.py)
+  holding each cadence checkpoint's write open, so that a crash test (which waits for the
+  trainer to say it paused) lands inside the write.
 - `started_over_events(store, batch)`: a run whose restarted segment begins at step 1
   (no checkpoint was resumed: it never saved one, or the lesson's trainer silently
   trained from scratch) gets one warning event from the lab naming its first loss next
@@ -31,26 +32,27 @@ from crashdrill.server.db import Row
 from crashdrill.server.ingest import IngestBatch
 from crashdrill.server.lesson_policy import during_save_pause
 from crashdrill.server.store import NewRecord, Store
+from crashdrill.trainer.checkpoint_pause import ENV as PAUSE_ENV
 from crashdrill.trainer.config import ConfigError
+from crashdrill.trainer.crash_modes import DEFAULT, NAMES, mode_named
 from crashdrill.trainer.event_record import event as build_event
-from crashdrill.trainer.presets import CRASH_MODES, PresetError, get_preset
+from crashdrill.trainer.presets import PresetError, get_preset
 from crashdrill.trainer.record_contract import VERSION
 from crashdrill.workers.graceful_stop import PREEMPT_GRACE_S
 
-PAUSE_ENV = "CRASHDRILL_CKPT_PAUSE"
-
 
 def crash_mode(pair: Mapping[str, Any] | None) -> str:
-    """The crash mode of a pair's lesson, from its stored preset."""
+    """The crash mode of a pair's lesson, from its stored preset (its name in the registry,
+    trainer/crash_modes.py; the default for none or one no longer registered)."""
     if pair is None:
-        return "kill"
+        return DEFAULT
     try:
         preset = json.loads(pair["preset_json"] or "{}")
     except (TypeError, ValueError):
-        return "kill"
+        return DEFAULT
     crash = preset.get("crash") if isinstance(preset, dict) else None
     mode = crash.get("mode") if isinstance(crash, dict) else None
-    return str(mode) if mode in CRASH_MODES else "kill"
+    return str(mode) if mode in NAMES else DEFAULT
 
 
 def preemption(preset_ref: str, label: str) -> tuple[float, int]:
@@ -73,8 +75,9 @@ def fresh_start_allowed(preset_ref: str, label: str) -> bool:
 
 
 def launch_env(preset_ref: str, label: str, mode: str) -> dict[str, str]:
-    """Environment for a run's trainer: the checkpoint pause of a during_save lesson."""
-    if mode != "during_save":
+    """Environment for a run's trainer: the checkpoint pause of a lesson whose crash mode
+    waits for a save (during_save)."""
+    if not mode_named(mode).waits_for_save:
         return {}
     try:
         spec = during_save_pause(get_preset(preset_ref), label)

@@ -30,8 +30,7 @@ from crashdrill.server.db import (
     check_postgres_url,
     mask_url,
 )
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+from crashdrill.trainer.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

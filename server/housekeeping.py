@@ -38,7 +38,7 @@ from pathlib import Path
 from crashdrill.server.db import DatabaseUnavailable, Row
 from crashdrill.server.fanout import Fanout
 from crashdrill.server.settings import Settings
-from crashdrill.server.store import ACTIVE_STATES, Store
+from crashdrill.server.store import ACTIVE_STATES, LIVE_STATES, Store
 from crashdrill.trainer.checkpoint_layout import MANIFEST, step_dir_name
 from crashdrill.workers.mirror import CheckpointMirror
 from crashdrill.workers.mirror_backends import MirrorError
@@ -47,7 +47,6 @@ from crashdrill.workers.mirror_restore import mirrored_files
 log = logging.getLogger(__name__)
 
 CKPT_DIR = "ckpt"  # DIR/ckpt/ (workers/run_dir.py's layout)
-LIVE_STATES = ("queued", *ACTIVE_STATES)
 
 
 @dataclass

@@ -169,7 +169,7 @@ def session_in_cookie(request: Request) -> str | None:
     if not raw:
         return None
     try:
-        sid = _signer(request).loads(raw, max_age=settings_of(request).instructor_session_s)
+        sid = _signer(request).loads(raw, max_age=int(settings_of(request).instructor_session_s))
     except (BadSignature, SignatureExpired):
         return None
     return sid if isinstance(sid, str) else None

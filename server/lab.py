@@ -53,7 +53,7 @@ from crashdrill.server.run_control import RunControl
 from crashdrill.server.scheduler import Scheduler
 from crashdrill.server.settings import Settings, SettingsError, lock_data_dir
 from crashdrill.server.start_times import StartTimes
-from crashdrill.server.store import ACTIVE_STATES, TERMINAL_STATES, Store
+from crashdrill.server.store import ACTIVE_STATES, LIVE_STATES, TERMINAL_STATES, Store
 from crashdrill.server.telemetry_feed import Sampler, TelemetryFeed, default_sampler
 from crashdrill.server.views import pair_view, queue_positions
 from crashdrill.trainer.corpus_files import CORPORA_DIR_VARIABLE
@@ -68,8 +68,6 @@ from crashdrill.workers.run_dir import FROZEN_PRESET, RunDir
 from crashdrill.workers.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
-
-LIVE_STATES = ("queued", *ACTIVE_STATES)
 
 
 def new_id() -> str:
@@ -177,7 +175,12 @@ class Lab(RunControl):
             else:
                 sup.detach()
         if self.settings.stop_runs_on_exit:
-            await asyncio.to_thread(lambda: [s.join(10) for s in sups])
+
+            def join_all() -> None:
+                for s in sups:
+                    s.join(10)
+
+            await asyncio.to_thread(join_all)
             for _ in range(3):
                 await asyncio.sleep(0)  # let the supervisors' last reports land
         await self.reports.stop()

@@ -83,7 +83,7 @@ class LabLimits:
     cores: int = 1
     gpus: int = 0
     gpt2_tokenizer: bool = False
-    cluster: bool = False  # runs execute on a Ray cluster's nodes, not on this one machine
+    cluster: bool = False  # runs execute on a cluster's nodes, not on this one machine
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LabLimits:
@@ -94,7 +94,7 @@ class LabLimits:
             settings.max_checkpoint_bytes_per_run,
             settings.max_disk_bytes_per_run,
             settings.mirror_url is not None,
-            settings.ray is not None,
+            settings.on_cluster,
         )
 
     @property
@@ -201,7 +201,9 @@ def _num(x: float | None) -> str:
 
 def lesson_values(preset: Preset, name: str) -> list[Any]:
     """The values a lesson gives `name` in its four configs (A, B; plain and CUDA)."""
-    return [getattr(preset.config_for(label, cuda=c), name) for label in LABELS for c in (0, 1)]
+    return [
+        getattr(preset.config_for(label, cuda=c), name) for label in LABELS for c in (False, True)
+    ]
 
 
 # (lo, hi) of the float settings; the config refines an open end (lr > 0, dropout < 1).

@@ -8,7 +8,7 @@ checks that a preset's values make valid TrainConfigs.
     student_overrides_allowed(preset, limits)  # what they may: run settings and/or "knob"
     apply_student_overrides(preset, {"steps": 600, "knob": {"a": 50}}, limits)  # or PresetError
     public_view(preset, limits)            # what a page shows, both lists included
-    during_save_pause(preset, "A")         # CRASHDRILL_CKPT_PAUSE of a during_save lesson
+    during_save_pause(preset, "A")         # the checkpoint pause of a during_save lesson
 
 Published. A preset is published unless its file says `published = false`. Students see
 and start published lessons only; an instructor sees and starts every one.
@@ -45,6 +45,7 @@ from crashdrill.server.lesson_bounds import (
     range_problem,
     type_problem,
 )
+from crashdrill.trainer.checkpoint_pause import format_pause
 from crashdrill.trainer.config import ConfigError
 from crashdrill.trainer.presets import (
     KNOB,
@@ -200,12 +201,13 @@ def _range_problems(
 
 
 def during_save_pause(preset: Preset, label: str, seconds: float = DURING_SAVE_PAUSE_S) -> str:
-    """CRASHDRILL_CKPT_PAUSE for a during_save lesson's run `label`: hold every cadence
-    checkpoint's write open (not step 0's, not the last one) so that a crash test can land
-    inside it. Covers the CPU and the CUDA config."""
+    """The checkpoint pause (trainer/checkpoint_pause.py) for a during_save lesson's run
+    `label`: hold every cadence checkpoint's write open (not step 0's, not the last one) so
+    that a crash test can land inside it. Covers the CPU and the CUDA config; "" when the
+    run writes no cadence checkpoint."""
     steps: set[int] = set()
     for cuda in (False, True):
         cfg = preset.config_for(label, cuda=cuda)
         if cfg.ckpt_policy == "every":
             steps.update(range(cfg.ckpt_every, cfg.steps, cfg.ckpt_every))
-    return ",".join(f"{s}:{seconds:g}" for s in sorted(steps))
+    return format_pause(steps, seconds) if steps else ""

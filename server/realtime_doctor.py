@@ -31,8 +31,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from crashdrill.server.realtime_publisher import channel_params, connect
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+from crashdrill.trainer.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 POLICY_SQL = """  create policy "crashdrill pages read lab broadcasts" on realtime.messages
     for select to anon using (

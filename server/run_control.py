@@ -15,6 +15,7 @@ from crashdrill.server.errors import Conflict, Forbidden, NotFound
 from crashdrill.server.ingest_loop import IngestLoop
 from crashdrill.server.store import ACTIVE_STATES, Store
 from crashdrill.server.views import training
+from crashdrill.trainer.crash_modes import mode_named
 from crashdrill.workers.launch import NotRunning
 from crashdrill.workers.supervisor import Supervisor
 
@@ -105,10 +106,10 @@ class RunControl:
         except NotRunning as e:
             raise Conflict(f"cannot crash run {run_id}: {e}") from None
         self._signalled[run_id] = row["segment"] or 0
-        # "during_save" arms the kill: it lands when the next checkpoint write begins, and
-        # the run trains on until then. Its state says restarting only once the supervisor
-        # reports the trainer dead (server/reports.py), never before.
-        armed = mode == "during_save"
+        # A mode that waits for a save ("during_save") arms the kill: it lands when the next
+        # checkpoint write begins, and the run trains on until then. Its state says
+        # restarting only once the supervisor reports the trainer dead (server/reports.py).
+        armed = mode_named(mode).waits_for_save
         state = row["state"] if armed else "restarting"
         if armed:
             self.store.update_run(run_id, crashes=row["crashes"] + 1)

@@ -7,18 +7,22 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from crashdrill.server.store import RUN_STATES
+from crashdrill.trainer import crash_modes
 from crashdrill.trainer.record_contract import KIND_NAMES
 
-# The record kinds of the run-record contract (crashdrill.trainer.record_contract, in its
-# order): the records route's `kind` filter and the OpenAPI schema list exactly these.
+# Choices that have one home elsewhere, derived here so that the routes' validation and the
+# OpenAPI schema list exactly those: the record kinds of the run-record contract
+# (crashdrill.trainer.record_contract, in its order), a run's states (server/store.py), the
+# crash modes (crashdrill.trainer.crash_modes). A new one there needs no edit here.
 if TYPE_CHECKING:
     RecordKind = str
+    RunState = str
+    CrashModeName = str
 else:
     RecordKind = Literal[KIND_NAMES]
-
-RunState = Literal[
-    "queued", "starting", "running", "restarting", "finished", "failed", "stopped", "diverged"
-]
+    RunState = Literal[RUN_STATES]
+    CrashModeName = Literal[crash_modes.NAMES]
 
 
 class Problem(BaseModel):
@@ -163,11 +167,10 @@ class CrashResult(BaseModel):
     killed_pid: int
     at_step: int | None
     state: RunState
-    crash_mode: Literal["kill", "during_save", "wipe", "host"] = Field(
-        "kill",
-        description="the lesson's crash mode: kill now, kill during the next checkpoint write"
-        " (the kill follows when the write starts), kill and delete the local checkpoints, or"
-        " that and restart on another host of the Ray cluster (from the mirror)",
+    crash_mode: CrashModeName = Field(
+        crash_modes.DEFAULT,
+        description="the lesson's crash mode: "
+        + "; ".join(f"{m.name}: {m.summary}" for m in crash_modes.MODES),
     )
     armed: bool = Field(
         False,

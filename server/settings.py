@@ -21,6 +21,7 @@ from crashdrill.server.settings_env import (
     allowed_hosts_from_environ,
     values_from_env,
 )
+from crashdrill.workers.executor_registry import ExecutorConfigError, executor_kind
 from crashdrill.workers.launch import DEFAULT_COMMAND
 from crashdrill.workers.mirror_backends import MirrorURLError, parse_mirror_url
 from crashdrill.workers.trainer_env import env_pass_from_environ
@@ -105,8 +106,9 @@ class Settings:
     data_dir: Path = field(default_factory=default_data_dir)
     host: str = "127.0.0.1"
     port: int = 8000
-    # Runs training at once. None: from this machine (default_max_concurrent); with `ray`
-    # it stays None: every run waits for a node with its resources (the cluster's queue).
+    # Runs training at once. None: from this machine (default_max_concurrent); on an
+    # executor that queues itself (ray) it stays None: every run waits for a node with
+    # its resources (the cluster's queue).
     max_concurrent: int | None = None
     instructor_token: str | None = None
     max_wrong_tokens: int = 10  # per client address per minute; 0: no limit
@@ -160,9 +162,12 @@ class Settings:
     # Checkpoint mirror: "" = the directory DATA_DIR-mirror beside the data dir; "off";
     # a local directory; or gs://BUCKET[/PREFIX] (needs crashdrill[gcs]).
     mirror: str = ""
-    # Ray cluster for the runs (docs/cluster.md): None = subprocesses on this machine;
-    # "auto", HOST:PORT or ray://HOST:PORT (needs crashdrill[ray] and an explicit mirror).
-    ray: str | None = None
+    # Where trainers run, by name (workers/executor_registry.py; docs/cluster.md): "local"
+    # (subprocesses on this machine) or "ray"; "": ray when ray_address is set, else local.
+    executor: str = ""
+    # The Ray executor's cluster: "auto", HOST:PORT or ray://HOST:PORT (needs
+    # crashdrill[ray] and an explicit mirror every node reaches).
+    ray_address: str | None = None
     # ---- trainers, sessions, browsers, streams (docs/server.md "Running a lab for a class")
     corpora_dir: Path | None = None  # None: data_dir/corpora; `file:` corpora only from there
     # Names or PREFIX* a trainer inherits beyond the allowlist (workers/trainer_env.py).
@@ -187,7 +192,8 @@ class Settings:
         self._check_hardening()
         if not 1 <= self.port <= 65535:
             raise SettingsError(f"port = {self.port}: a number in 1..65535")
-        if self.max_concurrent is None and self.ray is None:
+        self._check_executor()
+        if self.max_concurrent is None and not self.on_cluster:
             object.__setattr__(self, "max_concurrent", default_max_concurrent())
         if self.max_concurrent is not None and self.max_concurrent < 1:
             raise SettingsError(f"max_concurrent = {self.max_concurrent}: a whole number ≥ 1")
@@ -226,7 +232,6 @@ class Settings:
                 parse_mirror_url(self.mirror)
             except MirrorURLError as e:
                 raise SettingsError(f"{e}, or off") from None
-        self._check_ray()
 
     def _check_class_limits(self) -> None:
         """The settings of "Running a lab for a class" (docs/server.md)."""
@@ -277,16 +282,35 @@ class Settings:
         if not 16 <= self.listen_backlog <= 65535:
             raise SettingsError(f"listen_backlog = {self.listen_backlog}: 16 to 65535")
 
-    def _check_ray(self) -> None:
-        if self.ray is None:
-            return
-        if not self.ray.strip():
-            raise SettingsError("ray = '': auto, HOST:PORT or ray://HOST:PORT (or unset it)")
-        if self.mirror in ("", "off"):
+    def _check_executor(self) -> None:
+        """The executor's name and its options (docs/cluster.md); "" becomes a name."""
+        if not self.executor:
+            object.__setattr__(self, "executor", "ray" if self.ray_address is not None else "local")
+        try:
+            kind = executor_kind(self.executor)
+        except ExecutorConfigError as e:
+            raise SettingsError(f"{e} (--executor, CRASHDRILL_EXECUTOR)") from None
+        if self.ray_address is not None:
+            if kind.name != "ray":
+                raise SettingsError(
+                    f"ray_address = {self.ray_address!r} is for executor 'ray', not"
+                    f" {kind.name!r}: unset it (CRASHDRILL_RAY_ADDRESS) or use --executor ray"
+                )
+            if not self.ray_address.strip():
+                raise SettingsError(
+                    "ray_address = '': auto, HOST:PORT or ray://HOST:PORT (or unset it)"
+                )
+        elif kind.name == "ray":
             raise SettingsError(
-                f"ray = {self.ray!r} needs a checkpoint mirror that every node reaches (a node"
-                " and its disk can vanish): set mirror (--mirror, CRASHDRILL_MIRROR) to"
-                " gs://BUCKET[/PREFIX], or to a directory all nodes share"
+                "executor = 'ray' needs ray_address (--ray-address, CRASHDRILL_RAY_ADDRESS):"
+                " auto, HOST:PORT or ray://HOST:PORT"
+            )
+        if kind.cluster and self.mirror in ("", "off"):
+            raise SettingsError(
+                f"executor = {kind.name!r} (ray_address = {self.ray_address!r}) needs a"
+                " checkpoint mirror that every node reaches (a node and its disk can vanish):"
+                " set mirror (--mirror, CRASHDRILL_MIRROR) to gs://BUCKET[/PREFIX], or to a"
+                " directory all nodes share"
             )
 
     @classmethod
@@ -367,6 +391,11 @@ class Settings:
     def instructor_presets_dir(self) -> Path:
         """Where instructor presets live: the `presets_dir` setting, else data_dir/presets."""
         return self.presets_dir if self.presets_dir is not None else self.data_dir / "presets"
+
+    @property
+    def on_cluster(self) -> bool:
+        """Runs train on a cluster's nodes (the executor's kind says), not on this machine."""
+        return executor_kind(self.executor).cluster
 
     @property
     def mirror_url(self) -> str | None:

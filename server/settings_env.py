@@ -40,8 +40,10 @@ def values_from_env() -> dict[str, object]:
         values["telemetry"] = env["CRASHDRILL_TELEMETRY"].lower() not in ("0", "false", "no")
     if env.get("CRASHDRILL_MIRROR", "").strip():
         values["mirror"] = env["CRASHDRILL_MIRROR"].strip()
+    if env.get("CRASHDRILL_EXECUTOR", "").strip():
+        values["executor"] = env["CRASHDRILL_EXECUTOR"].strip()
     if env.get("CRASHDRILL_RAY_ADDRESS", "").strip():
-        values["ray"] = env["CRASHDRILL_RAY_ADDRESS"].strip()
+        values["ray_address"] = env["CRASHDRILL_RAY_ADDRESS"].strip()
     if env.get("CRASHDRILL_DATABASE_URL", "").strip():
         values["database_url"] = env["CRASHDRILL_DATABASE_URL"].strip()
     values.update(_hardening_env())

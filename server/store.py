@@ -16,8 +16,14 @@ from crashdrill.server.db import Database, Row
 from crashdrill.server.sql_text import set_clause
 from crashdrill.workers.launch import ENDED
 
+# A run's states, the one definition (the API's RunState is derived from RUN_STATES):
+# queued → starting → running ⇄ restarting → finished | failed | stopped | diverged.
+# The server queues and starts a run; from then on its supervisor reports the rest
+# (workers/launch.py's State, whose ended ones are ENDED).
 ACTIVE_STATES = ("starting", "running", "restarting")
 TERMINAL_STATES: tuple[str, ...] = ENDED  # finished, failed, stopped, diverged
+LIVE_STATES = ("queued", *ACTIVE_STATES)  # a run that is not over
+RUN_STATES = (*LIVE_STATES, *TERMINAL_STATES)
 
 
 def marks(values: Sequence[object]) -> str:

@@ -52,6 +52,7 @@ from crashdrill.trainer.checkpoint_layout import (
     step_dir_name,
     temp_dir_name,
 )
+from crashdrill.trainer.checkpoint_pause import paused_line, pauses_from_env
 
 # What a checkpoint holds and the words for it: the layout's (no torch), named here too
 # for the writer's users.
@@ -68,17 +69,6 @@ class SaveResult:
     seconds: float  # how long training was blocked
     persist_seconds: float  # how long the bytes took to reach the disk
     parts: tuple[str, ...]
-
-
-def pause_for(step: int) -> float:
-    """CRASHDRILL_CKPT_PAUSE="STEP:SECONDS[,…]": a test/drill hook that holds the writer
-    inside the write of one checkpoint so a SIGKILL can land there."""
-    spec = os.environ.get("CRASHDRILL_CKPT_PAUSE", "")
-    for item in filter(None, spec.split(",")):
-        s, _, secs = item.partition(":")
-        if s.strip().isdigit() and int(s) == step:
-            return float(secs or 1.0)
-    return 0.0
 
 
 def _snapshot(obj: Any) -> Any:
@@ -101,7 +91,7 @@ class CheckpointWriter:
         keep: int = 2,
         write: str = "atomic",
         mode: str = "sync",
-        on_error: Callable[[str], None] | None = None,
+        on_error: Callable[[str], object] | None = None,
         on_saved: Callable[[SaveResult], None] | None = None,
     ) -> None:
         self.root = ckpt_root(run_dir)
@@ -111,6 +101,9 @@ class CheckpointWriter:
         self.mode = mode
         self.on_error = on_error or (lambda msg: print(msg, file=sys.stderr))
         self.on_saved = on_saved  # called once a checkpoint is complete on disk
+        # The test/drill hook that holds a write open (trainer/checkpoint_pause.py): read
+        # once, so that a malformed value stops the run before it trains (PauseError).
+        self.pauses = pauses_from_env(os.environ)
         self._thread: threading.Thread | None = None
         self._last: SaveResult | None = None
         self._remove_stale_temp_dirs()
@@ -166,7 +159,7 @@ class CheckpointWriter:
             work = self.root / temp_dir_name(step)
             shutil.rmtree(work, ignore_errors=True)
             work.mkdir()
-        entries = {}
+        entries: dict[str, dict[str, Any]] = {}
         for stem, state in files.items():
             path = work / f"{stem}.pt"
             # Serialise to memory once, hash those bytes, write them: no read-back pass.
@@ -180,9 +173,9 @@ class CheckpointWriter:
                     os.fsync(f.fileno())
             entries[path.name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
             del data, buf
-        pause = pause_for(step)
+        pause = self.pauses.get(step, 0.0)
         if pause:
-            print(f"crashdrill: paused inside checkpoint write at step {step}", file=sys.stderr)
+            print(paused_line(step), file=sys.stderr)
             sys.stderr.flush()
             time.sleep(pause)
         if self.write == "atomic":

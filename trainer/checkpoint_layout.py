@@ -51,27 +51,46 @@ MANIFEST = "MANIFEST.json"
 INPLACE_SLOT = "latest"
 TEMP_SUFFIX = ".tmp"
 FORMAT_VERSION = 1
+# The file (`<stem>.pt`) every checkpoint has, weights-only ones too: step, tokens, config,
+# fingerprints, format version, and the parts (below) that it holds under their keys.
+TRAIN_STATE_FILE = "train_state"
 
-# What a checkpoint holds (its manifest's `parts`), the one list of them and their words:
-# the trainer's events name a part by its word, the resume check adds what it holds.
-PARTS_FULL = ("weights", "optimizer", "schedule", "rng", "data")
-PARTS_WEIGHTS = ("weights",)
-PART_WORDS = {
-    "weights": "weights",
-    "optimizer": "AdamW state",
-    "schedule": "schedule position",
-    "rng": "RNG states",
-    "data": "data position",
+
+@dataclass(frozen=True)
+class Part:
+    """One part of the training state in a checkpoint (its manifest's `parts` name it):
+    the word the trainer's events and the resume check use, what it holds where the word
+    does not say it, and where its state dict lies: file `<file>.pt`, under `key`
+    (None: the whole file)."""
+
+    word: str
+    file: str
+    key: str | None = None
+    holds: str = ""
+
+
+# What a checkpoint holds, in report order: the one table of parts. The trainer binds each
+# name to the object whose state_dict it is (trainer/train_state.py); readers without torch
+# (the server) take the words from here.
+PARTS: dict[str, Part] = {
+    "weights": Part("weights", file="model"),
+    "optimizer": Part("AdamW state", file="optimizer", holds="moments and step counts"),
+    "schedule": Part("schedule position", file=TRAIN_STATE_FILE, key="schedule"),
+    "rng": Part("RNG states", file=TRAIN_STATE_FILE, key="rng"),
+    "data": Part("data position", file=TRAIN_STATE_FILE, key="data"),
 }
-_PART_HOLDS = {"optimizer": "moments and step counts"}
+PARTS_FULL = tuple(PARTS)
+PARTS_WEIGHTS = ("weights",)  # ckpt_state = "weights", a teaching mode
+PART_WORDS = {name: part.word for name, part in PARTS.items()}
 
 
 def part_description(part: str) -> str:
     """A part's word and, where the word does not say it, what it holds: "AdamW state
     (moments and step counts)". An unknown part is its own name."""
-    word = PART_WORDS.get(part, part)
-    holds = _PART_HOLDS.get(part)
-    return f"{word} ({holds})" if holds else word
+    known = PARTS.get(part)
+    if known is None:
+        return part
+    return f"{known.word} ({known.holds})" if known.holds else known.word
 
 
 Check = Literal["manifest", "listed", "verified"]

@@ -1,9 +1,19 @@
-"""Run configuration: one frozen, validated dataclass that sizes the model and the run.
+"""Run configuration: one frozen, validated dataclass that sizes the model and the run,
+made of sections that each validate their own fields.
 
-Every field that changes the training trajectory goes into the config fingerprint, so a
-checkpoint from a different config is refused on load. Fields that only change *how
-often we look or save* (cadences, checkpoint teaching modes) do not: two runs that differ
-only in `ckpt_every` train the same model bit for bit — that is the seed lesson.
+    cfg = TrainConfig(steps=500, lr=1e-3)        # flat, as presets and `--set` name them
+    cfg.section("optim")                         # OptimConfig(batch=16, steps=500, …)
+    cfg.fingerprint()                            # what a checkpoint must match
+
+A section (model, optim, numerics, runtime, data, checkpoint, preemption, eval) says
+whether it is part of the config fingerprint. Every field that changes the training
+trajectory is in a fingerprinted section, so a checkpoint from a different config is
+refused on load. Sections that only change *where it runs, how often we look or save*
+(cadences, checkpoint teaching modes, graceful stops, the device) are not: two runs that
+differ only in `ckpt_every` train the same model bit for bit — that is the seed lesson.
+Adding a setting is one field in its section (and its check in that section's `_check`);
+a new section is one class and one base of TrainConfig. The flat names stay the one
+vocabulary of presets, `--set`, the lab's bounds and the records.
 """
 
 from __future__ import annotations
@@ -13,7 +23,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from crashdrill.trainer.preemption import parse_duration
 
@@ -46,41 +56,54 @@ class ConfigError(ValueError):
         super().__init__(f"{field_name} = {value!r} is not allowed: {allowed}")
 
 
-# Fields that do not change the trajectory (see module docstring).
-_NOT_FINGERPRINTED = frozenset(
-    {
-        "ckpt_every",
-        "keep",
-        "ckpt_state",
-        "ckpt_write",
-        "ckpt_mode",
-        "ckpt_policy",
-        "on_missing_checkpoint",
-        "mirror",
-        "graceful_stop",
-        "stop_grace",
-        "stop_after",
-        "eval_every",
-        "eval_batches",
-        "probe_every",
-        "sample_every",
-        "sample_tokens",
-        "log_every",
-        "device",
-    }
-)
+class Section:
+    """A group of settings that belong together, and whether they are part of the run's
+    config fingerprint: what a checkpoint must match to be resumed. Each section is a
+    frozen dataclass that validates its own fields (a section on its own validates too:
+    `OptimConfig(lr=-1)` is a ConfigError naming lr). TrainConfig is the union of them."""
+
+    name: ClassVar[str]
+    fingerprinted: ClassVar[bool]
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        self._check()
+
+    def _check(self) -> None:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    # model (nanoGPT shape)
+class ModelConfig(Section):
+    """The model's shape (nanoGPT's)."""
+
+    name: ClassVar[str] = "model"
+    fingerprinted: ClassVar[bool] = True
     n_layer: int = 2
     d_model: int = 64
     n_head: int = 4
     ctx: int = 64
     vocab: int = 0  # 0 = the tokenizer's vocabulary size
     dropout: float = 0.0
-    # optimisation
+
+    def _check(self) -> None:
+        _at_least_1(self, "n_layer", "d_model", "n_head", "ctx")
+        if self.d_model % self.n_head != 0:
+            raise ConfigError(
+                "n_head", self.n_head, f"a divisor of d_model ({self.d_model}), e.g. 1, 2, 4"
+            )
+        if not isinstance(self.vocab, int) or self.vocab < 0:
+            raise ConfigError("vocab", self.vocab, "0 (the tokenizer's size) or a whole number")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError("dropout", self.dropout, "a number in [0, 1)")
+
+
+@dataclass(frozen=True)
+class OptimConfig(Section):
+    """Batch, length and AdamW with its schedule (linear warmup, cosine to min_lr)."""
+
+    name: ClassVar[str] = "optim"
+    fingerprinted: ClassVar[bool] = True
     batch: int = 16
     steps: int = 300
     lr: float = 3e-3
@@ -90,66 +113,9 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
-    seed: int = 1337
-    threads: int = 1
-    precision: str = "fp32"
-    device: str = "auto"
-    # data
-    data: str = "builtin"
-    tokenizer: str = "byte"
-    val_fraction: float = 0.1
-    # checkpoints
-    ckpt_every: int = 50
-    keep: int = 2
-    ckpt_state: str = "full"
-    ckpt_write: str = "atomic"
-    ckpt_mode: str = "sync"
-    ckpt_policy: str = "every"
-    on_missing_checkpoint: str = "fail"
-    mirror: str = "on"
-    # graceful stops (trainer/preemption.py): what SIGTERM does, the grace the platform
-    # gives between SIGTERM and SIGKILL (reported against the save time), and a time budget
-    # ("11h30m", "" = none) after which the run stops itself before a wall
-    graceful_stop: str = "on"
-    stop_grace: float = 30.0
-    stop_after: str = ""
-    # what we look at while it trains
-    eval_every: int = 50
-    eval_batches: int = 4
-    probe_every: int = 50
-    sample_every: int = 100
-    sample_tokens: int = 96
-    log_every: int = 1
-    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
-    def __post_init__(self) -> None:
-        _check_types(self)
-        _positive = {
-            "n_layer": self.n_layer,
-            "d_model": self.d_model,
-            "n_head": self.n_head,
-            "ctx": self.ctx,
-            "batch": self.batch,
-            "steps": self.steps,
-            "threads": self.threads,
-            "ckpt_every": self.ckpt_every,
-            "eval_every": self.eval_every,
-            "eval_batches": self.eval_batches,
-            "probe_every": self.probe_every,
-            "sample_every": self.sample_every,
-            "log_every": self.log_every,
-        }
-        for name, value in _positive.items():
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(name, value, "a whole number ≥ 1")
-        if self.d_model % self.n_head != 0:
-            raise ConfigError(
-                "n_head", self.n_head, f"a divisor of d_model ({self.d_model}), e.g. 1, 2, 4"
-            )
-        if not isinstance(self.vocab, int) or self.vocab < 0:
-            raise ConfigError("vocab", self.vocab, "0 (the tokenizer's size) or a whole number")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError("dropout", self.dropout, "a number in [0, 1)")
+    def _check(self) -> None:
+        _at_least_1(self, "batch", "steps")
         if not (isinstance(self.lr, int | float) and self.lr > 0):
             raise ConfigError("lr", self.lr, "a number > 0")
         if not 0 <= self.min_lr <= self.lr:
@@ -163,24 +129,107 @@ class TrainConfig:
                 raise ConfigError(name, beta, "a number in [0, 1)")
         if self.grad_clip <= 0:
             raise ConfigError("grad_clip", self.grad_clip, "a number > 0")
+
+
+@dataclass(frozen=True)
+class NumericsConfig(Section):
+    """What fixes the bits: the seed, the thread count (it changes reduction order) and the
+    precision (trainer/determinism.py)."""
+
+    name: ClassVar[str] = "numerics"
+    fingerprinted: ClassVar[bool] = True
+    seed: int = 1337
+    threads: int = 1
+    precision: str = "fp32"
+
+    def _check(self) -> None:
+        _at_least_1(self, "threads")
         if not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
             raise ConfigError("seed", self.seed, "a whole number in [0, 2**63)")
-        if self.sample_tokens < 0:
-            raise ConfigError("sample_tokens", self.sample_tokens, "a whole number ≥ 0")
+        _choice("precision", self.precision, PRECISIONS)
+
+
+@dataclass(frozen=True)
+class RuntimeConfig(Section):
+    """Where the run executes: a checkpoint may resume on another device."""
+
+    name: ClassVar[str] = "runtime"
+    fingerprinted: ClassVar[bool] = False
+    device: str = "auto"
+
+    def _check(self) -> None:
+        _choice("device", self.device, DEVICES)
+
+
+@dataclass(frozen=True)
+class DataConfig(Section):
+    """The corpus, its tokenizer and the validation split (trainer/data.py)."""
+
+    name: ClassVar[str] = "data"
+    fingerprinted: ClassVar[bool] = True
+    data: str = "builtin"
+    tokenizer: str = "byte"
+    val_fraction: float = 0.1
+
+    def _check(self) -> None:
         if not 0.0 < self.val_fraction < 0.5:
             raise ConfigError("val_fraction", self.val_fraction, "a number in (0, 0.5)")
+        _choice("tokenizer", self.tokenizer, TOKENIZERS)
+        if not isinstance(self.data, str) or not (
+            self.data == "builtin"
+            or (self.data.startswith("file:") and len(self.data) > 5)
+            or self.data.startswith("fineweb-edu")
+        ):
+            raise ConfigError(
+                "data",
+                self.data,
+                "'builtin', 'file:PATH' (a UTF-8 text file), 'fineweb-edu' or "
+                "'fineweb-edu:PATH' (a local .parquet or .jsonl file of FineWeb-Edu rows)",
+            )
+
+
+@dataclass(frozen=True)
+class CheckpointConfig(Section):
+    """How often and how checkpoints are saved (trainer/checkpoint.py): two runs that
+    differ only here train the same model bit for bit — the seed lesson."""
+
+    name: ClassVar[str] = "checkpoint"
+    fingerprinted: ClassVar[bool] = False
+    ckpt_every: int = 50
+    keep: int = 2
+    ckpt_state: str = "full"
+    ckpt_write: str = "atomic"
+    ckpt_mode: str = "sync"
+    ckpt_policy: str = "every"
+    on_missing_checkpoint: str = "fail"
+    mirror: str = "on"
+
+    def _check(self) -> None:
+        _at_least_1(self, "ckpt_every")
         if self.keep < 2:
             # The newest checkpoint may be the one a crash tore; one more must remain.
             raise ConfigError("keep", self.keep, "a whole number ≥ 2 (the newest may be torn)")
-        _choice("precision", self.precision, PRECISIONS)
-        _choice("device", self.device, DEVICES)
-        _choice("tokenizer", self.tokenizer, TOKENIZERS)
         _choice("ckpt_state", self.ckpt_state, CKPT_STATES)
         _choice("ckpt_write", self.ckpt_write, CKPT_WRITES)
         _choice("ckpt_mode", self.ckpt_mode, CKPT_MODES)
         _choice("ckpt_policy", self.ckpt_policy, CKPT_POLICIES)
         _choice("on_missing_checkpoint", self.on_missing_checkpoint, ON_MISSING_CHECKPOINT)
         _choice("mirror", self.mirror, MIRROR_CHOICES)
+
+
+@dataclass(frozen=True)
+class PreemptionConfig(Section):
+    """Graceful stops (trainer/preemption.py): what SIGTERM does, the grace the platform
+    gives between SIGTERM and SIGKILL (reported against the save time), and a time budget
+    ("11h30m", "" = none) after which the run stops itself before a wall."""
+
+    name: ClassVar[str] = "preemption"
+    fingerprinted: ClassVar[bool] = False
+    graceful_stop: str = "on"
+    stop_grace: float = 30.0
+    stop_after: str = ""
+
+    def _check(self) -> None:
         _choice("graceful_stop", self.graceful_stop, GRACEFUL_STOP_CHOICES)
         if not (isinstance(self.stop_grace, int | float) and 0 < self.stop_grace <= 86400):
             raise ConfigError("stop_grace", self.stop_grace, "seconds in (0, 86400], e.g. 30")
@@ -193,17 +242,57 @@ class TrainConfig:
                     self.stop_after,
                     "a duration like '11h30m', '45m', '90s' or '90' (seconds), or '' for none",
                 ) from None
-        if not isinstance(self.data, str) or not (
-            self.data == "builtin"
-            or (self.data.startswith("file:") and len(self.data) > 5)
-            or self.data.startswith("fineweb-edu")
-        ):
-            raise ConfigError(
-                "data",
-                self.data,
-                "'builtin', 'file:PATH' (a UTF-8 text file), 'fineweb-edu' or "
-                "'fineweb-edu:PATH' (a local .parquet or .jsonl file of FineWeb-Edu rows)",
-            )
+
+
+@dataclass(frozen=True)
+class EvalConfig(Section):
+    """What we look at while it trains (trainer/evaluate.py): val loss, fact probes,
+    samples, step records. Probes and samples use their own generators."""
+
+    name: ClassVar[str] = "eval"
+    fingerprinted: ClassVar[bool] = False
+    eval_every: int = 50
+    eval_batches: int = 4
+    probe_every: int = 50
+    sample_every: int = 100
+    sample_tokens: int = 96
+    log_every: int = 1
+
+    def _check(self) -> None:
+        _at_least_1(self, "eval_every", "eval_batches", "probe_every", "sample_every", "log_every")
+        if self.sample_tokens < 0:
+            raise ConfigError("sample_tokens", self.sample_tokens, "a whole number ≥ 0")
+
+
+@dataclass(frozen=True)
+class TrainConfig(
+    EvalConfig,
+    PreemptionConfig,
+    CheckpointConfig,
+    DataConfig,
+    RuntimeConfig,
+    NumericsConfig,
+    OptimConfig,
+    ModelConfig,
+):
+    """The whole run's config: every section's fields, flat (`cfg.lr`, `--set lr=…`, a
+    preset's `[run]` keys), in section order (the base classes, last first). `section(name)`
+    is one section on its own."""
+
+    name: ClassVar[str] = "run"
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        for section in SECTIONS:
+            section._check(self)
+
+    def section(self, name: str) -> Section:
+        """One section of this config, e.g. `cfg.section("optim")` → OptimConfig(…)."""
+        for section in SECTIONS:
+            if section.name == name:
+                return section(**{k: getattr(self, k) for k in section_fields(section)})
+        raise ConfigError("section", name, "one of " + ", ".join(s.name for s in SECTIONS))
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -224,15 +313,36 @@ class TrainConfig:
         return TrainConfig.from_dict({**self.to_dict(), **overrides})
 
     def fingerprint(self) -> str:
-        """Hash of the fields that change what is trained (see _NOT_FINGERPRINTED)."""
-        d = {k: v for k, v in self.to_dict().items() if k not in _NOT_FINGERPRINTED}
+        """Hash of the fields that change what is trained: those of the fingerprinted
+        sections."""
+        d = {k: v for k, v in self.to_dict().items() if k in FINGERPRINTED}
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _check_types(config: TrainConfig) -> None:
+# The sections in field order (TrainConfig's bases, last first): the one list of them.
+SECTIONS: tuple[type[Section], ...] = tuple(reversed(TrainConfig.__bases__))
+
+
+def section_fields(section: type[Section]) -> tuple[str, ...]:
+    """The settings of one section."""
+    return tuple(f.name for f in dataclasses.fields(section))  # type: ignore[arg-type]
+
+
+# The settings in the config fingerprint: what a checkpoint must match to be resumed.
+FINGERPRINTED = frozenset(k for s in SECTIONS if s.fingerprinted for k in section_fields(s))
+
+
+def _at_least_1(section: Section, *names: str) -> None:
+    for name in names:
+        value = getattr(section, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(name, value, "a whole number ≥ 1")
+
+
+def _check_types(config: Section) -> None:
     """Each field of its default's type (a value of another type, like dropout = "x", is a
     ConfigError naming it, not a TypeError in a comparison below)."""
-    for f in dataclasses.fields(config):
+    for f in dataclasses.fields(config):  # type: ignore[arg-type]
         value, default = getattr(config, f.name), f.default
         if f.name == "extra" or isinstance(value, bool) != isinstance(default, bool):
             if f.name != "extra":

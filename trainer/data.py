@@ -179,7 +179,9 @@ class Dataset:
         return self.tokenizer.vocab_size
 
 
-def load_dataset(cfg: TrainConfig, on_stage: Callable[[str, float], None] | None = None) -> Dataset:
+def load_dataset(
+    cfg: TrainConfig, on_stage: Callable[[str, float], object] | None = None
+) -> Dataset:
     stage = on_stage or (lambda _s, _p: None)
     stage("download", 0.0)
     text = load_text(cfg.data)

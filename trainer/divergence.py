@@ -4,15 +4,15 @@ at once, in a state of its own, and never saves what it has become.
     what = nonfinite(loss, grad_norm)   # "the loss is nan", or None while all is finite
     text = diverged_text(step, what, last_checkpoint=150)
     record_divergence(rec, step=..., what=..., loss=..., ...)   # the records it writes
-    EXIT_DIVERGED                       # the trainer's exit status (4)
 
 The loop checks the loss right after the forward pass, before backward, and the gradient
 norm before the optimizer's update: the weights never take a NaN in, and no checkpoint is
 written after it (the newest one on disk is from before). The trainer then writes the
 step's record (its loss null, its `loss_bits` exact: record_contract.py), an event with
 CODE, the stage STAGE, prints `crashdrill: diverged at step N: …` and exits
-EXIT_DIVERGED. A supervisor does not restart it (a restart would diverge again, from the
-same checkpoint, bit for bit); the lab marks the run "diverged", not "failed".
+EXIT_DIVERGED (4, trainer/exit_codes.py). A supervisor does not restart it (a restart
+would diverge again, from the same checkpoint, bit for bit); the lab marks the run
+"diverged", not "failed".
 
 Imports nothing but the standard library: the supervisor and the server read these names.
 """
@@ -24,7 +24,6 @@ from typing import Any, Protocol
 
 from crashdrill.trainer.record_contract import float32_bits
 
-EXIT_DIVERGED = 4
 CODE = "diverged"  # the event's code
 STAGE = "diverged"  # the stage record's stage, and the lab's run state
 

@@ -68,7 +68,7 @@ _RESTART = (
     _f("at_step", "int or null", "the newest step the dead process logged (null: none)"),
     _f("resume_from", "int or null", "the checkpoint's step the restart resumes from (null: none)"),
     _f("lost_steps", "int or null", "steps to recompute (or lost, when it starts over)"),
-    _f("crash_mode", "str", "kill, wipe, host, during_save or preempt: how it was ended"),
+    _f("crash_mode", "str", "how it was ended: a crash mode (trainer/crash_modes.py) or preempt"),
 )
 _SAVE_STEP = _f(
     "save_step", "int", "the checkpoint being written when the kill came (crash mode during_save)"

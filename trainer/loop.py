@@ -24,11 +24,11 @@ from crashdrill.trainer import checkpoint_layout as layout
 from crashdrill.trainer import determinism, evaluate, metrics
 from crashdrill.trainer.config import TrainConfig
 from crashdrill.trainer.data import BatchSampler, Dataset, load_dataset
-from crashdrill.trainer.divergence import EXIT_DIVERGED, nonfinite, record_divergence
+from crashdrill.trainer.divergence import nonfinite, record_divergence
+from crashdrill.trainer.exit_codes import EXIT_DIVERGED, EXIT_NO_CHECKPOINT, EXIT_OK, EXIT_STOPPED
 from crashdrill.trainer.model import GPT, lr_at
 from crashdrill.trainer.optim import AdamW
 from crashdrill.trainer.preemption import (
-    EXIT_STOPPED,
     GracefulStop,
     check_previous_stop,
     parse_duration,
@@ -38,11 +38,15 @@ from crashdrill.trainer.preemption import (
 from crashdrill.trainer.priority import settle_after_first_step
 from crashdrill.trainer.record_contract import to_json
 from crashdrill.trainer.records import NO_CHECKPOINT_CODE, RecordWriter, float32_bits
-from crashdrill.trainer.train_state import CheckpointMismatch, TrainState, restore, state_files
+from crashdrill.trainer.train_state import (
+    CheckpointMismatch,
+    TrainState,
+    restore,
+    state_files,
+    state_map,
+)
 
 __all__ = ["CheckpointMismatch", "RunDirError", "RunOptions", "train"]
-
-EXIT_NO_CHECKPOINT = 3
 
 
 class RunDirError(ValueError):
@@ -159,7 +163,7 @@ def _resume_or_fresh(
                 "since the start is lost).",
             )
         return
-    parts = restore(info, cfg, fingerprints, model, opt, sampler, st)
+    parts = restore(info, cfg, fingerprints, state_map(cfg, model, opt, sampler, st), st)
     print(f"crashdrill: resumed at step {st.step} from {info.path}", file=sys.stderr)
     absent = [p for p in ck.PARTS_FULL if p not in parts]
     rec.write(
@@ -319,7 +323,7 @@ def _train(
     saved = {"step": info.step if info is not None else None}
 
     def save() -> None:
-        files, parts = state_files(cfg, model, opt, sampler, st, fingerprints)
+        files, parts = state_files(cfg, state_map(cfg, model, opt, sampler, st), st, fingerprints)
         meta = {"parts": parts, "fingerprints": fingerprints, "tokens": st.tokens}
         writer.save(st.step, files, meta)
         saved["step"] = st.step
@@ -471,4 +475,4 @@ def _train(
     rec.event(
         "finished", f"Finished {cfg.steps} steps.{best}", steps=cfg.steps, best_val=st.best_val
     )
-    return 0
+    return EXIT_OK

@@ -7,10 +7,10 @@ boundary with a complete checkpoint, and the same command resumes it, losing not
 Spot VMs, SLURM and notebook platforms announce most deaths: SIGTERM, then SIGKILL after a
 grace. The loop asks `GracefulStop.due()` after each step (the step, its eval, probe,
 sample and any checkpoint write finish first: a signal never interrupts them), saves, and
-exits with EXIT_STOPPED. A second signal while stopping changes nothing; if the platform's
-SIGKILL lands inside the write, the write is atomic and the previous checkpoint stands,
-and the next start says so loudly (the stop marker, `DIR/stop.json`, still says
-"saving").
+exits with EXIT_STOPPED (75, trainer/exit_codes.py). A second signal while stopping
+changes nothing; if the platform's SIGKILL lands inside the write, the write is atomic and
+the previous checkpoint stands, and the next start says so loudly (the stop marker,
+`DIR/stop.json`, still says "saving").
 
 The time budget (`stop_after`, "11h30m", counted from the process's start) stops the run
 before the wall, leaving a margin sized from what this process measured: twice its slowest
@@ -34,9 +34,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-# EX_TEMPFAIL (sysexits.h): "a temporary failure; the user is invited to retry". Distinct
-# from 0 finished, 1 error, 2 usage, 3 no checkpoint, 130 and 143 (killed by SIGINT/SIGTERM).
-EXIT_STOPPED = 75
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 MIN_MARGIN_S = 5.0  # the budget's margin before any checkpoint write has been measured
 EXIT_S = 2.0  # and for the process to end after its save (interpreter and torch teardown)

@@ -18,8 +18,8 @@ that differs between run A and run B.
     [predict]    question = text, measure = "lost_steps" | "resume" | "bit_identical",
                  runs = ["A", "B"], answer_after_outcome = true: the prediction a student
                  makes before the first crash test (trainer/prediction.py)
-    [crash]      mode = "kill" | "during_save" | "wipe" | "host"; expect = text (what a
-                 crash shows);
+    [crash]      mode = one of the crash modes below (default "kill"); expect = text
+                 (what a crash shows);
                  wall_step = N: the lab preempts each run once when it passes step N
                  (SIGTERM, then SIGKILL after the run's stop_grace), as a platform's
                  session limit does (0, the default: no wall)
@@ -27,14 +27,9 @@ that differs between run A and run B.
                  one machine (no Ray cluster), where they differ from the cluster's: the
                  lab shows the text that is true where it runs (`Preset.for_lab`)
 
-Crash modes (what the lab's Crash test button does for this lesson):
-  kill         SIGKILL now (the default)
-  during_save  SIGKILL while the next checkpoint is being written (the lab holds the
-               write open through CRASHDRILL_CKPT_PAUSE)
-  wipe         SIGKILL, and the run's local checkpoint directory is deleted, like a disk
-               that vanished with the session
-  host         the same, and the run restarts on another machine of the lab's Ray cluster
-               from the mirror (without Ray: on the same one, as wipe; docs/cluster.md)
+Crash modes (what the lab's Crash test button does for this lesson) are one registry,
+trainer/crash_modes.py (the table in docs/presets.md); this module only checks that a
+preset names one of them.
 
 `published` and `locked` are only read and checked here: what they let a student see and
 change (and the bounds on a student's values, and the during_save pause) is the lab's
@@ -56,6 +51,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from crashdrill.trainer import crash_modes
 from crashdrill.trainer.config import ConfigError, TrainConfig
 from crashdrill.trainer.prediction import Prediction, parse_prediction
 from crashdrill.trainer.preset_toml import dump_toml
@@ -86,7 +82,6 @@ _TOP_LEVEL = (
 _ONE_MACHINE_KEYS = ("whats_happening", "what_to_watch", "explanation")
 _KNOB_KEYS = ("name", "a", "b")
 _CRASH_KEYS = ("mode", "expect", "wall_step")
-CRASH_MODES = ("kill", "during_save", "wipe", "host")
 LABELS = ("A", "B")
 KNOB = "knob"
 SETTINGS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name != "extra")
@@ -113,7 +108,7 @@ class Knob:
 
 @dataclass(frozen=True)
 class Crash:
-    mode: str = "kill"
+    mode: str = crash_modes.DEFAULT
     expect: str = ""
     wall_step: int = 0  # the lab preempts each run once past this step (0: never)
 
@@ -144,7 +139,10 @@ class Preset:
     def for_lab(self, *, cluster: bool) -> Preset:
         """The preset with the text that is true where the lab runs: on one machine its
         [one_machine] text replaces the cluster's."""
-        return self if cluster or not self.one_machine else replace(self, **self.one_machine)
+        if cluster or not self.one_machine:
+            return self
+        text: dict[str, Any] = dict(self.one_machine)
+        return replace(self, **text)
 
     def config_for(self, label: str = "A", *, cuda: bool = False) -> TrainConfig:
         """The TrainConfig of run `label` ("A" or "B")."""
@@ -322,13 +320,10 @@ def _parse_crash(value: Any, problems: list[str]) -> Crash:
         problems.append(f"[crash] must be a table (mode, expect), not {value!r}")
         return Crash()
     problems.extend(_unknown(value, _CRASH_KEYS, "[crash] "))
-    mode = value.get("mode", "kill")
-    if mode not in CRASH_MODES:
-        problems.append(
-            f"[crash] mode = {mode!r} is not allowed: one of "
-            + ", ".join(repr(m) for m in CRASH_MODES)
-        )
-        mode = "kill"
+    mode = value.get("mode", crash_modes.DEFAULT)
+    if mode not in crash_modes.NAMES:
+        problems.append(f"[crash] mode = {mode!r} is not allowed: one of {crash_modes.allowed()}")
+        mode = crash_modes.DEFAULT
     expect = value.get("expect", "")
     if not isinstance(expect, str):
         problems.append(f"[crash] expect = {expect!r}: must be text")
@@ -388,7 +383,8 @@ def _where_and_without(
         return f"[knob] {label.lower()}", None
     side = preset.a if label == "A" else preset.b
     if name in side:
-        return f"[{label.lower()}]", replace(preset, **{label.lower(): _without(side, name)})
+        changes: dict[str, Any] = {label.lower(): _without(side, name)}
+        return f"[{label.lower()}]", replace(preset, **changes)
     if on_cuda and name in preset.cuda:
         return "[run.cuda]", replace(
             preset, cuda={k: v for k, v in preset.cuda.items() if k != name}

@@ -11,6 +11,13 @@ records are shipped by offset once a call answers again. `since` is when the cur
 outage began (null while reachable); `on_change` is called, on the caller's thread, on
 each change of `reachable` only, so the page gets one message per outage and one at its
 end. The local executor's status is `LOCAL`: this machine is always reachable.
+
+    cluster = ClusterNodes("ray", "head:6379", runs_on=executor.runs_on)
+    cluster.took_sample(record)       # a node's own sample: kept if newest, told once
+
+`ClusterNodes` is what an executor on a cluster exposes as its `cluster` (the ClusterView
+of workers/executor.py): this health, the nodes' newest telemetry samples, and which runs
+each node holds; the server wires it to the telemetry feed (server/cluster.py).
 """
 
 from __future__ import annotations
@@ -84,3 +91,31 @@ class ClusterHealth:
     def _changed(self, status: dict[str, Any]) -> None:
         if self.on_change is not None:
             self.on_change(status)
+
+
+class ClusterNodes:
+    """The cluster as the lab sees it (workers/executor.py's ClusterView): whether it
+    answers, the nodes' newest samples, and which runs each node holds."""
+
+    def __init__(self, kind: str, address: str | None, runs_on: Callable[[str], list[str]]) -> None:
+        self.health = ClusterHealth(kind, address)
+        # What a node samples of itself ({"interval_s", "price_per_kwh", "rent_per_hour"});
+        # None: nodes sample nothing. The server sets it and `on_node_sample`.
+        self.telemetry: dict[str, float] | None = {"interval_s": 2.0}
+        self.on_node_sample: Callable[[dict[str, Any]], None] | None = None
+        self.node_samples: dict[str, dict[str, Any]] = {}  # node id -> newest sample
+        self.runs_on = runs_on
+        self._lock = threading.Lock()
+
+    def took_sample(self, record: dict[str, Any] | None) -> None:
+        """A poll's node sample: kept when it is the node's newest, and told once."""
+        node = (record or {}).get("node") or {}
+        if not record or not node.get("node_id"):
+            return
+        with self._lock:
+            newest = self.node_samples.get(node["node_id"])
+            if newest is not None and newest.get("t", 0) >= record.get("t", 0):
+                return
+            self.node_samples[node["node_id"]] = record
+        if self.on_node_sample is not None:
+            self.on_node_sample(record)

@@ -1,42 +1,51 @@
 """Where a run's trainer executes: the seam below the supervisor's policy.
 
-    executor = LocalExecutor()                  # the default: subprocesses on this machine
-    executor = LocalExecutor(WarmTrainers(keep_children=True))  # …forked from a warm process
+    executor = LocalExecutor()          # workers/local_executor.py: subprocesses here
+    executor = create_executor(settings)    # by name (workers/executor_registry.py)
     proc = executor.start(launch, env, require_checkpoint=False)
     proc.wait(0.2)        # exit status (None: unknown); TimeoutError while it runs
     proc.signal(SIGKILL)  # the trainer's whole process tree
     proc.lost_host        # None, or the host that vanished with the trainer (Ray)
-    executor.wipe(run_dir)                      # delete its checkpoints where it runs
-    executor.starts()                           # how trainers start: forked (warm) or exec
-    executor.close()                            # the lab stops: let go of the warm process
+    files = executor.files(run_dir)     # the run dir where the trainer runs (RunFiles)
+    files.checkpoint_step(); files.wipe(); files.append_records([...])
+    executor.cluster      # None, or the nodes' health and telemetry (ClusterView)
 
-The supervisor (workers/supervisor.py) decides when to restart, with which flags, and what
-the events say; an executor only does what it is told, where the run lives. The server's
-copy of the run dir (`launch.run_dir`) always holds records.jsonl and mirror.jsonl as the
-ingest reads them: the local executor's trainer writes there itself; the Ray executor
-(workers/ray_executor.py) ships the node's files there by offset while it waits, so
-`wait` returning an exit status means every record the trainer wrote is in that copy.
-Records the supervisor writes go through `append_records`, so that they land after the
-trainer's own, in the file the trainer's restart appends to.
+Three protocols, one job each:
+
+- `Executor`: process control. Place a run (`prepare`, `start`, `relocate`), find it again
+  after a server restart (`adopt`), give up a start that waits (`cancel`), let go of it
+  (`release`), say where it runs (`host`) and how trainers start (`starts`).
+- `Trainer`: one started or adopted trainer: `wait` (which also ships its records) and
+  `signal` (its whole process tree).
+- `RunFiles`: the run dir *where the trainer runs* (this machine's, or a node's disk):
+  its checkpoints, the records the supervisor appends after the trainer's own, its stderr.
+
+The server's copy of the run dir (`launch.run_dir`) always holds records.jsonl and
+mirror.jsonl as the ingest reads them: the local executor's trainer writes there itself;
+the Ray executor ships the node's files there by offset while it waits, so `wait`
+returning an exit status means every record the trainer wrote is in that copy.
+Records the supervisor writes go through `RunFiles.append_records`, so that they land
+after the trainer's own, in the file the trainer's restart appends to.
+
+What only some executors have is a typed, optional attribute, never a getattr: `cluster`
+(a `ClusterView`: reachability, the nodes' own telemetry, which runs a node holds) is None
+on the local executor. The supervisor (workers/supervisor.py) decides when to restart,
+with which flags, and what the events say; an executor only does what it is told.
+Writing a new executor: docs/cluster.md "Writing an executor".
 """
 
 from __future__ import annotations
 
-import shutil
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from crashdrill.trainer.checkpoint_layout import ckpt_root
-from crashdrill.workers.mirror_restore import MirrorPull, pull_for_restart
-from crashdrill.workers.run_dir import RunDir
-from crashdrill.workers.trainer_process import TrainerProcess, adopt_trainer
-from crashdrill.workers.warm import WarmTrainers
-
 if TYPE_CHECKING:
+    from crashdrill.workers.cluster_health import ClusterHealth
     from crashdrill.workers.launch import Launch
+    from crashdrill.workers.mirror_restore import MirrorPull
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,15 @@ def this_host() -> Host:
     return Host(node_id=name, name=name)
 
 
+class StartCancelled(OSError):
+    """The run's start gave up because the run was stopped while it waited."""
+
+
+class ExecutorError(OSError):
+    """The executor cannot do what was asked (a cluster unreachable, no node with the
+    resources); the message says which and where."""
+
+
 class Trainer(Protocol):
     """One started (or adopted) trainer process, wherever it runs."""
 
@@ -62,47 +80,105 @@ class Trainer(Protocol):
     started: float
     lost_host: Host | None  # set when the trainer's machine vanished (wait returns None)
 
-    def wait(self, timeout: float) -> int | None: ...
+    def wait(self, timeout: float) -> int | None:
+        """The exit status once it ended and all its records are in the server's copy
+        (None: unknown, or its host was lost); TimeoutError while it runs."""
+        ...
 
-    def signal(self, sig: int) -> None: ...
+    def signal(self, sig: int) -> None:
+        """To the trainer's whole process tree; ProcessLookupError when it is gone."""
+        ...
+
+
+class RunFiles(Protocol):
+    """The run dir where the trainer runs: this machine's, or a node's own disk."""
+
+    def checkpoint_step(self) -> int | None:
+        """Step of the newest checkpoint whose manifest names it (None: none)."""
+        ...
+
+    def wipe(self) -> None:
+        """Delete the run's checkpoints there (crash modes wipe and host)."""
+        ...
+
+    def pull_from_mirror(self, url: str, segment: int) -> MirrorPull:
+        """Restore the newest verified checkpoint from the mirror at `url` there."""
+        ...
+
+    def append_records(self, records: list[dict[str, Any]]) -> None:
+        """After the trainer's own lines, as complete lines, reaching the server's copy."""
+        ...
+
+    def stderr_size(self) -> int: ...
+
+    def stderr_since(self, offset: int) -> bytes:
+        """The trainer's stderr from byte `offset` (b"": nothing, or not readable now)."""
+        ...
+
+    def stderr_tail(self, since: int) -> str:
+        """Its last non-blank stderr lines after byte `since` (a failure's detail)."""
+        ...
+
+
+class ClusterView(Protocol):
+    """What an executor on a cluster of nodes tells the lab beyond its runs."""
+
+    health: ClusterHealth  # whether the cluster answers (GET /api/health's `cluster`)
+    # What a node samples of itself ({"interval_s", "price_per_kwh", "rent_per_hour"});
+    # None: nodes sample nothing. Each sample goes to `on_node_sample`.
+    telemetry: dict[str, float] | None
+    on_node_sample: Callable[[dict[str, Any]], None] | None
+
+    def runs_on(self, node_id: str) -> list[str]:
+        """The runs (their run dirs' names) placed on that node now."""
+        ...
 
 
 class Executor(Protocol):
     """What differs between running a trainer here and on a cluster node."""
 
-    name: str
+    name: str  # its name in the registry (workers/executor_registry.py)
 
-    def prepare(self, launch: Launch) -> None: ...
+    @property
+    def cluster(self) -> ClusterView | None:
+        """The cluster its runs train on (reachability, nodes' telemetry); None: one
+        machine, always reachable, sampled by the server itself."""
+        ...
 
-    def start(
-        self, launch: Launch, env: Mapping[str, str], *, require_checkpoint: bool
-    ) -> Trainer: ...
+    def prepare(self, launch: Launch) -> None:
+        """Learn what the run needs (its resources) before anything is placed."""
+        ...
 
-    def adopt(self, run_dir: Path, pids: Iterable[int | None]) -> Trainer | None: ...
+    def start(self, launch: Launch, env: Mapping[str, str], *, require_checkpoint: bool) -> Trainer:
+        """Start the trainer in a session of its own; OSError when it cannot start
+        (StartCancelled: the run was stopped while the start waited)."""
+        ...
 
-    def host(self, run_dir: Path) -> Host | None: ...
+    def adopt(self, run_dir: Path, pids: Iterable[int | None]) -> Trainer | None:
+        """The run's trainer that is still alive (a server restarted), or None."""
+        ...
 
-    def checkpoint_step(self, run_dir: Path) -> int | None: ...
+    def files(self, run_dir: Path) -> RunFiles:
+        """The run dir where the run's trainer runs (see RunFiles)."""
+        ...
 
-    def wipe(self, run_dir: Path) -> None: ...
+    def host(self, run_dir: Path) -> Host | None:
+        """Where the run trains, or last trained (None: not placed)."""
+        ...
 
-    def pull_from_mirror(self, run_dir: Path, url: str, segment: int) -> MirrorPull: ...
-
-    def append_records(self, run_dir: Path, records: list[dict[str, Any]]) -> None: ...
-
-    def stderr_size(self, run_dir: Path) -> int: ...
-
-    def stderr_since(self, run_dir: Path, offset: int) -> bytes: ...
-
-    def stderr_tail(self, run_dir: Path, since: int) -> str: ...
-
-    def relocate(self, run_dir: Path) -> Host | None: ...
-
-    def release(self, run_dir: Path) -> None: ...
+    def relocate(self, run_dir: Path) -> Host | None:
+        """Move the run to another machine (its trainer is dead); None: there is none."""
+        ...
 
     def cancel(self, run_dir: Path) -> None:
         """A Stop before the trainer exists: a start still waiting (for a node) gives up
-        with StartCancelled; a start that comes later is not affected."""
+        with StartCancelled, and so does the run's next start that would wait (the Stop
+        may come before the start begins to wait); `release` forgets it. A start that
+        never waits (the local executor's) is not affected."""
+        ...
+
+    def release(self, run_dir: Path) -> None:
+        """The run ended: what is held for it goes (its last records shipped first)."""
         ...
 
     def open(self) -> None:
@@ -117,105 +193,3 @@ class Executor(Protocol):
     def close(self) -> None:
         """The lab stops: what the executor holds goes; running trainers keep running."""
         ...
-
-
-class StartCancelled(OSError):
-    """The run's start gave up because the run was stopped while it waited."""
-
-
-class LocalTrainer:
-    """A trainer on this machine: its host never vanishes while the server watches."""
-
-    lost_host: Host | None = None
-
-    def __init__(self, proc: TrainerProcess) -> None:
-        self.proc = proc
-        self.pid = proc.pid
-        self.started = proc.started
-
-    def wait(self, timeout: float) -> int | None:
-        return self.proc.wait(timeout)
-
-    def signal(self, sig: int) -> None:
-        self.proc.signal(sig)
-
-
-class LocalExecutor:
-    """Subprocesses on this machine, their run dir the server's own (the default). With
-    `warm`, the built-in trainer is forked from a warm process that imported torch once
-    (workers/warm.py); it keeps its trainers when it exits, so that they outlive a server
-    that is killed and the next one adopts them."""
-
-    name = "local"
-
-    def __init__(self, warm: WarmTrainers | None = None) -> None:
-        self.warm = warm
-
-    def prepare(self, launch: Launch) -> None:
-        """Nothing to learn in advance: the trainer runs here, whatever it needs."""
-
-    def start(self, launch: Launch, env: Mapping[str, str], *, require_checkpoint: bool) -> Trainer:
-        """Start the trainer in a session of its own, its output in the run dir's files;
-        raises OSError when it cannot be started."""
-        rd = RunDir(launch.run_dir)
-        rd.path.mkdir(parents=True, exist_ok=True)
-        argv = launch.argv(require_checkpoint=require_checkpoint)
-        with open(rd.stdout, "ab") as out, open(rd.stderr, "ab") as err:
-            proc = TrainerProcess.start(argv, env, stdout=out, stderr=err, warm=self.warm)
-        return LocalTrainer(proc)
-
-    def adopt(self, run_dir: Path, pids: Iterable[int | None]) -> Trainer | None:
-        proc = adopt_trainer(run_dir, pids)
-        return LocalTrainer(proc) if proc is not None else None
-
-    def host(self, run_dir: Path) -> Host | None:
-        return this_host()
-
-    def checkpoint_step(self, run_dir: Path) -> int | None:
-        return RunDir(run_dir).latest_checkpoint_step()
-
-    def wipe(self, run_dir: Path) -> None:
-        shutil.rmtree(ckpt_root(run_dir), ignore_errors=True)
-
-    def pull_from_mirror(self, run_dir: Path, url: str, segment: int) -> MirrorPull:
-        return pull_for_restart(url, run_dir, segment)
-
-    def append_records(self, run_dir: Path, records: list[dict[str, Any]]) -> None:
-        RunDir(run_dir).append_records(records)
-
-    def stderr_size(self, run_dir: Path) -> int:
-        return RunDir(run_dir).stderr_size()
-
-    def stderr_since(self, run_dir: Path, offset: int) -> bytes:
-        try:
-            with open(RunDir(run_dir).stderr, "rb") as f:
-                f.seek(offset)
-                return f.read()
-        except OSError:
-            return b""
-
-    def stderr_tail(self, run_dir: Path, since: int) -> str:
-        return RunDir(run_dir).stderr_tail(since=since)
-
-    def relocate(self, run_dir: Path) -> Host | None:
-        """Move the run to another machine: there is none here (the caller says so)."""
-        return None
-
-    def cancel(self, run_dir: Path) -> None:
-        """A local start never waits: nothing to give up."""
-
-    def release(self, run_dir: Path) -> None:
-        """The run ended: nothing is held for it here."""
-
-    def open(self) -> None:
-        if self.warm is not None:
-            self.warm.prewarm()
-
-    def starts(self) -> dict[str, Any]:
-        if self.warm is None:
-            return {"mode": "exec", "pid": None, "forked": 0, "exec": 0, "error": None}
-        return self.warm.status()
-
-    def close(self) -> None:
-        if self.warm is not None:
-            self.warm.close()

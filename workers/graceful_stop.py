@@ -23,7 +23,8 @@ from typing import Any
 
 import psutil
 
-from crashdrill.trainer.preemption import EXIT_STOPPED, STOPPED_CODE, StopMarker
+from crashdrill.trainer.exit_codes import EXIT_STOPPED
+from crashdrill.trainer.preemption import STOPPED_CODE, StopMarker
 from crashdrill.workers.executor import Trainer
 from crashdrill.workers.run_dir import RunDir
 

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from crashdrill.trainer.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from crashdrill.workers.mirror_backends import (
     CREDENTIALS_HELP,
     GcsBackend,
@@ -34,7 +35,6 @@ from crashdrill.workers.mirror_backends import (
 )
 
 T = TypeVar("T")
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 TEST_BYTES = 256 * 1024
 
 
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         wrote = True
         steps.run("read back", lambda: _read_back(backend, name, sha))
         steps.run("list", lambda: _list(backend, name))
-        steps.run("delete", lambda: (backend.delete(name), "the test object is gone"))
+        steps.run("delete", lambda: _delete(backend, name))
         wrote = False
     except _Failed as e:
         if wrote:
@@ -164,3 +164,8 @@ def _list(backend: GcsBackend, name: str) -> tuple[None, str]:
             " could not find the checkpoints (is the account allowed storage.objects.list?)"
         )
     return None, f"the test object is listed under {backend.url_of(folder)}"
+
+
+def _delete(backend: GcsBackend, name: str) -> tuple[None, str]:
+    backend.delete(name)
+    return None, "the test object is gone"

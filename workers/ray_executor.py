@@ -1,7 +1,10 @@
-"""The Ray executor: each run's trainer on a node of a Ray cluster (`crashdrill serve --ray`).
+"""The Ray executor: each run's trainer on a node of a Ray cluster
+(`crashdrill serve --executor ray --ray-address ADDRESS`, or `--ray ADDRESS`).
 
     executor = RayExecutor.connect("127.0.0.1:6379", mirror="/shared/mirror")
     Supervisor(launch, on_change, mirror=url, executor=executor)   # the same policy
+    executor.files(run_dir).checkpoint_step()   # asked of the run's actor on its node
+    executor.cluster.health.status()            # the cluster's reachability (ClusterNodes)
 
 Each placement of a run is a detached, named actor (workers/ray_node.py's NodeRun) on a
 node with the resources the run's preset asks for (`num_gpus=1` for a CUDA run, else its
@@ -16,9 +19,11 @@ in one write each. A copy's size is its offset, so a server killed at any point 
 loses nor repeats a line. A new placement is seeded with the server's copies (the node's
 files are always the server's copy plus what is not shipped yet).
 
-Every call to an actor tells `health` (workers/cluster_health.py) whether the cluster
-answered; each poll may carry the node's own telemetry sample (workers/node_telemetry.py),
-of which `node_samples` keeps the newest per node and `on_node_sample` is told.
+Every call to an actor tells `cluster.health` (workers/cluster_health.py) whether the
+cluster answered; each poll may carry the node's own telemetry sample
+(workers/node_telemetry.py), of which `cluster.node_samples` keeps the newest per node
+and `cluster.on_node_sample` is told. The run dir on the node is `RayRunFiles`: each of
+its calls goes to the run's actor.
 
 A node that dies takes the actor and its trainer with it: the next `wait` reports the host
 lost, and the supervisor restarts the run elsewhere (`relocate`), from the newest verified
@@ -33,16 +38,17 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from crashdrill.workers.cluster_health import ClusterHealth
-from crashdrill.workers.executor import Host, StartCancelled, Trainer
+from crashdrill.workers.cluster_health import ClusterNodes
+from crashdrill.workers.executor import ExecutorError, Host, StartCancelled, Trainer
+from crashdrill.workers.executor_registry import ExecutorConfigError
 from crashdrill.workers.mirror_restore import MirrorPull
 from crashdrill.workers.ray_node import SEEDED, SHIPPED, NodeRun
 from crashdrill.workers.ray_placement import (
@@ -63,10 +69,6 @@ NAMESPACE = "crashdrill"
 CALL_S = 30.0  # one call to an actor
 CANCEL_POLL_S = 0.5  # a placement that waits looks this often for a Stop
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-class ExecutorError(OSError):
-    """The cluster cannot do what was asked (unreachable, no node with the resources)."""
 
 
 def host_and_port(address: str) -> tuple[str, int] | None:
@@ -134,6 +136,40 @@ class RayTrainer:
             raise ProcessLookupError(self.pid)
 
 
+class RayRunFiles:
+    """The run dir on the run's node, through its actor (placing one when it has none)."""
+
+    def __init__(self, executor: RayExecutor, run_dir: Path) -> None:
+        self._executor = executor
+        self._run_dir = run_dir
+
+    def checkpoint_step(self) -> int | None:
+        step = self._executor.call(self._run_dir, "checkpoint_step")
+        return int(step) if step is not None else None
+
+    def wipe(self) -> None:
+        self._executor.call(self._run_dir, "wipe")
+
+    def pull_from_mirror(self, url: str, segment: int) -> MirrorPull:
+        pull: MirrorPull = self._executor.call(self._run_dir, "pull", url, segment)
+        return pull
+
+    def append_records(self, records: list[dict[str, Any]]) -> None:
+        """On the node, after the trainer's own lines, then shipped; with no live actor,
+        into the server's copy (which seeds the next placement)."""
+        self._executor.append_records(self._run_dir, records)
+
+    def stderr_size(self) -> int:
+        return int(self._executor.call(self._run_dir, "stderr_size"))
+
+    def stderr_since(self, offset: int) -> bytes:
+        data: bytes = self._executor.call(self._run_dir, "stderr_since", offset)
+        return data
+
+    def stderr_tail(self, since: int) -> str:
+        return str(self._executor.call(self._run_dir, "stderr_tail", since))
+
+
 class RayExecutor:
     """Runs on a Ray cluster this process is connected to (see `connect`)."""
 
@@ -141,12 +177,7 @@ class RayExecutor:
 
     def __init__(self, mirror: str, address: str | None = None) -> None:
         self.mirror = mirror
-        self.health = ClusterHealth("ray", address)
-        # What a node samples of itself ({"interval_s", "price_per_kwh", "rent_per_hour"});
-        # None: nodes sample nothing. The server sets it and `on_node_sample`.
-        self.telemetry: dict[str, float] | None = {"interval_s": 2.0}
-        self.on_node_sample: Callable[[dict[str, Any]], None] | None = None
-        self.node_samples: dict[str, dict[str, Any]] = {}  # node id -> newest sample
+        self.cluster = ClusterNodes("ray", address, self.runs_on)
         self._lock = threading.Lock()
         self._actors: dict[Path, Any] = {}  # run dir -> actor handle of its placement
         self._hosts: dict[Path, Host] = {}
@@ -217,16 +248,8 @@ class RayExecutor:
                 host = Host(str(kept["node_id"]), str(kept.get("name", kept["node_id"])))
         return host
 
-    def checkpoint_step(self, run_dir: Path) -> int | None:
-        step = self.call(run_dir, "checkpoint_step")
-        return int(step) if step is not None else None
-
-    def wipe(self, run_dir: Path) -> None:
-        self.call(run_dir, "wipe")
-
-    def pull_from_mirror(self, run_dir: Path, url: str, segment: int) -> MirrorPull:
-        pull: MirrorPull = self.call(run_dir, "pull", url, segment)
-        return pull
+    def files(self, run_dir: Path) -> RayRunFiles:
+        return RayRunFiles(self, run_dir)
 
     def append_records(self, run_dir: Path, records: list[dict[str, Any]]) -> None:
         """On the node, after the trainer's own lines, then shipped; with no live actor,
@@ -241,16 +264,6 @@ class RayExecutor:
             except RayActorError:
                 self._forget(run_dir)
         RunDir(run_dir).append_records(records)
-
-    def stderr_size(self, run_dir: Path) -> int:
-        return int(self.call(run_dir, "stderr_size"))
-
-    def stderr_since(self, run_dir: Path, offset: int) -> bytes:
-        data: bytes = self.call(run_dir, "stderr_since", offset)
-        return data
-
-    def stderr_tail(self, run_dir: Path, since: int) -> str:
-        return str(self.call(run_dir, "stderr_tail", since))
 
     def relocate(self, run_dir: Path) -> Host | None:
         """Move the run to another node (its trainer is dead): the old actor goes, a new
@@ -293,8 +306,8 @@ class RayExecutor:
         with lock:
             while True:
                 offsets = {name: _size(run_dir / name) for name in SHIPPED}
-                answer: dict[str, Any] = self._call(actor, "poll", offsets, self.telemetry)
-                self._took_sample(answer.get("telemetry"))
+                answer: dict[str, Any] = self._call(actor, "poll", offsets, self.cluster.telemetry)
+                self.cluster.took_sample(answer.get("telemetry"))
                 got = False
                 if answer.get("run_json"):
                     _replace_bytes(run_dir / RUN_JSON, answer["run_json"])
@@ -310,18 +323,6 @@ class RayExecutor:
         with self._lock:
             return [d.name for d, h in self._hosts.items() if h.node_id == node_id]
 
-    def _took_sample(self, record: dict[str, Any] | None) -> None:
-        node = (record or {}).get("node") or {}
-        if not record or not node.get("node_id"):
-            return
-        with self._lock:
-            newest = self.node_samples.get(node["node_id"])
-            if newest is not None and newest.get("t", 0) >= record.get("t", 0):
-                return
-            self.node_samples[node["node_id"]] = record
-        if self.on_node_sample is not None:
-            self.on_node_sample(record)
-
     def call(self, run_dir: Path, method: str, *args: Any) -> Any:
         """Call the run's actor (placing one when it has none)."""
         return self._call(self._actor(run_dir), method, *args)
@@ -330,9 +331,9 @@ class RayExecutor:
         try:
             answer = ray.get(getattr(actor, method).remote(*args), timeout=CALL_S)
         except (GetTimeoutError, ActorUnavailableError) as e:
-            self.health.failed(f"{type(e).__name__}: {e}"[:300])
+            self.cluster.health.failed(f"{type(e).__name__}: {e}"[:300])
             raise
-        self.health.ok()
+        self.cluster.health.ok()
         return answer
 
     def _actor(self, run_dir: Path, avoid: str | None = None) -> Any:
@@ -424,6 +425,32 @@ class RayExecutor:
         with self._lock:
             self._actors.pop(run_dir, None)
             self._hosts.pop(run_dir, None)
+
+
+class RaySettings(Protocol):
+    """What the Ray executor reads of the lab's settings."""
+
+    @property
+    def ray_address(self) -> str | None: ...
+
+    @property
+    def mirror_url(self) -> str | None: ...
+
+
+def from_settings(settings: RaySettings) -> RayExecutor:
+    """Connect to the cluster at `ray_address`; ExecutorConfigError naming the setting."""
+    address, mirror = settings.ray_address, settings.mirror_url
+    where = "--ray-address, CRASHDRILL_RAY_ADDRESS"
+    if not address:
+        raise ExecutorConfigError(
+            f"executor = 'ray' needs ray_address ({where}): auto, HOST:PORT or ray://HOST:PORT"
+        )
+    if mirror is None:  # Settings refuses this already; kept for a hand-built Settings
+        raise ExecutorConfigError(f"ray_address = {address!r} needs a checkpoint mirror (--mirror)")
+    try:
+        return RayExecutor.connect(address, mirror)
+    except ExecutorError as e:
+        raise ExecutorConfigError(f"ray_address = {address!r} ({where}): {e}") from None
 
 
 def _size(path: Path) -> int:

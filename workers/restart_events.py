@@ -19,10 +19,9 @@ from crashdrill.trainer.divergence import CODE as DIVERGED_CODE
 from crashdrill.trainer.event_codes import CODES, event_code
 from crashdrill.trainer.event_codes import RESTART_KINDS as RESTART_KINDS  # for its readers
 from crashdrill.trainer.event_record import event as build_event
+from crashdrill.trainer.exit_codes import EXIT_NO_CHECKPOINT
 from crashdrill.workers.executor import Host
 from crashdrill.workers.mirror import Restored
-
-EXIT_NO_CHECKPOINT = 3
 
 
 def restart_kind(event: dict[str, Any]) -> str | None:
@@ -152,7 +151,8 @@ def failure_text(code: int | None) -> str:
     and the instructor's class view (Change.detail), never into the records."""
     if code == EXIT_NO_CHECKPOINT:
         return (
-            "The trainer found no complete checkpoint to resume from (exit status 3),"
+            "The trainer found no complete checkpoint to resume from"
+            f" (exit status {EXIT_NO_CHECKPOINT}),"
             " so the run cannot continue."
         )
     if code is not None and code < 0:

@@ -17,12 +17,14 @@ newest complete checkpoint (or refuses, exit 3, when that is gone) and writes th
 segment; a run that never saved one starts over from step 0, and the event says how many
 steps that lost.
 
-Crash modes (`crash(mode)`, from the lesson's `[crash] mode`): "kill" SIGKILLs now;
-"during_save" SIGKILLs as soon as the trainer says it is inside a checkpoint write (the
-lab starts such runs with CRASHDRILL_CKPT_PAUSE, which holds each write open); "wipe"
-SIGKILLs and then deletes the run's local checkpoint directory, like a disk that vanished
-with the session; "host" does the same and restarts the run on another machine (a Ray
-node), which pulls the newest verified checkpoint from the mirror. A trainer whose machine
+Crash modes (`crash(mode)`, from the lesson's `[crash] mode`; the registry is
+trainer/crash_modes.py): "kill" SIGKILLs now; a mode that `waits_for_save` ("during_save")
+SIGKILLs as soon as the trainer says it is inside a checkpoint write (the lab starts such
+runs with the checkpoint-pause hook, trainer/checkpoint_pause.py, which holds each write
+open); one that `wipes_disk` ("wipe") SIGKILLs and then deletes the run's local checkpoint
+directory, like a disk that vanished with the session; one that also `moves_host`
+("host") restarts the run on another machine (a Ray node), which pulls the newest
+verified checkpoint from the mirror. A trainer whose machine
 vanishes (`lost_host`) is restarted elsewhere the same way, unasked.
 A preemption (`preempt(grace_s)`) is the announced death of spot VMs and SLURM: SIGTERM,
 then SIGKILL when the grace runs out. A trainer that stops gracefully (exit 75: a complete
@@ -41,7 +43,8 @@ alive), so the file tells the whole story in order.
 The trainer runs in its own session with its output in files, not pipes: it outlives a
 server that is killed, and a new server adopts it (`adopt`). Where it runs, and how it is
 started, found, waited for and signalled, is the executor's (workers/executor.py: this
-machine by default, or a Ray node, workers/ray_executor.py); which checkpoint a
+machine by default, workers/local_executor.py, or a Ray node, workers/ray_executor.py),
+and so is the run dir where it runs (`self.files`, a RunFiles); which checkpoint a
 restart resumes from is the checkpoint layout's rule (trainer/checkpoint_layout.py). The
 trainer's environment is an allowlist (workers/trainer_env.py), never the server's secrets.
 """
@@ -51,7 +54,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import signal
 import threading
 from collections.abc import Callable, Iterable
@@ -59,11 +61,13 @@ from typing import Any
 
 import psutil
 
-from crashdrill.trainer.divergence import EXIT_DIVERGED
+from crashdrill.trainer.checkpoint_pause import paused_step
+from crashdrill.trainer.crash_modes import DEFAULT as DEFAULT_CRASH_MODE
+from crashdrill.trainer.crash_modes import mode_named
 from crashdrill.trainer.divergence import STAGE as DIVERGED
 from crashdrill.trainer.event_record import event as build_event
-from crashdrill.trainer.presets import CRASH_MODES
-from crashdrill.workers.executor import Executor, Host, LocalExecutor, Trainer
+from crashdrill.trainer.exit_codes import EXIT_DIVERGED, EXIT_OK
+from crashdrill.workers.executor import Executor, Host, Trainer
 from crashdrill.workers.graceful_stop import (
     PREEMPT_GRACE_S,
     Preemption,
@@ -74,6 +78,7 @@ from crashdrill.workers.graceful_stop import (
     trainer_stop,
 )
 from crashdrill.workers.launch import ENDED, Change, Launch, NotRunning
+from crashdrill.workers.local_executor import LocalExecutor
 from crashdrill.workers.mirror import Restored
 from crashdrill.workers.restart_events import (
     diverged_text,
@@ -89,10 +94,7 @@ from crashdrill.workers.trainer_env import (
 
 log = logging.getLogger(__name__)
 
-EXIT_OK = 0
 STOP_GRACE_S = 5.0
-# What the trainer prints when CRASHDRILL_CKPT_PAUSE holds a checkpoint write open.
-_PAUSED = re.compile(rb"crashdrill: paused inside checkpoint write at step (\d+)")
 
 
 class Supervisor:
@@ -114,6 +116,7 @@ class Supervisor:
         self._mirror = mirror  # checkpoint mirror URL: a restart with none on disk pulls one
         self.executor: Executor = executor or LocalExecutor()
         self.executor.prepare(launch)  # what the run needs wherever it is placed
+        self.files = self.executor.files(launch.run_dir)  # where the trainer runs
         self.run_dir = RunDir(launch.run_dir)  # the server's copy: records, mirror log
         self._on_change = on_change
         self._max_unrequested = max_unrequested_kills
@@ -122,7 +125,7 @@ class Supervisor:
         self._proc: Trainer | None = None
         self._thread: threading.Thread | None = None
         self._crash_requested = False
-        self._crash_mode = "kill"
+        self._crash_mode = DEFAULT_CRASH_MODE
         self._crash_save_step: int | None = None
         self._stop_requested: str | None = None
         self._preempt: Preemption | None = None
@@ -165,11 +168,11 @@ class Supervisor:
         proc = self._proc
         return proc.pid if proc else None
 
-    def crash(self, mode: str = "kill") -> int:
+    def crash(self, mode: str = DEFAULT_CRASH_MODE) -> int:
         """Crash test: SIGKILL the trainer (now, or for "during_save" inside its next
-        checkpoint write). Returns the pid that is killed."""
-        if mode not in CRASH_MODES:
-            raise ValueError(f"crash mode {mode!r} is not allowed: one of {', '.join(CRASH_MODES)}")
+        checkpoint write). Returns the pid that is killed; CrashModeError (a ValueError)
+        for a mode that is not in the registry."""
+        spec = mode_named(mode)
         with self._lock:
             proc = self._proc
             if proc is None or self._stop_requested:
@@ -179,7 +182,7 @@ class Supervisor:
             self._crash_requested = True
             self._crash_mode = mode
             self._crash_save_step = None
-            if mode == "during_save":
+            if spec.waits_for_save:
                 since = self._stderr_size()
                 threading.Thread(
                     target=self._kill_inside_save,
@@ -218,17 +221,17 @@ class Supervisor:
         buf = b""
         while self._proc is proc and not self._detached:
             try:
-                chunk = self.executor.stderr_since(self.launch.run_dir, since)
+                chunk = self.files.stderr_since(since)
             except Exception:  # its host going away: the watcher hears of it
                 chunk = b""
             since += len(chunk)
             buf = (buf + chunk)[-4096:]
-            match = _PAUSED.search(buf)
-            if match:
+            paused = paused_step(buf)
+            if paused is not None:
                 with self._lock:
                     if self._proc is not proc:
                         return
-                    self._crash_save_step = int(match.group(1))
+                    self._crash_save_step = paused
                     with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
                         proc.signal(signal.SIGKILL)
                 return
@@ -344,9 +347,10 @@ class Supervisor:
             if save_step is not None:
                 lead += f", in the middle of writing the checkpoint for step {save_step}"
             had = self._checkpoint_step() is not None
-            if mode in ("wipe", "host"):
+            spec = mode_named(mode)
+            if spec.wipes_disk:
                 lead += self._wipe_checkpoints()
-            if mode == "host":
+            if spec.moves_host:
                 host = self.executor.host(self.launch.run_dir)
                 if host is not None and self.executor.relocate(self.launch.run_dir) is not None:
                     lead = f"Crash test: lost host {host.name}"
@@ -385,10 +389,10 @@ class Supervisor:
         return False
 
     def _wipe_checkpoints(self) -> str:
-        """Delete the run's local checkpoints (crash modes "wipe", "host"); the sentence for
-        the event."""
+        """Delete the run's local checkpoints (a crash mode that `wipes_disk`); the sentence
+        for the event."""
         ckpt = self._checkpoint_step()
-        self.executor.wipe(self.launch.run_dir)
+        self.files.wipe()
         gone = f", the checkpoint at step {ckpt} with it" if ckpt is not None else ""
         return (
             ". Its disk went with it: the run's checkpoint directory was deleted, like local"
@@ -458,7 +462,7 @@ class Supervisor:
         that verifies, pulled into the run dir; warnings for copies that did not verify."""
         if self._mirror is None:
             return None
-        pull = self.executor.pull_from_mirror(self.launch.run_dir, self._mirror, segment)
+        pull = self.files.pull_from_mirror(self._mirror, segment)
         if pull.events:
             self._append(pull.events)
         return pull.restored
@@ -502,7 +506,7 @@ class Supervisor:
         """The end of the trainer's stderr since its start (a traceback, paths): for the
         lab's log and the instructor, never for the records."""
         try:
-            return self.executor.stderr_tail(self.launch.run_dir, self._stderr_since)
+            return self.files.stderr_tail(self._stderr_since)
         except Exception:  # its host is gone with its error output
             return ""
 
@@ -539,14 +543,14 @@ class Supervisor:
 
     def _append(self, records: list[dict[str, Any]]) -> None:
         """The supervisor's records, after the trainer's own in the run's records file."""
-        self.executor.append_records(self.launch.run_dir, records)
+        self.files.append_records(records)
 
     def _checkpoint_step(self) -> int | None:
-        return self.executor.checkpoint_step(self.launch.run_dir)
+        return self.files.checkpoint_step()
 
     def _stderr_size(self) -> int:
         try:
-            return self.executor.stderr_size(self.launch.run_dir)
+            return self.files.stderr_size()
         except Exception:  # its host is gone
             return 0
 

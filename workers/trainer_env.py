@@ -1,6 +1,6 @@
 """The environment a trainer gets: an allowlist, never the server's whole environment.
 
-    env = trainer_environment(os.environ, {"CRASHDRILL_CKPT_PAUSE": "A:100"})
+    env = trainer_environment(os.environ, {PAUSE_ENV: "100:1"})
 
 A lab's server holds secrets (the instructor token, the cookie key, a database URL with a
 password, Supabase's service key); a lesson's trainer is code that a student's settings
@@ -22,6 +22,8 @@ import fnmatch
 import os
 import re
 from collections.abc import Iterable, Mapping
+
+from crashdrill.trainer.checkpoint_pause import ENV as PAUSE_ENV
 
 ENV_PASS_VARIABLE = "CRASHDRILL_TRAINER_ENV_PASS"
 
@@ -120,7 +122,7 @@ TRAINER_ENV_NAMES = frozenset(
         # the trainer's own settings (trainer/presets.py, data.py, checkpoint.py)
         "CRASHDRILL_PRESETS_DIR",
         "CRASHDRILL_CACHE_DIR",
-        "CRASHDRILL_CKPT_PAUSE",
+        PAUSE_ENV,
         "CRASHDRILL_TRAINER_NICE",
         "CRASHDRILL_CORPORA_DIR",
         # datasets for FineWeb-Edu (offline switches and where the cache lives)

@@ -170,6 +170,13 @@ class ForkedProcess:
         self.returncode = int(report["exit"])
 
 
+class PipedProcess(ForkedProcess):
+    """A forked process whose stdout and stderr are pipes to read (spawn without files)."""
+
+    stdout: IO[bytes]
+    stderr: IO[bytes]
+
+
 class ForkServer:
     """The server process and the control socket to it. Thread-safe: the reference and the
     crashed run start their processes from two threads."""
@@ -282,14 +289,20 @@ class ForkServer:
                 os.close(fd)
             raise ForkServerError(f"the fork server did not start {argv[2]}: {answer['error']}")
         self.ready = self.ready or time.monotonic()
-        pipes = [os.fdopen(fd, "rb") for fd in ours] if ours else [None, None]
+        if ours:
+            out, err = (os.fdopen(fd, "rb") for fd in ours)
+            return PipedProcess(
+                int(answer["pid"]), status, out, err, kill_when_lost=not self.keep_children
+            )
         return ForkedProcess(
-            int(answer["pid"]),
-            status,
-            pipes[0],
-            pipes[1],
-            kill_when_lost=not self.keep_children,
+            int(answer["pid"]), status, None, None, kill_when_lost=not self.keep_children
         )
+
+    def spawn_piped(self, argv: list[str], env: dict[str, str], cwd: str | None) -> PipedProcess:
+        """`spawn` with pipes for its stdout and stderr (what a reader of its output needs)."""
+        child = self.spawn(argv, env, cwd)
+        assert isinstance(child, PipedProcess)
+        return child
 
     def alive(self) -> bool:
         return self._proc.poll() is None

@@ -16,7 +16,10 @@ from pathlib import Path
 import pytest
 
 from crashdrill.trainer.checkpoint_layout import find_latest, step_dir_name
-from crashdrill.trainer.preemption import EXIT_S, EXIT_STOPPED, STOP_MARKER
+from crashdrill.trainer.checkpoint_pause import ENV as PAUSE_ENV
+from crashdrill.trainer.checkpoint_pause import format_pause, paused_line
+from crashdrill.trainer.exit_codes import EXIT_STOPPED
+from crashdrill.trainer.preemption import EXIT_S, STOP_MARKER
 from crashdrill.trainer.records import read_records
 from tests.conftest import crashdrill_cmd, run_cli
 
@@ -114,7 +117,7 @@ def _stopped(run_dir: Path) -> dict:
 def _pause_everywhere_but_the_cadence(seconds: float) -> dict[str, str]:
     """Every graceful save pauses inside its write; the cadence's saves do not."""
     steps = [s for s in range(1, STEPS) if s % EVERY]
-    return {"CRASHDRILL_CKPT_PAUSE": ",".join(f"{s}:{seconds}" for s in steps)}
+    return {PAUSE_ENV: format_pause(steps, seconds)}
 
 
 @pytest.mark.timeout(240)
@@ -148,8 +151,8 @@ def test_sigterm_during_a_checkpoint_write_lets_it_finish_and_stops_there(
     tmp_path: Path, reference: dict[int, int]
 ) -> None:
     run_dir = tmp_path / "run"
-    trainer = Trainer(run_dir, env={"CRASHDRILL_CKPT_PAUSE": f"{EVERY}:2"})
-    trainer.wait_stderr(f"paused inside checkpoint write at step {EVERY}")
+    trainer = Trainer(run_dir, env={PAUSE_ENV: format_pause(EVERY, 2)})
+    trainer.wait_stderr(paused_line(EVERY))
     trainer.signal(signal.SIGTERM)
     assert trainer.finish() == EXIT_STOPPED
     assert _stopped(run_dir)["step"] == EVERY

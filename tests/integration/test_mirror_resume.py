@@ -18,6 +18,8 @@ import psutil
 import pytest
 
 from crashdrill.server.resume_check import resume_checks
+from crashdrill.trainer.checkpoint_pause import ENV as PAUSE_ENV
+from crashdrill.trainer.checkpoint_pause import format_pause, paused_step
 from crashdrill.workers.launch import Launch
 from crashdrill.workers.mirror import CheckpointMirror
 from crashdrill.workers.supervisor import Supervisor
@@ -85,13 +87,11 @@ def test_a_wiped_run_resumes_from_the_mirror_bit_identically(
 
 def _train_kill_wipe_resume(run_dir: Path, url: str) -> None:
     # The write of checkpoint 150 is held open, so the run cannot finish before the kill.
-    first = Launch(run_dir, "quick", "A", env={"CRASHDRILL_CKPT_PAUSE": "150:120"})
+    first = Launch(run_dir, "quick", "A", env={PAUSE_ENV: format_pause(150, 120)})
     sup = Supervisor(first, Changes(), poll_s=0.05)
     sup.start()
     stderr = run_dir / "stderr.log"
-    wait_until(
-        lambda: "paused inside checkpoint write at step 150" in stderr.read_text(), "step 150"
-    )
+    wait_until(lambda: paused_step(stderr.read_text()) == 150, "step 150")
     wait_until(
         lambda: any(
             r["kind"] == "mirror" and r["step"] == 100 for r in jsonl(run_dir / "mirror.jsonl")

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from tests.support import ray_cluster
+from tests.support.executor_contract import ExecutorContract
 from tests.support.extras import require_extra
 from tests.support.lab import crash_costing_steps, free_port, serving, spawn_server, wait_for_pair
 
@@ -39,6 +40,21 @@ def cluster() -> Iterator[Any]:
         c.shutdown()
 
 
+class TestRayExecutorContract(ExecutorContract):
+    """The executor contract (tests/support/executor_contract.py, which the local executor
+    passes in test_executor_conformance.py) on this module's cluster: placed, shipped,
+    killed and adopted through each run's actor."""
+
+    @pytest.fixture(autouse=True)
+    def _on(self, cluster: Any, tmp_path: Path) -> None:
+        self.address, self.mirror = cluster.address, str(tmp_path / "mirror")
+
+    def make_executor(self) -> Any:
+        from crashdrill.workers.ray_executor import RayExecutor
+
+        return RayExecutor.connect(self.address, self.mirror)
+
+
 def node_ids(cluster: Any) -> set[str]:
     return {n.node_id for n in ray_cluster.worker_nodes(cluster)}
 
@@ -52,7 +68,8 @@ def lab_on(cluster: Any, tmp_path: Path) -> Any:
         port=free_port(),
         stop_runs_on_exit=True,
         telemetry=False,
-        ray=cluster.address,
+        executor="ray",
+        ray_address=cluster.address,
         mirror=str(tmp_path / "mirror"),
     )
 
@@ -305,7 +322,8 @@ def test_a_run_no_node_can_take_waits_saying_so_and_a_node_that_joins_takes_it(
     run_dir = tmp_path / "runs" / "gpu-run"
     executor.prepare(Launch(run_dir, str(preset), "A"))
     found: dict[str, Any] = {}
-    placing = threading.Thread(target=lambda: found.update(step=executor.checkpoint_step(run_dir)))
+    files = executor.files(run_dir)
+    placing = threading.Thread(target=lambda: found.update(step=files.checkpoint_step()))
     placing.start()
     deadline = time.monotonic() + 60
     while not any(r.get("code") == "waiting_for_node" for r in RunDir(run_dir).tail_records()):

@@ -15,6 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
+from crashdrill.trainer.checkpoint_pause import ENV as PAUSE_ENV
+from crashdrill.trainer.checkpoint_pause import format_pause
 from tests.support.lab import free_port, spawn_server, wait_for_pair
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -28,7 +30,7 @@ class Server:
             "CRASHDRILL_TELEMETRY": "0",
             # Both runs (ckpt_every 50 and 150) pause 8 s inside their checkpoint write
             # at step 150: a window in which the server is down and the trainers alive.
-            "CRASHDRILL_CKPT_PAUSE": "150:8",
+            PAUSE_ENV: format_pause(150, 8),
         }
         self.url = f"http://127.0.0.1:{port}"
         self.log = log

@@ -16,6 +16,9 @@ import pytest
 import torch
 
 from crashdrill.trainer.checkpoint import ckpt_root, load_model_state
+from crashdrill.trainer.checkpoint_pause import ENV as PAUSE_ENV
+from crashdrill.trainer.checkpoint_pause import format_pause
+from crashdrill.trainer.exit_codes import EXIT_USAGE
 from crashdrill.trainer.records import read_records
 from tests.conftest import crashdrill_cmd, run_cli
 
@@ -74,7 +77,7 @@ def test_sigkilled_twice_once_mid_checkpoint_resumes_bit_identical(tmp_path, see
     rng = random.Random(seed)
     run_dir = tmp_path / "crashed"
     write_step = rng.choice([100, 150, 200])
-    proc = _start(run_dir, env={"CRASHDRILL_CKPT_PAUSE": f"{write_step}:5"})
+    proc = _start(run_dir, env={PAUSE_ENV: format_pause(write_step, 5)})
     _kill_inside_checkpoint_write(proc, run_dir, write_step)
     assert (ckpt_root(run_dir) / f"step-{write_step:08d}.tmp").is_dir()
 
@@ -156,6 +159,14 @@ def test_bad_config_exits_2_before_any_work(tmp_path, args, message):
     assert proc.returncode == 2
     assert message in proc.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_a_malformed_checkpoint_pause_exits_2_naming_it_before_any_step(tmp_path):
+    run_dir = tmp_path / "r"
+    proc = run_cli("run", "quick", "--run-dir", str(run_dir), env={PAUSE_ENV: "150:soon"})
+    assert proc.returncode == EXIT_USAGE, proc.stderr
+    assert f"{PAUSE_ENV}='150:soon'" in proc.stderr and "STEP:SECONDS" in proc.stderr
+    assert not [r for r in read_records(run_dir / "records.jsonl")[0] if r["kind"] == "step"]
 
 
 def test_run_dir_that_is_a_file_exits_2(tmp_path):

@@ -1,7 +1,7 @@
 """A test double (not shipped): follows docs/run-contract.md without torch or a model.
 
     python tests/support/stand_in_trainer.py PRESET --run-dir D [--label A]
-        [--require-checkpoint]
+        [--require-checkpoint] [--mirror URL (accepted; nothing is mirrored)]
 
 It writes run.json, records.jsonl (stage, run, step, ckpt, resume, event) and checkpoint
 directories with a MANIFEST.json, resumes from the newest one, and exits 0 / 3 like the
@@ -17,7 +17,8 @@ and exit 4, trainer/divergence.py), _DRIFT (a resumed segment adds segment × 1e
 loss). Graceful stops (trainer/preemption.py's exit 75 and
 stopped_gracefully event): _GRACEFUL=1 stops so on SIGTERM, its save taking _SAVE_S (0);
 _STOP_AT (a step at which segment 0 stops itself, as a time budget does; every segment
-with _STOP_ALWAYS=1).
+with _STOP_ALWAYS=1). _CHILD=1 starts a helper in a session of its own, as torchrun's
+ranks do (its pid in a `standin_child` event), that a kill of the tree must take too.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import math
 import os
 import signal
 import struct
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -97,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-dir", required=True)
     p.add_argument("--label", default="A")
     p.add_argument("--require-checkpoint", action="store_true")
+    p.add_argument("--mirror", help="accepted as the trainer does (the Ray executor passes it)")
     args = p.parse_args(argv)
     steps = int(_env("STEPS", 60))
     step_s = _env("STEP_S", 0.01)
@@ -124,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     time.sleep(_env("STARTUP_S", 0))
     rec.write("stage", stage="build", progress=1.0)
     rec.write("run", params=0, config={"steps": steps}, device="cpu", threads=1)
+    if os.environ.get("CRASHDRILL_STANDIN_CHILD"):
+        helper = [sys.executable, "-c", "import time; time.sleep(600)"]
+        child = subprocess.Popen(helper, start_new_session=True)
+        text = f"Started helper process {child.pid}."
+        rec.write("event", text=text, level="info", code="standin_child", pid=child.pid)
     ckpt = run_dir / "ckpt"
     start = _latest_checkpoint(ckpt)
     if start is None:

@@ -9,6 +9,7 @@ import torch
 
 from crashdrill.trainer import checkpoint as ck
 from crashdrill.trainer import checkpoint_layout as layout
+from crashdrill.trainer import checkpoint_pause
 
 
 def _files(step: int) -> dict:
@@ -105,9 +106,20 @@ def test_inplace_mode_uses_one_slot_and_a_torn_write_is_detected(tmp_path):
     assert ck.find_latest(tmp_path) is None
 
 
-def test_pause_hook_holds_the_writer_inside_the_write(tmp_path, monkeypatch):
-    monkeypatch.setenv("CRASHDRILL_CKPT_PAUSE", "7:0.01,9:0.02")
-    assert ck.pause_for(7) == 0.01 and ck.pause_for(9) == 0.02 and ck.pause_for(8) == 0.0
+def test_pause_hook_holds_the_writer_inside_the_write_of_the_steps_it_names(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv(checkpoint_pause.ENV, "7:0.01,9:0.02")
+    writer = _save(tmp_path, [7, 8])
+    assert writer.pauses == {7: 0.01, 9: 0.02}
+    paused = [checkpoint_pause.paused_step(line) for line in capsys.readouterr().err.splitlines()]
+    assert paused == [7]  # step 8's write did not pause
+
+
+def test_a_malformed_pause_is_refused_when_the_writer_is_made(tmp_path, monkeypatch):
+    monkeypatch.setenv(checkpoint_pause.ENV, "seven:1")
+    with pytest.raises(checkpoint_pause.PauseError, match=r"'seven:1'.*STEP:SECONDS"):
+        ck.CheckpointWriter(tmp_path)
 
 
 def test_load_model_state_without_checkpoint_says_where_it_looked(tmp_path):

@@ -172,7 +172,7 @@ def test_the_project_s_own_checkpoint_holds_everything(tmp_path: Path) -> None:
     from crashdrill.trainer.data import BatchSampler
     from crashdrill.trainer.model import GPT
     from crashdrill.trainer.presets import get_preset
-    from crashdrill.trainer.train_state import TrainState, state_files
+    from crashdrill.trainer.train_state import TrainState, state_files, state_map
 
     cfg = get_preset("quick").config_for("A")
     model = GPT(cfg, 64)
@@ -181,7 +181,8 @@ def test_the_project_s_own_checkpoint_holds_everything(tmp_path: Path) -> None:
     x, y = sampler.next_batch()
     model(x, y)[1].backward()
     opt.step()
-    files, parts = state_files(cfg, model, opt, sampler, TrainState(step=1), {"config": "c"})
+    st = TrainState(step=1)
+    files, parts = state_files(cfg, state_map(cfg, model, opt, sampler, st), st, {"config": "c"})
     ck.CheckpointWriter(tmp_path).save(1, files, {"parts": parts})
     inv = read(tmp_path)
     assert inv.format == "crashdrill" and inv.checkpoint.endswith("step-00000001")

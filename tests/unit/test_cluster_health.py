@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,8 +12,8 @@ import pytest
 from crashdrill.server.cluster import cluster_status
 from crashdrill.server.fanout import Message
 from crashdrill.server.telemetry_feed import MACHINE_CHANNEL, TelemetryFeed, pair_nodes
-from crashdrill.workers.cluster_health import ClusterHealth
-from crashdrill.workers.executor import LocalExecutor
+from crashdrill.workers.cluster_health import ClusterHealth, ClusterNodes
+from crashdrill.workers.local_executor import LocalExecutor
 from tests.support.extras import require_extra
 
 
@@ -86,28 +85,23 @@ def test_a_ray_call_that_times_out_marks_the_cluster_unreachable_and_one_that_an
     monkeypatch.setattr(ray_executor.ray, "get", timed_out)
     with pytest.raises(ray_executor.GetTimeoutError):
         executor._call(Actor(), "poll", {})
-    status = executor.health.status()
+    status = executor.cluster.health.status()
     assert status["reachable"] is False and "GetTimeoutError" in status["error"]
     monkeypatch.setattr(ray_executor.ray, "get", lambda ref, timeout: {"running": True})
     assert executor._call(Actor(), "poll", {}) == {"running": True}
-    assert executor.health.status()["reachable"] is True
+    assert executor.cluster.health.status()["reachable"] is True
 
 
-def test_the_executor_keeps_each_node_s_newest_sample_and_tells_the_server_once(
-    tmp_path: Path,
-) -> None:
-    require_extra("ray")
-    from crashdrill.workers import ray_executor
-
-    executor = ray_executor.RayExecutor("/mirror", "head:6379")
+def test_the_cluster_keeps_each_node_s_newest_sample_and_tells_the_server_once() -> None:
+    cluster = ClusterNodes("ray", "head:6379", runs_on=lambda node_id: [])
     told: list[dict[str, Any]] = []
-    executor.on_node_sample = told.append
+    cluster.on_node_sample = told.append
     node = {"node_id": "n1", "name": "box/n1"}
-    executor._took_sample({"t": 2.0, "node": node})
-    executor._took_sample({"t": 2.0, "node": node})  # the same sample again: not news
-    executor._took_sample({"t": 1.0, "node": node})  # an older one, late
-    executor._took_sample(None)  # no sample due in that poll
-    assert executor.node_samples == {"n1": {"t": 2.0, "node": node}}
+    cluster.took_sample({"t": 2.0, "node": node})
+    cluster.took_sample({"t": 2.0, "node": node})  # the same sample again: not news
+    cluster.took_sample({"t": 1.0, "node": node})  # an older one, late
+    cluster.took_sample(None)  # no sample due in that poll
+    assert cluster.node_samples == {"n1": {"t": 2.0, "node": node}}
     assert told == [{"t": 2.0, "node": node}]
 
 

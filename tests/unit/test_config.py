@@ -1,8 +1,19 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from crashdrill.trainer.config import ConfigError, TrainConfig, parse_override
+from crashdrill.trainer.config import (
+    FINGERPRINTED,
+    SECTIONS,
+    ConfigError,
+    OptimConfig,
+    TrainConfig,
+    parse_override,
+    section_fields,
+)
+from crashdrill.trainer.presets import BUILTIN_DIR, LABELS, list_presets
 
 
 @pytest.mark.parametrize(
@@ -47,3 +58,66 @@ def test_parse_override_follows_field_types():
         parse_override("steps=many")
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         parse_override("steps")
+
+
+# The config fingerprints of the built-in presets (every label, CPU and CUDA), computed
+# before the config was split into sections: a run's resume check compares against the
+# fingerprint stored in its checkpoints, so these values must never move.
+BUILTIN_FINGERPRINTS = {
+    "quick": ("39cfec3e7d02b615", "39cfec3e7d02b615"),
+    "lesson-1.7": ("05f05110121d57e2", "5b5338ce0cabf1d3"),
+    "lesson-1.7-fast": ("5bc03fc032da5d36", "5bc03fc032da5d36"),
+    "lesson-1.8": ("5bc03fc032da5d36", "5bc03fc032da5d36"),
+    "lesson-1.9": ("5bc03fc032da5d36", "5bc03fc032da5d36"),
+    "lesson-1.10": ("5bc03fc032da5d36", "5bc03fc032da5d36"),
+    "lesson-1.11": ("5bc03fc032da5d36", "5bc03fc032da5d36"),
+    "lesson-1.12": ("5bc03fc032da5d36", "5bc03fc032da5d36"),
+    "lesson-1.13": ("4798159f26f8005a", "4798159f26f8005a"),
+    "lesson-1.14": ("5bc03fc032da5d36", "5bc03fc032da5d36"),
+    "lesson-1.15": ("488177ef62c014e7", "488177ef62c014e7"),
+}
+
+
+def test_the_built_in_presets_keep_the_fingerprints_their_checkpoints_hold() -> None:
+    builtin = {p.id: p for p in list_presets() if Path(p.source).parent == BUILTIN_DIR}
+    assert set(builtin) == set(BUILTIN_FINGERPRINTS), "a new built-in preset: pin it here"
+    for name, (cpu, cuda) in BUILTIN_FINGERPRINTS.items():
+        for label in LABELS:
+            assert builtin[name].config_for(label).fingerprint() == cpu, (name, label)
+            assert builtin[name].config_for(label, cuda=True).fingerprint() == cuda, (name, label)
+    assert TrainConfig().fingerprint() == "481465715eaa0c82"
+
+
+def test_every_setting_is_in_exactly_one_section_in_the_order_of_the_config() -> None:
+    names = [name for section in SECTIONS for name in section_fields(section)]
+    assert len(names) == len(set(names)), "two sections declare the same setting"
+    assert names == list(TrainConfig().to_dict())
+
+
+def test_the_fingerprint_covers_the_fingerprinted_sections_and_nothing_else() -> None:
+    base = TrainConfig()
+    changed = {"ctx": 32, "lr": 1e-3, "seed": 7, "precision": "bf16", "tokenizer": "gpt2"}
+    unchanged = {"device": "cpu", "keep": 3, "stop_after": "1h", "log_every": 5, "mirror": "off"}
+    for name, value in changed.items():
+        assert name in FINGERPRINTED
+        assert base.with_overrides({name: value}).fingerprint() != base.fingerprint(), name
+    for name, value in unchanged.items():
+        assert name not in FINGERPRINTED
+        assert base.with_overrides({name: value}).fingerprint() == base.fingerprint(), name
+    assert {s.name for s in SECTIONS if s.fingerprinted} == {"model", "optim", "numerics", "data"}
+
+
+def test_a_section_on_its_own_validates_its_fields_naming_the_field() -> None:
+    with pytest.raises(ConfigError) as err:
+        OptimConfig(warmup=500, steps=100)
+    assert err.value.field == "warmup" and "[0, steps=100]" in str(err.value)
+    with pytest.raises(ConfigError, match="grad_clip = 'x' is not allowed: a finite number"):
+        OptimConfig(grad_clip="x")  # type: ignore[arg-type]
+
+
+def test_a_config_gives_each_section_as_its_own_validated_object() -> None:
+    cfg = TrainConfig(lr=1e-3, ckpt_every=7)
+    assert cfg.section("optim") == OptimConfig(lr=1e-3)
+    assert cfg.section("checkpoint").ckpt_every == 7  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match="section = 'optimizer' is not allowed: one of model"):
+        cfg.section("optimizer")

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from crashdrill.trainer.divergence import EXIT_DIVERGED, nonfinite
+from crashdrill.trainer.divergence import nonfinite
+from crashdrill.trainer.exit_codes import EXIT_DIVERGED
 from crashdrill.trainer.loop import RunOptions, train
 from crashdrill.trainer.presets import get_preset
 from crashdrill.trainer.record_contract import finite_or_null, float32_bits

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from crashdrill.server import cli as serve_cli
+from tests.support.quickstart import quickstart
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
@@ -184,6 +185,32 @@ def test_the_server_and_the_worker_image_install_torch_with_the_same_lines() -> 
     server = torch_stage("server.Dockerfile")
     assert any("pip install" in line for line in server)
     assert server == torch_stage("worker.Dockerfile")
+
+
+@pytest.mark.parametrize("dockerfile", ["server.Dockerfile", "worker.Dockerfile"])
+def test_the_images_install_every_package_but_torch_at_the_locked_versions(dockerfile: str) -> None:
+    """The lock of every extra is the constraints of the image's install, so whatever EXTRAS
+    names comes at the versions the tests passed with; no version is written in the
+    Dockerfile beside it but torch's own (which the lock leaves to the machine)."""
+    runs = [args for word, args in instructions(DOCKER / dockerfile) if word == "RUN"]
+    installs = [r for r in runs if '".[${EXTRAS}]"' in r]
+    assert len(installs) == 1, installs
+    words = shlex.split(installs[0].split("pip install", 1)[1].split(";", 1)[0])
+    assert words == ["-c", "requirements/test.txt", "-r", "requirements/torch.in", ".[${EXTRAS}]"]
+    copied = [args for word, args in instructions(DOCKER / dockerfile) if word == "COPY"]
+    assert "requirements/test.txt requirements/torch.in requirements/" in copied
+    pins = re.findall(r"[A-Za-z0-9_.\[\]-]+==[0-9][^\s\"']*", (DOCKER / dockerfile).read_text())
+    assert pins == ["torch==2.13.0"], f"versions the lock should hold: {pins}"
+    qs = quickstart()
+    assert qs.lock_problem("test") is None  # compiled from pyproject's extras as they are
+    default = next(a for w, a in instructions(DOCKER / dockerfile) if a.startswith("EXTRAS="))
+    chosen = [default.split("=", 1)[1]]
+    if dockerfile == "server.Dockerfile":
+        chosen.append(
+            compose(DOCKER / "compose.yaml")["services"]["server"]["build"]["args"]["EXTRAS"]
+        )
+    for extras in chosen:  # the lock pins what each build's extras bring
+        assert set(extras.split(",")) <= set(qs.INSTALL_SETS["test"]), extras
 
 
 def proxy_env(service: dict[str, Any]) -> dict[str, str]:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from crashdrill.workers.executor import Host, LocalExecutor, StartCancelled, Trainer
+from crashdrill.workers.executor import Host, StartCancelled, Trainer
 from crashdrill.workers.launch import Launch
+from crashdrill.workers.local_executor import LocalExecutor
 from crashdrill.workers.supervisor import Supervisor
 from tests.support.lab import STAND_IN
 from tests.unit.test_supervisor import Changes, records, wait_for_step

@@ -13,9 +13,9 @@ import pytest
 
 from crashdrill.trainer.config import ConfigError, TrainConfig
 from crashdrill.trainer.event_record import event
+from crashdrill.trainer.exit_codes import EXIT_STOPPED
 from crashdrill.trainer.preemption import (
     EXIT_S,
-    EXIT_STOPPED,
     MIN_MARGIN_S,
     GracefulStop,
     StopMarker,

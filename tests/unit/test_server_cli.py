@@ -150,8 +150,8 @@ def test_on_a_cluster_the_nodes_decide_how_many_runs_train_unless_a_limit_is_giv
 
     mirror = str(tmp_path / "mirror")
     assert Settings().max_concurrent == default_max_concurrent()
-    on_cluster = Settings(ray="127.0.0.1:6379", mirror=mirror)
+    on_cluster = Settings(executor="ray", ray_address="127.0.0.1:6379", mirror=mirror)
     assert on_cluster.max_concurrent is None
     assert run_limit_text(on_cluster) == "as many runs at once as the cluster's nodes take"
-    capped = Settings(ray="127.0.0.1:6379", mirror=mirror, max_concurrent=4)
+    capped = Settings(executor="ray", ray_address="127.0.0.1:6379", mirror=mirror, max_concurrent=4)
     assert capped.max_concurrent == 4 and run_limit_text(capped) == "up to 4 runs at once"

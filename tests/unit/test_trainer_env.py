@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from crashdrill.trainer.checkpoint_pause import ENV as PAUSE_ENV
 from crashdrill.workers.trainer_env import (
     GCS_ENV_NAMES,
     SERVER_SECRETS,
@@ -83,8 +84,8 @@ def test_the_operators_pass_list_adds_names_but_never_a_server_secret():
 
 
 def test_the_supervisor_may_set_its_own_variables_but_never_a_secret():
-    env = trainer_environment(SERVER_ENV, {"CRASHDRILL_CKPT_PAUSE": "A:100"})
-    assert env["CRASHDRILL_CKPT_PAUSE"] == "A:100"
+    env = trainer_environment(SERVER_ENV, {PAUSE_ENV: "100:1"})
+    assert env[PAUSE_ENV] == "100:1"
     with pytest.raises(ValueError, match="CRASHDRILL_SECRET_KEY"):
         trainer_environment(SERVER_ENV, {"CRASHDRILL_SECRET_KEY": "x"})
 

@@ -1,0 +1,91 @@
+"""Crash modes: what a lesson's **Crash test** button does, in one registry. A lesson names
+one in its preset (`[crash] mode`, trainer/presets.py checks it against NAMES); the lab's
+API offers exactly these (server/schemas.py derives its choices from NAMES); the
+supervisor does what a mode's fields say (workers/supervisor.py), and the lab starts a
+mode's runs with what it needs (server/crash_modes.py).
+
+    mode_named("wipe")          # CrashMode(name="wipe", …, wipes_disk=True)
+    mode_named("explode")       # CrashModeError: … one of 'kill', 'during_save', …
+    NAMES                       # ("kill", "during_save", "wipe", "host"), in MODES' order
+    DEFAULT                     # "kill": a lesson without `[crash] mode`
+
+Every mode starts with a SIGKILL of the whole process tree (no chance to save), followed
+by a restart with `--require-checkpoint` once the run has saved one. What differs is
+said by a mode's fields:
+
+- `waits_for_save`: the kill waits for the trainer to announce that it is inside a
+  checkpoint write, and the lab starts the lesson's runs with the checkpoint-pause hook
+  holding each cadence write open (trainer/checkpoint_pause.py), so the kill lands there;
+  the crash route answers `armed` until it does.
+- `wipes_disk`: after the kill the run's local checkpoint directory is deleted, like a
+  disk that vanished with the session; the restart finds only what a mirror kept.
+- `moves_host`: and the run restarts on another machine of the lab's Ray cluster, from the
+  newest verified checkpoint in the mirror (a lab without Ray restarts it where it was,
+  as `wipes_disk` alone does, and its event says so).
+
+Adding a mode: a CrashMode in MODES (its name, its one-line summary, the fields that say
+what it does), its row in docs/presets.md's table (tests/unit/test_crash_modes_registry.py
+checks the table and the API's choices against this registry) and a test of what it
+does. A behaviour that no field describes yet is a new field here and the one place in
+the supervisor that reads it.
+
+Imports nothing but the standard library: the supervisor, the server and the CLI read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CrashMode:
+    name: str
+    summary: str  # what Crash test does, one line: the docs' table, the API's description
+    waits_for_save: bool = False  # the kill lands inside the next checkpoint write
+    wipes_disk: bool = False  # the run's local checkpoints are deleted after the kill
+    moves_host: bool = False  # the run restarts on another machine, from the mirror
+
+
+class CrashModeError(ValueError):
+    """A crash mode that is not in the registry: names it and the modes allowed."""
+
+
+MODES: tuple[CrashMode, ...] = (
+    CrashMode("kill", "SIGKILL now"),
+    CrashMode(
+        "during_save",
+        "SIGKILL in the middle of the next checkpoint write (the lab holds each write open"
+        " for a second so that the kill lands there)",
+        waits_for_save=True,
+    ),
+    CrashMode(
+        "wipe",
+        "SIGKILL, then the run's local checkpoint directory is deleted, like a disk that"
+        " vanished with the session",
+        wipes_disk=True,
+    ),
+    CrashMode(
+        "host",
+        "the same as wipe, and the run restarts on another machine of the lab's Ray cluster"
+        " from the newest verified checkpoint in the mirror (without Ray: on the same"
+        " machine, as wipe, and its event says so)",
+        wipes_disk=True,
+        moves_host=True,
+    ),
+)
+NAMES: tuple[str, ...] = tuple(m.name for m in MODES)
+DEFAULT = "kill"
+_BY_NAME = {m.name: m for m in MODES}
+
+
+def allowed() -> str:
+    """The modes a message offers: "'kill', 'during_save', …"."""
+    return ", ".join(repr(n) for n in NAMES)
+
+
+def mode_named(name: str) -> CrashMode:
+    """The mode called `name`; CrashModeError names it and the modes allowed."""
+    try:
+        return _BY_NAME[name]
+    except (KeyError, TypeError):
+        raise CrashModeError(f"crash mode {name!r} is not allowed: one of {allowed()}") from None
