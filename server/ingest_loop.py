@@ -43,8 +43,8 @@ from crashdrill.server.start_times import StartTimes
 from crashdrill.server.store import TERMINAL_STATES, Store, state_rank
 from crashdrill.server.views import queue_positions, record_json, run_view
 from crashdrill.trainer.resume_compare import COMPARED_KINDS
-from crashdrill.workers.mirror import MIRROR_LOG, CheckpointMirror
-from crashdrill.workers.run_dir import RECORDS
+from crashdrill.trainer.run_files import MIRROR_LOG, RECORDS_FILE
+from crashdrill.workers.mirror import CheckpointMirror
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class Tailed:
 def _file_sizes(run_dir: Path) -> tuple[int, int]:
     """Sizes of records.jsonl and mirror.jsonl in `run_dir` (-1: not there)."""
     sizes = []
-    for name in (RECORDS, MIRROR_LOG):
+    for name in (RECORDS_FILE, MIRROR_LOG):
         try:
             sizes.append((run_dir / name).stat().st_size)
         except OSError:

@@ -54,6 +54,7 @@ from crashdrill.trainer.checkpoint_layout import (
     find_latest,
     step_dir_name,
 )
+from crashdrill.trainer.run_files import MIRROR_LOG, read_records
 from crashdrill.workers.mirror_backends import Backend, MirrorError, RetryPolicy, open_backend
 from crashdrill.workers.mirror_restore import (
     Restored,
@@ -64,7 +65,6 @@ from crashdrill.workers.mirror_restore import (
 from crashdrill.workers.run_dir import RunDir
 
 __all__ = [
-    "MIRROR_LOG",
     "CheckpointMirror",
     "Restored",
     "newest_local",
@@ -74,7 +74,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-MIRROR_LOG = "mirror.jsonl"
 _REMEMBER = 8  # identities of recent copies kept per run (a pulled-back one is not resent)
 
 
@@ -111,14 +110,13 @@ def _append_log(run_dir: Path, records: list[dict[str, Any]]) -> None:
 def _mirrored_before(run_dir: Path) -> list[tuple[int, float | None]]:
     """Identities of the copies this run's mirror.jsonl reports (after a restart)."""
     try:
-        lines = (Path(run_dir) / MIRROR_LOG).read_bytes().splitlines()
+        records, _ = read_records(Path(run_dir) / MIRROR_LOG)
     except OSError:
         return []
     out = []
-    for line in lines[-4 * _REMEMBER :]:
+    for rec in records[-4 * _REMEMBER :]:
         with contextlib.suppress(ValueError, KeyError, TypeError):
-            rec = json.loads(line)
-            if isinstance(rec, dict) and rec.get("kind") == "mirror":
+            if rec.get("kind") == "mirror":
                 out.append((int(rec["step"]), rec.get("created")))
     return out[-_REMEMBER:]
 
