@@ -35,7 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crashdrill.server.db import DatabaseUnavailable, Row
+from crashdrill.server.background import BackgroundTask, every
+from crashdrill.server.db import Row
 from crashdrill.server.fanout import Fanout
 from crashdrill.server.settings import Settings
 from crashdrill.server.store import ACTIVE_STATES, LIVE_STATES, Store
@@ -91,7 +92,7 @@ class Housekeeping:
         self._seen: dict[str, float] = {}
         self._lock = threading.Lock()
         self._since = clock()  # a pair polled before this server started counts from here
-        self._task: asyncio.Task[None] | None = None
+        self._task = BackgroundTask("crashdrill-housekeeping", log)
         self.last: PassReport | None = None
 
     # ---- watching -------------------------------------------------------------------
@@ -115,25 +116,16 @@ class Housekeeping:
     # ---- the task -------------------------------------------------------------------
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="crashdrill-housekeeping")
+        failed = "housekeeping failed; trying again in the next pass"
+        self._task.start(every(self.settings.housekeeping_interval_s, self._pass, log, failed))
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._task.stop()
 
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.housekeeping_interval_s)
-            try:
-                self.last = await asyncio.to_thread(self.pass_once)
-                for pair_id in self.last.idle_stopped:  # on the loop: stopping pushes views
-                    self._stop_pair(pair_id, self.idle_who())
-            except DatabaseUnavailable:
-                pass  # the outage is said elsewhere; the next pass tries again
-            except Exception:
-                log.exception("housekeeping failed; trying again in the next pass")
+    async def _pass(self) -> None:
+        self.last = await asyncio.to_thread(self.pass_once)
+        for pair_id in self.last.idle_stopped:  # on the loop: stopping pushes views
+            self._stop_pair(pair_id, self.idle_who())
 
     def idle_who(self) -> str:
         return f"the lab: nobody watched this pair for {minutes(self.settings.idle_stop_s)}"

@@ -22,7 +22,6 @@ reports) takes it too.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import threading
@@ -32,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from crashdrill.server.background import BackgroundTask
 from crashdrill.server.crash_modes import started_over_events
 from crashdrill.server.db import DatabaseUnavailable, Row
 from crashdrill.server.fanout import Fanout, Message
@@ -152,18 +152,15 @@ class IngestLoop:
         self._tailed: dict[str, Tailed] = {}  # the passes' own, per run read
         self._checks_due: dict[str, float] = {}
         self._runs_due: dict[str, float] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._task = BackgroundTask("crashdrill-ingest", log)
 
     # ---- on the loop ----------------------------------------------------------------
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="crashdrill-ingest")
+        self._task.start(self._loop())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._task.stop()
 
     async def last_pass(self) -> None:
         """One more pass over every tailed run, every push due now (at shutdown)."""
