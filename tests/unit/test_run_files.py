@@ -112,15 +112,16 @@ def _string_constants(path: Path) -> set[str]:
 
 def test_no_module_but_run_files_spells_a_run_dir_file_name() -> None:
     """A file name in the run dir is a contract between processes: written once, in
-    trainer/run_files.py, and imported by the trainer, the workers, the server and the
-    drill (a docstring may mention one; a string that *is* one may not)."""
+    trainer/run_files.py, and imported by the trainer, the workers, the server, the
+    drill and the benchmarks (a docstring may mention one; a string that *is* one may
+    not). Tests keep spelling them: they check the contract from outside."""
     names = {
         v for k, v in vars(run_files).items() if k.isupper() and isinstance(v, str) and "." in v
     }
     assert {"records.jsonl", "run.json", "mirror.jsonl", "stderr.log"} <= names
     home = ROOT / "trainer" / "run_files.py"
     spelled = {}
-    for folder in ("trainer", "workers", "server", "drill", "crashdrill"):
+    for folder in ("trainer", "workers", "server", "drill", "crashdrill", "benchmarks"):
         for path in (ROOT / folder).rglob("*.py"):
             if path == home:
                 continue
