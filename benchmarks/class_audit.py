@@ -21,12 +21,14 @@ from typing import Any
 
 from class_student import RunSeen, file_keys, record_key  # a sibling: benchmarks run as scripts
 
+from crashdrill.trainer.run_files import RECORDS_FILE, read_complete_lines
+
 
 def step_problems(run_dir: Path, state: str, steps: int | None) -> list[str]:
     """What is wrong with the step records of each segment in records.jsonl."""
     by_segment: dict[int, list[int]] = {}
     resumed_from: dict[int, int] = {}
-    for line in (run_dir / "records.jsonl").read_bytes().split(b"\n")[:-1]:
+    for _offset, line in read_complete_lines(run_dir / RECORDS_FILE).lines():
         rec = json.loads(line)
         segment = rec.get("segment", 0)
         if rec.get("kind") == "step":

@@ -29,6 +29,8 @@ from typing import Any
 
 import httpx
 
+from crashdrill.trainer.run_files import MIRROR_LOG, RECORDS_FILE, read_complete_lines
+
 TERMINAL = frozenset({"finished", "failed", "stopped"})
 DRAIN_S = 20.0  # after both runs ended: how long the stream may take to bring the rest
 
@@ -72,12 +74,10 @@ def record_key(rec: dict[str, Any]) -> tuple[Any, ...]:
 def file_keys(run_dir: Path) -> Counter[tuple[Any, ...]]:
     """Every complete line of the run's records.jsonl and mirror.jsonl, as record keys."""
     keys: Counter[tuple[Any, ...]] = Counter()
-    for name in ("records.jsonl", "mirror.jsonl"):
-        path = run_dir / name
-        if path.exists():
-            for line in path.read_bytes().split(b"\n")[:-1]:
-                if line.strip():
-                    keys[record_key(json.loads(line))] += 1
+    for name in (RECORDS_FILE, MIRROR_LOG):
+        for _offset, line in read_complete_lines(run_dir / name).lines():
+            if line.strip():
+                keys[record_key(json.loads(line))] += 1  # a line that is no record: fails
     return keys
 
 

@@ -46,19 +46,17 @@ def part_nvml(check: Check) -> dict[str, Any]:
         sampler.close()
         stop_group(proc)
     out = summarise_nvml([s.to_record() for s in samples], reasons)
-    out["training_steps_during_sampling"] = _steps_between(
-        run_dir / "records.jsonl", samples[0].t, samples[-1].t
-    )
+    out["training_steps_during_sampling"] = _steps_between(run_dir, samples[0].t, samples[-1].t)
     if check.on_cuda and out["gpu_state"] != "ok":
         out["error"] = f"NVML gave no GPU reading: {out['gpu_reason']}"
     return out
 
 
 def _wait_for_step(run_dir: Path, proc: subprocess.Popen[Any], log: Path, timeout: float) -> None:
-    from crashdrill.trainer.records import read_records
+    from crashdrill.trainer.run_files import RECORDS_FILE, read_records
 
     deadline = time.monotonic() + timeout
-    while not any(r.get("kind") == "step" for r in read_records(run_dir / "records.jsonl")[0]):
+    while not any(r.get("kind") == "step" for r in read_records(run_dir / RECORDS_FILE)[0]):
         if proc.poll() is not None:
             raise RuntimeError(f"the training load exited {proc.returncode}:\n{tail(log)}")
         if time.monotonic() > deadline:
@@ -66,10 +64,10 @@ def _wait_for_step(run_dir: Path, proc: subprocess.Popen[Any], log: Path, timeou
         time.sleep(0.2)
 
 
-def _steps_between(records: Path, t0: float, t1: float) -> int:
-    from crashdrill.trainer.records import read_records
+def _steps_between(run_dir: Path, t0: float, t1: float) -> int:
+    from crashdrill.trainer.run_files import RECORDS_FILE, read_records
 
-    steps = read_records(records)[0]
+    steps = read_records(run_dir / RECORDS_FILE)[0]
     return sum(1 for r in steps if r.get("kind") == "step" and t0 <= r["t"] <= t1)
 
 

@@ -89,6 +89,8 @@ def _nvml_versions() -> dict[str, Any]:
 
 
 def part_throughput(check: Check) -> dict[str, Any]:
+    from crashdrill.trainer.run_files import RECORDS_FILE
+
     names = list(check.sizes.throughput_steps)
     out: dict[str, Any] = {"presets": {}}
     for i, name in enumerate(names):
@@ -103,7 +105,7 @@ def part_throughput(check: Check) -> dict[str, Any]:
         code = run_bounded(
             crashdrill("run", str(path), "--run-dir", str(run_dir), "--quiet"), log, share
         )
-        result = summarise_throughput(read_jsonl(run_dir / "records.jsonl"), steps)
+        result = summarise_throughput(read_jsonl(run_dir / RECORDS_FILE), steps)
         result["exit_code"], result["stopped_by_budget"] = code, code is None
         if code not in (0, None) or not result.get("timed_steps"):
             result["error"] = f"exit {code}, {result.get('timed_steps', 0)} timed steps:\n"

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from crashdrill.trainer.presets import get_preset, list_presets
-from crashdrill.trainer.records import read_records
+from crashdrill.trainer.run_files import RECORDS_FILE, read_records
 
 
 def measure(preset: str, label: str, at_step: int, work: Path) -> dict[str, Any]:
@@ -48,7 +48,7 @@ def measure(preset: str, label: str, at_step: int, work: Path) -> dict[str, Any]
     exit_s = time.monotonic() - sent if sent is not None else None
     row: dict[str, Any] = {"preset": preset, "label": label, "exit_code": proc.returncode}
     row["sigterm_to_exit_s"] = round(exit_s, 3) if exit_s is not None else None
-    records, _ = read_records(run_dir / "records.jsonl")
+    records, _ = read_records(run_dir / RECORDS_FILE)
     stops = [r for r in records if r.get("code") == "stopped_gracefully"]
     ckpts = {r["step"]: r for r in records if r["kind"] == "ckpt"}
     run = next((r for r in records if r["kind"] == "run"), {})

@@ -38,7 +38,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-RECORDS_FILE = "records.jsonl"  # crashdrill.trainer.records.RECORDS_FILE (no torch import)
+from crashdrill.trainer.run_files import RECORDS_FILE
 
 
 def step_records(run_dir: Path) -> tuple[list[tuple[int, int]], int]:

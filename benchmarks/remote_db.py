@@ -48,6 +48,8 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import psutil
 
+from crashdrill.trainer.run_files import RECORDS_FILE, RUN_JSON
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.support is not installed
 
@@ -164,7 +166,7 @@ def stop_server(proc: subprocess.Popen[bytes], data_dir: Path) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
-    for info in data_dir.glob("runs/*/run.json"):
+    for info in data_dir.glob(f"runs/*/{RUN_JSON}"):
         with suppress(OSError, ValueError, KeyError, psutil.Error):
             trainer = psutil.Process(int(json.loads(info.read_text())["pid"]))
             if str(STAND_IN) in trainer.cmdline():
@@ -189,7 +191,7 @@ def start_pair(api: httpx.Client) -> tuple[str, list[str]]:
 def records_written(data_dir: Path, lo: float, hi: float) -> int:
     """Records the trainers wrote with lo ≤ t ≤ hi."""
     n = 0
-    for path in data_dir.glob("runs/*/records.jsonl"):
+    for path in data_dir.glob(f"runs/*/{RECORDS_FILE}"):
         for line in path.read_bytes().splitlines():
             with suppress(ValueError):
                 n += lo <= float(json.loads(line).get("t", -1)) <= hi

@@ -32,6 +32,7 @@ from crashdrill.trainer.data import BatchSampler, load_dataset
 from crashdrill.trainer.loop import RunOptions, train
 from crashdrill.trainer.model import GPT, lr_at
 from crashdrill.trainer.presets import get_preset
+from crashdrill.trainer.run_files import RECORDS_FILE
 
 WARM = 10  # steps excluded from timing: allocator and cache warm-up
 
@@ -79,7 +80,7 @@ def trainer_loop(cfg: TrainConfig) -> tuple[float, list[dict]]:
         code = train(cfg, d, RunOptions())
         if code != 0:
             raise NothingMeasured(f"the trainer exited {code}")
-        recs = [json.loads(line) for line in (Path(d) / "records.jsonl").open()]
+        recs = [json.loads(line) for line in (Path(d) / RECORDS_FILE).open()]
     steps = [r for r in recs if r["kind"] == "step"]
     ckpts = [r for r in recs if r["kind"] == "ckpt"]
     timed = [r["dt"] for r in steps if r["step"] > WARM]

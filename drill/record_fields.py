@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crashdrill.trainer.records import RECORDS_FILE, read_records
 from crashdrill.trainer.resume_compare import (
     COMPARED_KINDS,
     LOSS,
@@ -30,6 +29,7 @@ from crashdrill.trainer.resume_compare import (
     compare_records,
     differing,
 )
+from crashdrill.trainer.run_files import RECORDS_FILE, read_records
 
 Key = tuple[str, int]  # (kind, step)
 

@@ -35,18 +35,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crashdrill.server.db import DatabaseUnavailable, Row
+from crashdrill.server.background import BackgroundTask, every
+from crashdrill.server.db import Row
 from crashdrill.server.fanout import Fanout
 from crashdrill.server.settings import Settings
 from crashdrill.server.store import ACTIVE_STATES, LIVE_STATES, Store
-from crashdrill.trainer.checkpoint_layout import MANIFEST, step_dir_name
+from crashdrill.trainer.checkpoint_layout import ckpt_root
 from crashdrill.workers.mirror import CheckpointMirror
 from crashdrill.workers.mirror_backends import MirrorError
-from crashdrill.workers.mirror_restore import mirrored_files
+from crashdrill.workers.mirror_layout import delete_copies, mirror_key
 
 log = logging.getLogger(__name__)
-
-CKPT_DIR = "ckpt"  # DIR/ckpt/ (workers/run_dir.py's layout)
 
 
 @dataclass
@@ -93,7 +92,7 @@ class Housekeeping:
         self._seen: dict[str, float] = {}
         self._lock = threading.Lock()
         self._since = clock()  # a pair polled before this server started counts from here
-        self._task: asyncio.Task[None] | None = None
+        self._task = BackgroundTask("crashdrill-housekeeping", log)
         self.last: PassReport | None = None
 
     # ---- watching -------------------------------------------------------------------
@@ -117,25 +116,16 @@ class Housekeeping:
     # ---- the task -------------------------------------------------------------------
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="crashdrill-housekeeping")
+        failed = "housekeeping failed; trying again in the next pass"
+        self._task.start(every(self.settings.housekeeping_interval_s, self._pass, log, failed))
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._task.stop()
 
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.housekeeping_interval_s)
-            try:
-                self.last = await asyncio.to_thread(self.pass_once)
-                for pair_id in self.last.idle_stopped:  # on the loop: stopping pushes views
-                    self._stop_pair(pair_id, self.idle_who())
-            except DatabaseUnavailable:
-                pass  # the outage is said elsewhere; the next pass tries again
-            except Exception:
-                log.exception("housekeeping failed; trying again in the next pass")
+    async def _pass(self) -> None:
+        self.last = await asyncio.to_thread(self.pass_once)
+        for pair_id in self.last.idle_stopped:  # on the loop: stopping pushes views
+            self._stop_pair(pair_id, self.idle_who())
 
     def idle_who(self) -> str:
         return f"the lab: nobody watched this pair for {minutes(self.settings.idle_stop_s)}"
@@ -174,15 +164,15 @@ class Housekeeping:
             path = path.parent
         return shutil.disk_usage(path).free
 
-    def _local_mirror(self, run_id: str) -> Path | None:
+    def _local_mirror(self, run: Row) -> Path | None:
         """The run's copies in a mirror on this machine's disk (counted in the budget)."""
         if self.mirror is None or self.mirror.off_machine:
             return None
-        return Path(self.mirror.url) / run_id
+        return Path(self.mirror.url) / mirror_key(run["run_dir"])
 
     def _bytes_of(self, run: Row) -> int:
-        local = tree_bytes(Path(run["run_dir"]) / CKPT_DIR)
-        mirrored = self._local_mirror(run["id"])
+        local = tree_bytes(ckpt_root(run["run_dir"]))
+        mirrored = self._local_mirror(run)
         return local + (tree_bytes(mirrored) if mirrored is not None else 0)
 
     def _clean_disk(self, report: PassReport) -> None:
@@ -225,15 +215,13 @@ class Housekeeping:
         now = self.store.run(run_id)
         if now is None or now["state"] in LIVE_STATES:
             return False  # resumed meanwhile? never delete what a live run needs
-        if self.mirror is not None and self.mirror.busy(Path(run["run_dir"]).name):
+        key = mirror_key(run["run_dir"])
+        if self.mirror is not None and self.mirror.busy(key):
             return False
-        shutil.rmtree(Path(run["run_dir"]) / CKPT_DIR, ignore_errors=True)
+        shutil.rmtree(ckpt_root(run["run_dir"]), ignore_errors=True)
         if self.mirror is not None:
             try:
-                for step, names in mirrored_files(self.mirror.backend, run_id).items():
-                    base = f"{run_id}/{step_dir_name(step)}"
-                    for name in sorted(names, key=lambda n: n != MANIFEST):  # manifest first
-                        self.mirror.backend.delete(f"{base}/{name}")
+                delete_copies(self.mirror.backend, key)
             except MirrorError as e:
                 log.warning("could not delete run %s's copies in the mirror: %s", run_id, e)
                 return False

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,12 @@ from crashdrill.server.run_paths import RunPaths
 from crashdrill.server.store import NewRecord, Store
 from crashdrill.trainer.divergence import STAGE as DIVERGED
 from crashdrill.trainer.record_contract import STATE_KINDS, STEP_KEYED_KINDS, finite_or_null
-from crashdrill.workers.mirror import MIRROR_LOG
-from crashdrill.workers.run_dir import RECORDS
+from crashdrill.trainer.run_files import (
+    MIRROR_LOG,
+    RECORDS_FILE,
+    complete_part,
+    read_complete_lines,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,15 +67,10 @@ def parse_lines(
     last newline, bad lines). With `paths`, every string is stored run-relative
     (server/run_paths.py).
     """
-    end = chunk.rfind(b"\n")
-    if end < 0:
-        return [], 0, 0
+    part = complete_part(chunk, base_offset)
     parsed: list[Parsed] = []
     bad = 0
-    pos = 0
-    for line in chunk[: end + 1].split(b"\n")[:-1]:
-        offset = base_offset + pos
-        pos += len(line) + 1
+    for offset, line in part.lines():
         if not line.strip():
             continue
         try:
@@ -106,7 +104,7 @@ def parse_lines(
             key = f"@{offset}"
         text = json.dumps(value, separators=(",", ":"), allow_nan=False)
         parsed.append(Parsed(NewRecord(key, segment, kind, step, t, text), value))
-    return parsed, end + 1, bad
+    return parsed, len(part.data), bad
 
 
 def _storable(value: dict[str, Any]) -> bool:
@@ -193,24 +191,19 @@ def _store_parsed(
 
 def ingest_run(store: Store, run: Row, chunk_bytes: int = CHUNK_BYTES) -> IngestBatch | None:
     """Read and store what the run's records.jsonl gained since the saved offset."""
-    path = Path(run["run_dir"]) / RECORDS
+    path = Path(run["run_dir"]) / RECORDS_FILE
     offset = int(run["ingest_offset"])
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size <= offset:
-                if size < offset:
-                    log.warning("%s shrank below the ingest offset %d; ignored", path, offset)
-                return None
-            f.seek(offset)
-            chunk = f.read(chunk_bytes)
-    except FileNotFoundError:
+    part = read_complete_lines(path, offset, chunk_bytes)
+    size = part.size
+    if size <= offset:  # no file (-1), or nothing new
+        if 0 <= size < offset:
+            log.warning("%s shrank below the ingest offset %d; ignored", path, offset)
         return None
-    parsed, consumed, bad = parse_lines(chunk, offset, paths=RunPaths(run["run_dir"]))
+    parsed, consumed, bad = parse_lines(part.data, offset, paths=RunPaths(run["run_dir"]))
     if consumed == 0:
-        if len(chunk) >= chunk_bytes:  # one line longer than a whole chunk: skip it
+        if part.read >= chunk_bytes:  # one line longer than a whole chunk: skip it
             log.warning("%s: a line over %d bytes at offset %d skipped", path, chunk_bytes, offset)
-            store.update_run(run["id"], ingest_offset=offset + len(chunk))
+            store.update_run(run["id"], ingest_offset=offset + part.read)
         return None
     if bad:
         log.warning(
@@ -234,17 +227,14 @@ def ingest_mirror_log(
     the current row (its ingest offset and summary are written back unchanged).
     """
     path = Path(run["run_dir"]) / MIRROR_LOG
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size <= offset:
-                return None, min(offset, size)
-            f.seek(offset)
-            chunk = f.read(chunk_bytes)
-    except FileNotFoundError:
+    part = read_complete_lines(path, offset, chunk_bytes)
+    size = part.size
+    if size < 0:
         return None, 0
+    if size <= offset:
+        return None, min(offset, size)
     parsed, consumed, bad = parse_lines(
-        chunk, offset, key_prefix="mirror", paths=RunPaths(run["run_dir"])
+        part.data, offset, key_prefix="mirror", paths=RunPaths(run["run_dir"])
     )
     if consumed == 0:
         return None, offset

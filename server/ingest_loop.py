@@ -22,7 +22,6 @@ reports) takes it too.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import threading
@@ -32,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from crashdrill.server.background import BackgroundTask
 from crashdrill.server.crash_modes import started_over_events
 from crashdrill.server.db import DatabaseUnavailable, Row
 from crashdrill.server.fanout import Fanout, Message
@@ -43,8 +43,8 @@ from crashdrill.server.start_times import StartTimes
 from crashdrill.server.store import TERMINAL_STATES, Store, state_rank
 from crashdrill.server.views import queue_positions, record_json, run_view
 from crashdrill.trainer.resume_compare import COMPARED_KINDS
-from crashdrill.workers.mirror import MIRROR_LOG, CheckpointMirror
-from crashdrill.workers.run_dir import RECORDS
+from crashdrill.trainer.run_files import MIRROR_LOG, RECORDS_FILE
+from crashdrill.workers.mirror import CheckpointMirror
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class Tailed:
 def _file_sizes(run_dir: Path) -> tuple[int, int]:
     """Sizes of records.jsonl and mirror.jsonl in `run_dir` (-1: not there)."""
     sizes = []
-    for name in (RECORDS, MIRROR_LOG):
+    for name in (RECORDS_FILE, MIRROR_LOG):
         try:
             sizes.append((run_dir / name).stat().st_size)
         except OSError:
@@ -152,18 +152,15 @@ class IngestLoop:
         self._tailed: dict[str, Tailed] = {}  # the passes' own, per run read
         self._checks_due: dict[str, float] = {}
         self._runs_due: dict[str, float] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._task = BackgroundTask("crashdrill-ingest", log)
 
     # ---- on the loop ----------------------------------------------------------------
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="crashdrill-ingest")
+        self._task.start(self._loop())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._task.stop()
 
     async def last_pass(self) -> None:
         """One more pass over every tailed run, every push due now (at shutdown)."""

@@ -60,11 +60,12 @@ from crashdrill.trainer.corpus_files import CORPORA_DIR_VARIABLE
 from crashdrill.trainer.divergence import STAGE as DIVERGED
 from crashdrill.trainer.presets import LABELS, Preset, PresetError, list_presets
 from crashdrill.trainer.priority import NICE_VARIABLE
+from crashdrill.trainer.run_files import FROZEN_PRESET, MIRROR_LOG
 from crashdrill.workers.graceful_stop import Wall
 from crashdrill.workers.launch import Launch
-from crashdrill.workers.mirror import MIRROR_LOG, CheckpointMirror
+from crashdrill.workers.mirror import CheckpointMirror
 from crashdrill.workers.mirror_backends import MirrorError
-from crashdrill.workers.run_dir import FROZEN_PRESET, RunDir
+from crashdrill.workers.run_dir import RunDir
 from crashdrill.workers.supervisor import Supervisor
 
 log = logging.getLogger(__name__)

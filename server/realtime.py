@@ -28,7 +28,6 @@ bounded outbox: a slow or failing Supabase never blocks ingest or the loop.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -37,7 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from crashdrill.server.db import DatabaseUnavailable
+from crashdrill.server.background import BackgroundTask, every
 from crashdrill.server.fanout import LocalFanout, Message, Subscriber
 from crashdrill.server.settings import Settings, SettingsError
 
@@ -207,7 +206,7 @@ class RealtimeFanout:
         self._telemetry: str | None = None
         self._seq: dict[str, int] = {}
         self._last_sent: dict[str, float] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._task = BackgroundTask("crashdrill-realtime-tick", log)
         self.ticks = 0
         self.dropped = 0  # records left out of batches (a gap for the page to refetch)
 
@@ -231,14 +230,12 @@ class RealtimeFanout:
 
     def start(self) -> None:
         self.publisher.start()
-        self._task = asyncio.get_running_loop().create_task(
-            self._tick_loop(), name="crashdrill-realtime-tick"
-        )
+        failed = "Supabase Realtime: building the batches failed; retrying"
+        # A DatabaseUnavailable is the lab's ingest's to say, once per outage.
+        self._task.start(every(self.settings.supabase_tick_s, self.flush, log, failed))
 
     def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+        self._task.cancel()
         with contextlib.suppress(Exception):
             self.flush()  # the last records, if the outbox has room
         self.publisher.close()
@@ -265,16 +262,6 @@ class RealtimeFanout:
             rp.view = message.data
         elif message.event == "resume_checks":
             rp.checks = message.data
-
-    async def _tick_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.supabase_tick_s)
-            try:
-                self.flush()
-            except DatabaseUnavailable:
-                pass  # the lab's ingest says so, once per outage; the next tick tries again
-            except Exception:
-                log.exception("Supabase Realtime: building the batches failed; retrying")
 
     def flush(self, now: float | None = None) -> int:
         """One tick: at most one message per pair into the publisher's outbox. Pairs

@@ -26,11 +26,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from crashdrill.server.background import BackgroundTask, on_signal
 from crashdrill.server.db import DatabaseUnavailable, Row
 from crashdrill.server.fanout import Fanout, Message
 from crashdrill.server.ingest_loop import IngestLoop, run_message
 from crashdrill.server.outage import Outage
-from crashdrill.server.scheduler import on_signal
 from crashdrill.server.store import Store
 from crashdrill.workers.launch import Change
 
@@ -56,20 +56,15 @@ class SupervisorReports:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changes: deque[tuple[str, Change]] = deque()  # in the order they came
         self._wanted = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._task = BackgroundTask("crashdrill-changes", log)
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._task = asyncio.create_task(
-            on_signal(self._wanted, self.apply), name="crashdrill-changes"
-        )
+        self._task.start(on_signal(self._wanted, self.apply))
 
     async def stop(self) -> None:
         """The task ends; reports still queued wait for `apply`."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._task.stop()
 
     def callback(self, run_id: str) -> Callable[[Change], None]:
         """What a run's supervisor calls, from its thread, with each change."""

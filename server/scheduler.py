@@ -25,10 +25,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from crashdrill.server.background import BackgroundTask, on_signal
 from crashdrill.server.db import DatabaseUnavailable, Row
 from crashdrill.server.fanout import Fanout, Message
 from crashdrill.server.ingest_loop import view_message
@@ -42,21 +43,9 @@ from crashdrill.workers.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
-RETRY_S = 1.0  # a scheduling pass or a supervisor's report waiting for the database
 # While runs wait, a pass this often besides: the runs ahead measured their pace since,
 # and the queued runs' views get a fresher estimate of their wait.
 ESTIMATE_EVERY_S = 5.0
-
-
-async def on_signal(wanted: asyncio.Event, work: Callable[[], Awaitable[bool]]) -> None:
-    """Run `work` whenever `wanted` is set, one at a time; when it fails (False), again
-    after RETRY_S (the scheduler's task, and the one applying supervisors' reports)."""
-    while True:
-        await wanted.wait()
-        wanted.clear()
-        if not await work():
-            await asyncio.sleep(RETRY_S)
-            wanted.set()
 
 
 @dataclass
@@ -92,25 +81,20 @@ class Scheduler:
         self._started = started
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wanted = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._task = BackgroundTask("crashdrill-schedule", log)
         self._closing = False  # no new starts while stopping
         self._refresh: asyncio.TimerHandle | None = None  # the next pass while runs wait
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._task = asyncio.create_task(
-            on_signal(self._wanted, self._schedule_once), name="crashdrill-schedule"
-        )
+        self._task.start(on_signal(self._wanted, self._schedule_once))
 
     async def stop(self) -> None:
         """No new starts from now on; the task ends."""
         self._closing = True
         if self._refresh is not None:
             self._refresh.cancel()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._task.stop()
 
     def schedule(self) -> None:
         """Ask for a scheduling pass (from any thread); the scheduler task runs it soon."""

@@ -38,6 +38,7 @@ from crashdrill.trainer.preemption import (
 from crashdrill.trainer.priority import settle_after_first_step
 from crashdrill.trainer.record_contract import to_json
 from crashdrill.trainer.records import NO_CHECKPOINT_CODE, RecordWriter, float32_bits
+from crashdrill.trainer.run_files import RUN_JSON
 from crashdrill.trainer.train_state import (
     CheckpointMismatch,
     TrainState,
@@ -80,7 +81,7 @@ def _start_run_dir(run_dir: Path, label: str, preset: str, cfg: TrainConfig) -> 
     if run_dir.exists() and not run_dir.is_dir():
         raise RunDirError(f"--run-dir {str(run_dir)!r} is a file; give a directory")
     run_dir.mkdir(parents=True, exist_ok=True)
-    info_path = run_dir / "run.json"
+    info_path = run_dir / RUN_JSON
     try:
         starts = int(json.loads(info_path.read_text()).get("starts", 0))
     except (OSError, ValueError):

@@ -34,10 +34,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
+# DIR/stop.json: the newest graceful stop, "saving" or "saved"
+from crashdrill.trainer.run_files import STOP_MARKER
+
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 MIN_MARGIN_S = 5.0  # the budget's margin before any checkpoint write has been measured
 EXIT_S = 2.0  # and for the process to end after its save (interpreter and torch teardown)
-STOP_MARKER = "stop.json"  # in the run dir: the newest graceful stop, "saving" or "saved"
 STOPPING_CODE, STOPPED_CODE, TORN_CODE = "stopping", "stopped_gracefully", "graceful_stop_lost"
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([dhms]?)")

@@ -3,25 +3,26 @@ everything that shows a run (server, charts, resume checks, the drill). What eac
 record holds is the contract in `record_contract.py`; this module writes and reads them.
 
 Each record is one `os.write` of one line on an O_APPEND descriptor, so a SIGKILL leaves
-at most a final line without its newline; readers take complete lines only.
+at most a final line without its newline; readers take complete lines only (the one
+reader, and the file's name, are in run_files.py).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-# The contract (kinds, fields, version, float32 bits) lives in record_contract; these
-# names are re-exported for the writer's users.
 from crashdrill.trainer.event_record import check_record, event
+
+# The contract (kinds, fields, version, float32 bits) lives in record_contract, the file's
+# name and its reader in run_files; these names are re-exported for the writer's users.
 from crashdrill.trainer.record_contract import VERSION, bits_to_float32, float32_bits, to_json
+from crashdrill.trainer.run_files import RECORDS_FILE, read_records
 
 __all__ = [
     "NO_CHECKPOINT_CODE",
-    "RECORDS_FILE",
     "VERSION",
     "RecordWriter",
     "bits_to_float32",
@@ -29,7 +30,6 @@ __all__ = [
     "read_records",
 ]
 
-RECORDS_FILE = "records.jsonl"
 # The event of a restart that refused to train without a checkpoint (--require-checkpoint);
 # the lab reads a lesson's outcome from it (server/predictions.py).
 NO_CHECKPOINT_CODE = "no_checkpoint"
@@ -71,26 +71,3 @@ class RecordWriter:
 
     def close(self) -> None:
         os.close(self._fd)
-
-
-def read_records(path: str | Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
-    """Complete records from byte `offset`; returns them and the offset after the last
-    complete line. Unparseable lines (a fragment a kill left behind) are skipped."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read()
-    except FileNotFoundError:
-        return [], offset
-    end = data.rfind(b"\n")
-    if end < 0:
-        return [], offset
-    out = []
-    for line in data[: end + 1].splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out, offset + end + 1

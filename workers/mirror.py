@@ -9,8 +9,8 @@ and pulled back when a restart finds none on the machine.
 
     restore_latest("gs://my-bucket/crashdrill", run_dir)   # -> Restored(step=…) or None
 
-Each run mirrors under `<mirror>/<run dir name>/step-XXXXXXXX/`, the same files as the
-checkpoint (the layout, and which checkpoints count: trainer/checkpoint_layout.py; the
+Each run mirrors under `<mirror>/<run dir name>/step-XXXXXXXX/` (mirror_layout.py), the
+same files as the checkpoint (which checkpoints count: trainer/checkpoint_layout.py; the
 in-place slot is never copied) with `MANIFEST.json` uploaded last (and deleted first when
 a step is copied again), so a copy without its manifest does not exist for the restore,
 exactly as on disk. The last `keep` (≥ 2, the run's own `keep`) copies are kept.
@@ -52,20 +52,15 @@ from crashdrill.trainer.checkpoint_layout import (
     MANIFEST,
     CheckpointInfo,
     find_latest,
-    step_dir_name,
 )
 from crashdrill.trainer.event_record import event as build_event
+from crashdrill.trainer.run_files import MIRROR_LOG, read_records
 from crashdrill.workers.mirror_backends import Backend, MirrorError, RetryPolicy, open_backend
-from crashdrill.workers.mirror_restore import (
-    Restored,
-    mirrored_files,
-    pull_for_restart,
-    restore_latest,
-)
+from crashdrill.workers.mirror_layout import copy_base, delete_copy, mirror_key, mirrored_files
+from crashdrill.workers.mirror_restore import Restored, pull_for_restart, restore_latest
 from crashdrill.workers.run_dir import RunDir
 
 __all__ = [
-    "MIRROR_LOG",
     "CheckpointMirror",
     "Restored",
     "newest_local",
@@ -75,7 +70,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-MIRROR_LOG = "mirror.jsonl"
 _REMEMBER = 8  # identities of recent copies kept per run (a pulled-back one is not resent)
 
 
@@ -112,14 +106,13 @@ def _append_log(run_dir: Path, records: list[dict[str, Any]]) -> None:
 def _mirrored_before(run_dir: Path) -> list[tuple[int, float | None]]:
     """Identities of the copies this run's mirror.jsonl reports (after a restart)."""
     try:
-        lines = (Path(run_dir) / MIRROR_LOG).read_bytes().splitlines()
+        records, _ = read_records(Path(run_dir) / MIRROR_LOG)
     except OSError:
         return []
     out = []
-    for line in lines[-4 * _REMEMBER :]:
+    for rec in records[-4 * _REMEMBER :]:
         with contextlib.suppress(ValueError, KeyError, TypeError):
-            rec = json.loads(line)
-            if isinstance(rec, dict) and rec.get("kind") == "mirror":
+            if rec.get("kind") == "mirror":
                 out.append((int(rec["step"]), rec.get("created")))
     return out[-_REMEMBER:]
 
@@ -203,7 +196,7 @@ class CheckpointMirror:
     def watch(self, run_dir: Path) -> str:
         """Mirror this run's checkpoints from now on; returns its key in the mirror."""
         run_dir = Path(run_dir)
-        key = run_dir.name
+        key = mirror_key(run_dir)
         with self._cond:
             run = self._runs.get(key)
             if run is None:
@@ -255,7 +248,7 @@ class CheckpointMirror:
     def offer(self, run_dir: Path, ckpt: CheckpointInfo) -> None:
         """Queue `ckpt` for upload (the poller's call, public for tests)."""
         with self._cond:
-            self._offer(self._runs[Path(run_dir).name], ckpt)
+            self._offer(self._runs[mirror_key(run_dir)], ckpt)
 
     def _offer(self, run: _Run, ckpt: CheckpointInfo) -> None:
         for seen in (run.pending, run.in_flight):
@@ -305,7 +298,7 @@ class CheckpointMirror:
                     self._cond.notify_all()
 
     def _upload(self, run: _Run, ckpt: CheckpointInfo, superseded: list[int]) -> None:
-        base = f"{run.key}/{step_dir_name(ckpt.step)}"
+        base = copy_base(run.key, ckpt.step)
         t0 = time.perf_counter()
         try:
             nbytes = self._copy(base, ckpt)
@@ -429,6 +422,4 @@ class CheckpointMirror:
         for step, names in by_step.items():
             if step in complete[:keep] or step > complete[0]:
                 continue
-            base = f"{run.key}/{step_dir_name(step)}"
-            for name in sorted(names, key=lambda n: n != MANIFEST):
-                self.backend.delete(f"{base}/{name}")
+            delete_copy(self.backend, run.key, step, names)

@@ -4,8 +4,8 @@ restart without a checkpoint on the machine uses.
     restore_latest("gs://my-bucket/crashdrill", run_dir)   # -> Restored(step=…) or None
 
 Layout: `<mirror>/<run dir name>/step-XXXXXXXX/` holds the checkpoint's files and its
-`MANIFEST.json` (uploaded last; a copy without one does not exist), named and checked by
-the same rule as on disk (trainer/checkpoint_layout.py). A pull reads the
+`MANIFEST.json` (uploaded last; a copy without one does not exist): workers/mirror_layout.py.
+A pull reads the
 manifest as JSON (nothing from a mirror is ever unpickled), downloads every file it
 lists into `ckpt/step-XXXXXXXX.tmp/`, checks each size and sha256, renames the directory
 into place and writes the manifest last — the trainer's own atomic order — so the
@@ -30,26 +30,16 @@ from crashdrill.trainer.checkpoint_layout import (
     CorruptCheckpoint,
     check_listed,
     ckpt_root,
-    parse_step_dir,
     step_dir_name,
     temp_dir_name,
 )
 from crashdrill.trainer.event_record import event as build_event
 from crashdrill.workers.mirror_backends import Backend, MirrorError, MirrorURLError, open_backend
+from crashdrill.workers.mirror_layout import copy_base, mirror_key, mirrored_files
 
 
 class CorruptCopy(Exception):
     """A mirrored checkpoint that fails verification; never used."""
-
-
-def mirrored_files(backend: Backend, key: str) -> dict[int, set[str]]:
-    """{step: file names} of the run's copies in the mirror."""
-    out: dict[int, set[str]] = {}
-    for name in backend.list(f"{key}/"):
-        parts = name.split("/")
-        if len(parts) == 3 and (step := parse_step_dir(parts[1])) is not None:
-            out.setdefault(step, set()).add(parts[2])
-    return out
 
 
 @dataclass(frozen=True)
@@ -76,7 +66,7 @@ def restore_latest(
     usable copy. Raises MirrorError when the mirror cannot be read at all."""
     run_dir = Path(run_dir)
     backend = backend or open_backend(mirror_url)
-    by_step = mirrored_files(backend, run_dir.name)
+    by_step = mirrored_files(backend, mirror_key(run_dir))
     for step in sorted((s for s, n in by_step.items() if MANIFEST in n), reverse=True):
         try:
             return _pull(backend, run_dir, step)
@@ -94,7 +84,7 @@ def restore_latest(
 def _pull(backend: Backend, run_dir: Path, step: int) -> Restored:
     t0 = time.perf_counter()
     name = step_dir_name(step)
-    base = f"{run_dir.name}/{name}"
+    base = copy_base(mirror_key(run_dir), step)
     url = backend.url_of(base)
     raw = backend.read(f"{base}/{MANIFEST}")
     try:

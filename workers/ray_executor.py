@@ -46,6 +46,7 @@ import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from crashdrill.trainer.run_files import RUN_JSON
 from crashdrill.workers.cluster_health import ClusterNodes
 from crashdrill.workers.executor import ExecutorError, Host, StartCancelled, Trainer
 from crashdrill.workers.executor_registry import ExecutorConfigError
@@ -60,7 +61,7 @@ from crashdrill.workers.ray_placement import (
     waiting_event,
     write_placement,
 )
-from crashdrill.workers.run_dir import RUN_JSON, RunDir
+from crashdrill.workers.run_dir import RunDir
 
 if TYPE_CHECKING:
     from crashdrill.workers.launch import Launch

@@ -39,16 +39,22 @@ from typing import Any
 
 from crashdrill.processes.process_tree import become_subreaper
 from crashdrill.trainer.checkpoint_layout import ckpt_root
+from crashdrill.trainer.run_files import (
+    FROZEN_PRESET,
+    MIRROR_LOG,
+    RECORDS_FILE,
+    RUN_JSON,
+    read_complete_lines,
+)
 from crashdrill.workers.executor import Host
-from crashdrill.workers.mirror import MIRROR_LOG
 from crashdrill.workers.mirror_restore import MirrorPull, pull_for_restart
 from crashdrill.workers.node_telemetry import NodeTelemetry
-from crashdrill.workers.run_dir import FROZEN_PRESET, RECORDS, RUN_JSON, RunDir
+from crashdrill.workers.run_dir import RunDir
 from crashdrill.workers.trainer_env import GCS_ENV_NAMES, writes_gcs_mirror
 from crashdrill.workers.trainer_process import TrainerProcess
 from crashdrill.workers.warm import WarmTrainers
 
-SHIPPED = (RECORDS, MIRROR_LOG)  # the files the server keeps a copy of, by offset
+SHIPPED = (RECORDS_FILE, MIRROR_LOG)  # the files the server keeps a copy of, by offset
 SEEDED = (*SHIPPED, RUN_JSON, FROZEN_PRESET)  # the preset text a frozen run trains
 MAX_CHUNK = 1 << 20  # bytes of one file in one poll
 
@@ -61,13 +67,9 @@ def node_root(node_id: str) -> Path:
 def complete_lines(path: Path, offset: int, limit: int = MAX_CHUNK) -> bytes:
     """The bytes of `path` from `offset` up to its last newline (at most `limit`)."""
     try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read(limit)
+        return read_complete_lines(path, offset, limit).data
     except OSError:
         return b""
-    end = data.rfind(b"\n")
-    return data[: end + 1] if end >= 0 else b""
 
 
 class NodeRun:

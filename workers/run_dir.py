@@ -1,6 +1,7 @@
 """The files of one run directory, as the supervisor and the server read and write them.
 
-The layout is the trainer's contract (docs/run-contract.md):
+The layout is the trainer's contract (docs/run-contract.md); the files' names, and the
+one reader of complete lines, are in trainer/run_files.py:
 
     DIR/records.jsonl          append-only run records, one JSON object a line
     DIR/run.json               {"pid", "started_at", "starts", ...}, rewritten at each start
@@ -22,14 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from crashdrill.trainer.checkpoint_layout import find_latest
-
-RECORDS = "records.jsonl"
-RUN_JSON = "run.json"
-STDOUT = "stdout.log"
-STDERR = "stderr.log"
-# A run whose dir holds this file trains that preset text (an instructor's preset, a
-# student's settings): it lives with the run, so it travels wherever the run dir does.
-FROZEN_PRESET = "preset.toml"
+from crashdrill.trainer.run_files import (
+    RECORDS_FILE,
+    RUN_JSON,
+    STDERR_LOG,
+    STDOUT_LOG,
+    tail_records,
+)
 
 
 @dataclass(frozen=True)
@@ -38,15 +38,15 @@ class RunDir:
 
     @property
     def records(self) -> Path:
-        return self.path / RECORDS
+        return self.path / RECORDS_FILE
 
     @property
     def stdout(self) -> Path:
-        return self.path / STDOUT
+        return self.path / STDOUT_LOG
 
     @property
     def stderr(self) -> Path:
-        return self.path / STDERR
+        return self.path / STDERR_LOG
 
     def run_json(self) -> dict[str, Any]:
         """The trainer's run.json, or {} when it is missing or half written."""
@@ -71,26 +71,9 @@ class RunDir:
     def tail_records(self, max_bytes: int = 256 * 1024) -> list[dict[str, Any]]:
         """The complete, parseable records among the last `max_bytes` of records.jsonl."""
         try:
-            with open(self.records, "rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                start = max(0, size - max_bytes)
-                f.seek(start)
-                data = f.read()
+            return tail_records(self.records, max_bytes)
         except OSError:
             return []
-        lines = data.split(b"\n")
-        if start > 0:
-            lines = lines[1:]  # the first line is cut
-        lines = lines[:-1]  # text after the last newline is not a record yet
-        out = []
-        for line in lines:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict):
-                out.append(rec)
-        return out
 
     def last_seen(self) -> tuple[int, int | None, str | None]:
         """(segment, last step, last stage) according to the end of records.jsonl."""

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from crashdrill.trainer.run_files import RUN_JSON
 from crashdrill.workers.mirror import CheckpointMirror, newest_local, pull_for_restart
 from crashdrill.workers.run_dir import RunDir
 
@@ -32,7 +33,7 @@ WAIT_S = 60.0  # how long the end of a run waits for its last copy
 def next_segment(run_dir: Path) -> int:
     """The segment the next trainer start will have (the trainer counts starts)."""
     try:
-        return int(json.loads((run_dir / "run.json").read_text()).get("starts", 0))
+        return int(json.loads((run_dir / RUN_JSON).read_text()).get("starts", 0))
     except (OSError, ValueError, AttributeError, TypeError):
         return 0
 

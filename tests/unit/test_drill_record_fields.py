@@ -13,7 +13,7 @@ from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.record_fields import RunRecords, fields_summary
 from crashdrill.drill.verify import DrillResult
 from crashdrill.trainer.record_contract import float32_bits
-from crashdrill.trainer.records import RECORDS_FILE
+from crashdrill.trainer.run_files import RECORDS_FILE
 from tests.unit.test_drill_compare import CKPT, REF, FakeTarget, _ref, _seg
 
 

@@ -122,6 +122,14 @@ def test_parse_lines_reports_consumed_bytes_and_bad_lines() -> None:
     assert parsed[0].record.dedup_key == "@100"
 
 
+def test_a_line_that_is_not_utf8_is_counted_bad_and_the_next_line_keeps_its_offset_key() -> None:
+    chunk = b'\xff\xfe{"kind":"x"}\n{"kind":"y"}\n'
+    parsed, consumed, bad = parse_lines(chunk, 100)
+    assert [p.value["kind"] for p in parsed] == ["y"] and bad == 1
+    assert consumed == len(chunk)
+    assert parsed[0].record.dedup_key == "@115"  # 2 bad bytes, 12 of JSON, its newline
+
+
 def test_a_big_batch_with_a_repeated_key_is_stored_once_in_file_order(store: Store) -> None:
     def rec(step: int, loss: float) -> NewRecord:
         return NewRecord(f"0:{step}:step", 0, "step", step, 1.0, json.dumps({"loss": loss}))
