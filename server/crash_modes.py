@@ -35,7 +35,9 @@ from crashdrill.server.store import NewRecord, Store
 from crashdrill.trainer.checkpoint_pause import ENV as PAUSE_ENV
 from crashdrill.trainer.config import ConfigError
 from crashdrill.trainer.crash_modes import DEFAULT, NAMES, mode_named
+from crashdrill.trainer.event_record import event as build_event
 from crashdrill.trainer.presets import PresetError, get_preset
+from crashdrill.trainer.record_contract import VERSION
 from crashdrill.workers.graceful_stop import PREEMPT_GRACE_S
 
 
@@ -135,17 +137,14 @@ def _started_over(store: Store, row: Row, rec: NewRecord) -> dict[str, Any]:
         " is easy to miss: the process started, printed its usual lines, and the loss curve"
         " simply began again."
     )
-    return {
-        "v": 1,
-        "kind": "event",
-        "t": time.time(),
-        "segment": rec.segment,
-        "level": "warn",
-        "code": "started_over",
-        "text": text,
-        "at_step": lost,
-        "lost_steps": lost,
-        "first_loss": loss,
-        "vocab": vocab,
-        "source": "lab",
-    }
+    event = build_event(
+        "started_over",
+        text,
+        segment=rec.segment,
+        at_step=lost,
+        lost_steps=lost,
+        first_loss=loss if isinstance(loss, int | float) else None,
+        vocab=vocab if isinstance(vocab, int) else None,
+        source="lab",
+    )
+    return {"v": VERSION, "t": time.time(), **event}

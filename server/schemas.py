@@ -252,6 +252,9 @@ class Event(BaseModel):
     code: str | None
     text: str
     step: int | None
+    fields: dict[str, Any] = Field(
+        description="the code's own fields (docs/run-contract.md, Event codes); {} before codes"
+    )
 
 
 class Events(BaseModel):
@@ -276,10 +279,31 @@ class RecordKindOut(BaseModel):
     more_fields: str | None = Field(description="where fields not listed are defined")
 
 
+class EventField(BaseModel):
+    name: str
+    type: str
+    meaning: str
+    optional: bool = Field(description="may be absent")
+
+
+class EventCodeOut(BaseModel):
+    code: str
+    writer: str = Field(description="trainer, supervisor, mirror or lab")
+    levels: list[str] = Field(description="the levels it is written at; the first is the usual")
+    weight: str = Field(description='"key" (the lesson\'s story), "info" or "routine" (muted)')
+    meaning: str
+    restart: str | None = Field(
+        description="a supervisor's restart event: what ended the segment (crash, preempt,"
+        " lost_host, killed); null for every other code"
+    )
+    fields: list[EventField] = Field(description="besides kind, segment, level, code, text")
+
+
 class RecordKinds(BaseModel):
     version: int = Field(description='the "v" of every record')
     common: list[RecordField] = Field(description="fields of every record")
     kinds: list[RecordKindOut]
+    events: list[EventCodeOut] = Field(description="every event code (trainer/event_codes.py)")
 
 
 class Machine(BaseModel):

@@ -135,6 +135,10 @@ def restart_counts(rows: Sequence[Row]) -> dict[str, dict[str, int]]:
     return out
 
 
+# An event's fields that are not its code's own (trainer/event_codes.py).
+_NOT_OWN_FIELDS = frozenset(("v", "kind", "t", "segment", "level", "code", "text"))
+
+
 def event_view(row: Row) -> dict[str, Any]:
     data = json.loads(row["data"])
     return {
@@ -145,4 +149,5 @@ def event_view(row: Row) -> dict[str, Any]:
         "code": data.get("code"),
         "text": str(data.get("text", "")),
         "step": data.get("step", data.get("at_step")),
+        "fields": {k: v for k, v in data.items() if k not in _NOT_OWN_FIELDS},
     }

@@ -57,7 +57,9 @@ def diverged_text(step: int, what: str, last_checkpoint: int | None) -> str:
 
 class _Records(Protocol):
     def write(self, kind: str, **fields: Any) -> dict[str, Any]: ...
-    def event(self, text: str, level: str = "info", **fields: Any) -> dict[str, Any]: ...
+    def event(
+        self, code: str, text: str, level: str | None = None, **fields: Any
+    ) -> dict[str, Any]: ...
 
 
 def record_divergence(
@@ -91,6 +93,6 @@ def record_divergence(
         dt=0.0,
     )
     text = diverged_text(step, what, checkpoint_step)
-    rec.event(text, level="error", code=CODE, step=step, what=what, checkpoint_step=checkpoint_step)
+    rec.event(CODE, text, step=step, what=what, checkpoint_step=checkpoint_step)
     rec.write("stage", stage=STAGE, progress=progress)
     return text

@@ -119,7 +119,7 @@ def _find_checkpoint(run_dir: Path, rec: RecordWriter) -> layout.CheckpointInfo 
     def on_corrupt(msg: str) -> None:
         text = f"Checkpoint rejected: {msg}. Falling back to the previous checkpoint."
         print(f"crashdrill: WARNING {text}", file=sys.stderr)
-        rec.event(text, level="warn", code="ckpt_corrupt")
+        rec.event("ckpt_corrupt", text)
 
     return layout.find_latest(run_dir, on_corrupt=on_corrupt)
 
@@ -131,7 +131,7 @@ def _refuse_to_start(run_dir: Path, rec: RecordWriter) -> int:
         "is set; not training from scratch"
     )
     print(f"crashdrill: {msg}", file=sys.stderr)
-    rec.event(f"Refused to start: {msg}.", level="error", code=NO_CHECKPOINT_CODE)
+    rec.event(NO_CHECKPOINT_CODE, f"Refused to start: {msg}.")
     rec.write("stage", stage="failed", progress=1.0)
     return EXIT_NO_CHECKPOINT
 
@@ -159,10 +159,9 @@ def _resume_or_fresh(
         # loss back at ln(vocab) from the records.
         if segment > 0 and not opts.require_checkpoint:
             rec.event(
+                "fresh_start",
                 "Restarted and found no checkpoint: training again from step 0 (everything "
                 "since the start is lost).",
-                level="warn",
-                code="fresh_start",
             )
         return
     parts = restore(info, cfg, fingerprints, state_map(cfg, model, opt, sampler, st), st)
@@ -178,10 +177,12 @@ def _resume_or_fresh(
     )
     missing = [ck.PART_WORDS[p] for p in absent]
     rec.event(
+        "resumed",
         f"Resumed at step {st.step} from a checkpoint."
         + (f" It did not hold: {', '.join(missing)} — those start over." if missing else ""),
         level="warn" if missing else "info",
-        code="resumed",
+        step=st.step,
+        missing=absent,
     )
 
 
@@ -203,7 +204,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, opts: RunOptions | None = None)
         rec.write("stage", stage="failed", progress=1.0)
         # The message and its traceback go to stderr (the lab's log, the instructor's
         # view); the records, which students read, name only the kind of error.
-        rec.event(f"The run failed: {type(e).__name__}.", level="error")
+        rec.event("trainer_error", f"The run failed: {type(e).__name__}.", error=type(e).__name__)
         raise
     finally:
         stop.restore()
@@ -263,10 +264,23 @@ def _train(
     )
     if info is None:
         rec.event(
+            "training_started",
             f"Training {n_params / 1e6:.2f}M params on {data.name} for {cfg.steps} steps "
-            f"({cfg.precision}, batch {cfg.batch}, ctx {cfg.ctx}, {cfg.threads} thread(s))."
+            f"({cfg.precision}, batch {cfg.batch}, ctx {cfg.ctx}, {cfg.threads} thread(s)).",
+            params=n_params,
+            dataset=data.name,
+            steps=cfg.steps,
+            precision=cfg.precision,
+            batch=cfg.batch,
+            ctx=cfg.ctx,
+            threads=cfg.threads,
         )
-        rec.event(f"Expected loss before training ≈ ln(vocab) = {math.log(vocab):.2f}.")
+        rec.event(
+            "expected_loss",
+            f"Expected loss before training ≈ ln(vocab) = {math.log(vocab):.2f}.",
+            loss=math.log(vocab),
+            vocab=vocab,
+        )
 
     def on_saved(r: ck.SaveResult) -> None:
         words = ", ".join(ck.PART_WORDS[p] for p in r.parts)
@@ -286,7 +300,16 @@ def _train(
             mode=cfg.ckpt_mode,
             write=cfg.ckpt_write,
         )
-        rec.event(f"Checkpoint at step {r.step}: {_fmt_bytes(r.bytes)} ({words}) {how}.")
+        rec.event(
+            "checkpoint",
+            f"Checkpoint at step {r.step}: {_fmt_bytes(r.bytes)} ({words}) {how}.",
+            step=r.step,
+            bytes=r.bytes,
+            seconds=round(r.seconds, 4),
+            persist_seconds=round(r.persist_seconds, 4),
+            mode=cfg.ckpt_mode,
+            parts=list(r.parts),
+        )
         stop.note_save(r.persist_seconds)  # sizes the time budget's margin
 
     writer = ck.CheckpointWriter(
@@ -294,7 +317,7 @@ def _train(
         keep=cfg.keep,
         write=cfg.ckpt_write,
         mode=cfg.ckpt_mode,
-        on_error=lambda m: rec.event(m, level="error"),
+        on_error=lambda m: rec.event("checkpoint_write_failed", m),
         on_saved=on_saved,
     )
 
@@ -426,7 +449,11 @@ def _train(
             st.best_val = v if st.best_val is None else min(st.best_val, v)
             rec.write("val", step=st.step, val_loss=v, train_loss=train_mean)
             rec.event(
-                f"Step {st.step}: val {v:.3f}, train {train_mean:.3f} (gap {v - train_mean:+.3f})."
+                "evaluated",
+                f"Step {st.step}: val {v:.3f}, train {train_mean:.3f} (gap {v - train_mean:+.3f}).",
+                step=st.step,
+                val_loss=v,
+                train_loss=train_mean,
             )
         if st.step % cfg.probe_every == 0 or st.step == cfg.steps:
             rec.write("probe", step=st.step, probes=evaluate.probes(model, data.tokenizer, device))
@@ -446,5 +473,7 @@ def _train(
     rec.write("stage", stage="train", progress=1.0)
     rec.write("stage", stage="finished", progress=1.0)
     best = f" Best val loss {st.best_val:.3f}." if st.best_val is not None else ""
-    rec.event(f"Finished {cfg.steps} steps.{best}", code="finished")
+    rec.event(
+        "finished", f"Finished {cfg.steps} steps.{best}", steps=cfg.steps, best_val=st.best_val
+    )
     return EXIT_OK

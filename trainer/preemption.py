@@ -224,7 +224,9 @@ class GracefulStop:
 
 
 class _Records(Protocol):  # what stop_and_save needs of the trainer's RecordWriter
-    def event(self, text: str, level: str = "info", **fields: Any) -> dict[str, Any]: ...
+    def event(
+        self, code: str, text: str, level: str | None = None, **fields: Any
+    ) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -258,9 +260,9 @@ def stop_and_save(
         else f"; {fmt_duration(left)} of the budget left, margin {fmt_duration(stop.margin_s())}"
     )
     rec.event(
+        STOPPING_CODE,
         f"Stopping gracefully at step {step} after {why}: saving a checkpoint"
         f" ({fmt_duration(stop.grace_left_s())} of grace left{budget}).",
-        code=STOPPING_CODE,
         step=step,
     )
     print(
@@ -279,6 +281,7 @@ def stop_and_save(
     name = path.name if path is not None else f"step {step}"
     mirror_words = {None: "", True: ", copied to the mirror", False: ", NOT yet on the mirror"}
     rec.event(
+        STOPPED_CODE,
         f"Stopped gracefully at step {step} after {why}: checkpoint {name} complete in"
         f" {took:.2f}s of a {grace:g}s grace{mirror_words[mirrored]}; 0 steps lost."
         + (
@@ -287,7 +290,6 @@ def stop_and_save(
             else " The save took longer than the grace: a platform would have killed it first."
         ),
         level="info" if within and mirrored is not False else "warn",
-        code=STOPPED_CODE,
         step=step,
         reason=stop.reason,
         checkpoint_step=step,
@@ -319,4 +321,4 @@ def check_previous_stop(run_dir: Path, resumed_step: int, rec: _Records) -> None
         f" the previous checkpoint stood: resumed at step {resumed_step}, {lost} steps lost."
     )
     print(f"crashdrill: WARNING {text}", file=sys.stderr)
-    rec.event(text, level="warn", code=TORN_CODE, step=marker.step, lost_steps=lost)
+    rec.event(TORN_CODE, text, step=marker.step, lost_steps=lost)

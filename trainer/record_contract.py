@@ -267,49 +267,16 @@ KINDS: tuple[Kind, ...] = (
     ),
     Kind(
         "event",
-        ("trainer", "supervisor", "mirror"),
-        "a sentence for the run's log",
+        ("trainer", "supervisor", "mirror", "lab"),
+        "something that happened, for the run's log: a registered code with typed fields,"
+        " and a sentence for people",
         (
-            Field("text", "str", "the sentence"),
-            Field("level", "str", '"info", "warn" or "error"'),
-            Field("code", "str", "what happened, for code (e.g. resumed, ckpt_corrupt); optional"),
-            Field("step", "int", "the step it is about; optional"),
-            Field(
-                "reason",
-                "str",
-                'a graceful stop\'s cause: "SIGTERM", "SIGINT" or "stop_after" (code'
-                " stopped_gracefully, trainer/preemption.py)",
-            ),
-            Field(
-                "what",
-                "str",
-                "a divergence (code diverged, trainer/divergence.py): what was not finite,"
-                ' e.g. "the loss is nan"',
-            ),
-            Field(
-                "checkpoint_step",
-                "int or null",
-                "a graceful stop: the step of its checkpoint; a divergence: the newest"
-                " checkpoint, from before it (null: none)",
-            ),
-            Field(
-                "save_seconds",
-                "float",
-                "a graceful stop: from the signal (or the budget's margin) to a complete"
-                " checkpoint, mirror copy included",
-            ),
-            Field(
-                "grace_s", "float", "a graceful stop: the grace it had (the config's stop_grace)"
-            ),
-            Field("within_grace", "bool", "a graceful stop: save_seconds ≤ grace_s"),
-            Field(
-                "mirrored",
-                "bool or null",
-                "a graceful stop: its checkpoint reached the --mirror (null: no mirror)",
-            ),
+            Field("text", "str", "the sentence (for people and logs: no reader parses it)"),
+            Field("level", "str", '"info", "warn" or "error" (those the code allows)'),
+            Field("code", "str", "what happened: one of the event codes"),
         ),
-        more_fields="a supervisor's crash events add at_step, resume_from, lost_steps, crash_mode;"
-        " a graceful stop cut off by a SIGKILL (code graceful_stop_lost) adds lost_steps",
+        more_fields="each code's own fields, in the event codes (trainer/event_codes.py; the"
+        " `events` of GET /api/record-kinds)",
     ),
     Kind(
         "run",
@@ -363,7 +330,9 @@ def kind(name: str) -> Kind:
 
 
 def contract_json() -> dict[str, Any]:
-    """The contract as JSON (GET /api/record-kinds)."""
+    """The contract as JSON (GET /api/record-kinds), the event codes included."""
+    # event_codes builds on this module's Field: imported here, not at the top.
+    from crashdrill.trainer.event_codes import events_json
 
     def fields(fs: tuple[Field, ...]) -> list[dict[str, Any]]:
         return [
@@ -386,4 +355,5 @@ def contract_json() -> dict[str, Any]:
             }
             for k in KINDS
         ],
+        "events": events_json(),
     }

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from crashdrill.trainer.event_record import check_record, event
+
 # The contract (kinds, fields, version, float32 bits) lives in record_contract, the file's
 # name and its reader in run_files; these names are re-exported for the writer's users.
 from crashdrill.trainer.record_contract import VERSION, bits_to_float32, float32_bits, to_json
@@ -53,11 +55,19 @@ class RecordWriter:
     def write(self, kind: str, **fields: Any) -> dict[str, Any]:
         rec = {"v": VERSION, "kind": kind, "t": round(time.time(), 3), "segment": self.segment}
         rec.update(fields)
+        if kind == "event":  # only registered codes with their fields (event_codes.py)
+            check_record(rec)
         os.write(self._fd, (to_json(rec) + "\n").encode())  # NaN, ±inf: null
         return rec
 
-    def event(self, text: str, level: str = "info", **fields: Any) -> dict[str, Any]:
-        return self.write("event", text=text, level=level, **fields)
+    def event(
+        self, code: str, text: str, level: str | None = None, **fields: Any
+    ) -> dict[str, Any]:
+        """An event of a registered code (trainer/event_codes.py): its fields are checked
+        against the code's, so a new event cannot leave the contract."""
+        built = event(code, text, level=level, **fields)
+        del built["kind"]
+        return self.write("event", **built)
 
     def close(self) -> None:
         os.close(self._fd)

@@ -53,6 +53,7 @@ from crashdrill.trainer.checkpoint_layout import (
     CheckpointInfo,
     find_latest,
 )
+from crashdrill.trainer.event_record import event as build_event
 from crashdrill.trainer.run_files import MIRROR_LOG, read_records
 from crashdrill.workers.mirror_backends import Backend, MirrorError, RetryPolicy, open_backend
 from crashdrill.workers.mirror_layout import copy_base, delete_copy, mirror_key, mirrored_files
@@ -305,7 +306,7 @@ class CheckpointMirror:
             with self._cond:
                 _handled(run, ckpt)
             if e.corrupt:
-                self._log(run, "warn", "mirror_skipped", ckpt.step, f"Not copied: {e}.")
+                self._log(run, "mirror_skipped", ckpt.step, f"Not copied: {e}.")
             return
         except MirrorError as e:
             self._failed(run, ckpt, superseded, e)
@@ -334,8 +335,16 @@ class CheckpointMirror:
         mirror = {"kind": "mirror", "segment": segment, "step": ckpt.step}
         mirror.update(seconds=round(seconds, 4), bytes=nbytes, url=url, created=ckpt.created)
         mirror.update(files=len(ckpt.files) + 1, superseded=superseded)
-        event = {"kind": "event", "segment": segment, "level": "info", "code": "mirror"}
-        self._append(run, [mirror, {**event, "step": ckpt.step, "text": text}])
+        event = build_event(
+            "mirror",
+            text,
+            segment=segment,
+            step=ckpt.step,
+            seconds=round(seconds, 4),
+            bytes=nbytes,
+            superseded=superseded,
+        )
+        self._append(run, [mirror, event])
 
     def _copy(self, base: str, ckpt: CheckpointInfo) -> int:
         """Upload the files, then the manifest; returns the bytes sent."""
@@ -388,12 +397,11 @@ class CheckpointMirror:
                 " Training continues on the checkpoints on this machine; the copy is retried"
                 " in the background."
             )
-            self._log(run, "warn", "mirror_failed", ckpt.step, text)
+            self._log(run, "mirror_failed", ckpt.step, text)
 
-    def _log(self, run: _Run, level: str, code: str, step: int, text: str) -> None:
+    def _log(self, run: _Run, code: str, step: int, text: str) -> None:
         segment = RunDir(run.run_dir).last_seen()[0]
-        event = {"kind": "event", "segment": segment, "level": level, "code": code}
-        self._append(run, [{**event, "step": step, "text": text}])
+        self._append(run, [build_event(code, text, segment=segment, step=step)])
 
     def _append(self, run: _Run, records: list[dict[str, Any]]) -> None:
         _append_log(run.run_dir, records)

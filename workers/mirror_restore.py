@@ -33,6 +33,7 @@ from crashdrill.trainer.checkpoint_layout import (
     step_dir_name,
     temp_dir_name,
 )
+from crashdrill.trainer.event_record import event as build_event
 from crashdrill.workers.mirror_backends import Backend, MirrorError, MirrorURLError, open_backend
 from crashdrill.workers.mirror_layout import copy_base, mirror_key, mirrored_files
 
@@ -137,9 +138,7 @@ def pull_for_restart(mirror_url: str, run_dir: Path, segment: int) -> MirrorPull
     events: list[dict[str, Any]] = []
 
     def warn(text: str, code: str) -> None:
-        events.append(
-            {"kind": "event", "segment": segment, "level": "warn", "code": code, "text": text}
-        )
+        events.append(build_event(code, text, segment=segment))
 
     def rejected(text: str) -> None:
         warn(f"Rejected a mirrored checkpoint: {text}; trying an older one.", "mirror_rejected")
@@ -147,6 +146,9 @@ def pull_for_restart(mirror_url: str, run_dir: Path, segment: int) -> MirrorPull
     try:
         restored = restore_latest(mirror_url, run_dir, on_rejected=rejected)
     except (MirrorError, MirrorURLError, OSError) as e:
-        warn(f"No checkpoint on this machine, and the mirror {mirror_url} failed: {e}.", "mirror")
+        warn(
+            f"No checkpoint on this machine, and the mirror {mirror_url} failed: {e}.",
+            "mirror_unreachable",
+        )
         restored = None
     return MirrorPull(restored, events)

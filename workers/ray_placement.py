@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crashdrill.trainer.event_record import event as build_event
 from crashdrill.trainer.presets import PresetError, get_preset
 from crashdrill.workers.run_dir import RunDir
 
@@ -65,9 +66,7 @@ def waiting_event(run_dir: Path, need: Resources) -> dict[str, Any]:
         f"Waiting for a node of the Ray cluster with {need.text()} free: none has them now."
         " The run starts as soon as one does (a node that joins the cluster counts)."
     )
-    return {"kind": "event", "segment": segment, "level": "warn", "code": "waiting_for_node"} | {
-        "text": text
-    }
+    return build_event("waiting_for_node", text, segment=segment)
 
 
 def alive_nodes(need: Resources | None = None) -> list[str]:

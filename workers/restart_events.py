@@ -16,29 +16,24 @@ import signal
 from typing import Any
 
 from crashdrill.trainer.divergence import CODE as DIVERGED_CODE
+from crashdrill.trainer.event_codes import CODES, event_code
+from crashdrill.trainer.event_codes import RESTART_KINDS as RESTART_KINDS  # for its readers
+from crashdrill.trainer.event_record import event as build_event
 from crashdrill.trainer.exit_codes import EXIT_NO_CHECKPOINT
 from crashdrill.workers.executor import Host
 from crashdrill.workers.mirror import Restored
 
-# What ended a segment, by kind, from its restart event (every one has `resume_from`):
-# a crash test (SIGKILL by a student, whatever its crash mode), a preemption (SIGTERM: the
-# Preempt button, a session wall, a trainer's own graceful stop), a lost host, or a kill
-# nobody asked for (the out-of-memory killer). The class view counts them by these names.
-RESTART_KINDS = ("crash", "preempt", "lost_host", "killed")
-
 
 def restart_kind(event: dict[str, Any]) -> str | None:
-    """The RESTART_KINDS name of a supervisor's restart event; None for any other event."""
+    """The RESTART_KINDS name of a supervisor's restart event (its code's `restart` in
+    trainer/event_codes.py); None for any other event."""
     if event.get("kind", "event") != "event" or "resume_from" not in event:
         return None
     code = event.get("code")
-    if code == "crash":
-        return "crash"
-    if event.get("crash_mode") == "preempt" or code in ("preempt", "graceful_stop"):
+    kind = event_code(code).restart if code in CODES else ""
+    if kind != "crash" and event.get("crash_mode") == "preempt":
         return "preempt"
-    if code in ("lost_host", "lost"):
-        return "lost_host"
-    return "killed"
+    return kind or "killed"
 
 
 def restart_event(
@@ -53,10 +48,12 @@ def restart_event(
     level: str,
     mode: str,
     fresh: bool = False,
+    save_step: int | None = None,
 ) -> dict[str, Any]:
     """The event of a restart on the same machine (`ckpt`: the step it resumes from;
     `fresh`: the run is set to train from scratch when it finds no checkpoint, its config's
-    on_missing_checkpoint = "fresh", so it does not refuse whatever `require` says)."""
+    on_missing_checkpoint = "fresh", so it does not refuse whatever `require` says;
+    `save_step`: a crash test's kill came while this step's checkpoint was being written)."""
     lost_steps = None
     if ckpt is not None:
         lost = ""
@@ -90,10 +87,18 @@ def restart_event(
             f"all {lost_steps} trained steps are lost."
         )
         level = "warn"
-    event: dict[str, Any] = {"kind": "event", "segment": segment, "level": level}
-    event.update(code=code, text=text, at_step=step, resume_from=ckpt)
-    event.update(lost_steps=lost_steps, crash_mode=mode)
-    return event
+    extra = {"save_step": save_step} if save_step is not None else {}
+    return build_event(
+        code,
+        text,
+        level=level,
+        segment=segment,
+        at_step=step,
+        resume_from=ckpt,
+        lost_steps=lost_steps,
+        crash_mode=mode,
+        **extra,
+    )
 
 
 def moved_event(
@@ -126,11 +131,18 @@ def moved_event(
             f"{lead}{at}; restarted on {where}, but the mirror holds no checkpoint of this"
             " run: the restart requires one (--require-checkpoint), so it must refuse."
         )
-    event: dict[str, Any] = {"kind": "event", "segment": segment, "level": "warn"}
-    event.update(code="crash" if moved else "lost_host", text=text, at_step=step)
-    event.update(resume_from=ckpt, lost_steps=lost_steps, crash_mode="host")
-    event.update(lost_host=old.to_dict(), host=new.to_dict() if new is not None else None)
-    return event
+    return build_event(
+        "crash" if moved else "lost_host",
+        text,
+        level="warn",
+        segment=segment,
+        at_step=step,
+        resume_from=ckpt,
+        lost_steps=lost_steps,
+        crash_mode="host",
+        lost_host=old.to_dict(),
+        host=new.to_dict() if new is not None else None,
+    )
 
 
 def failure_text(code: int | None) -> str:

@@ -65,6 +65,7 @@ from crashdrill.trainer.checkpoint_pause import paused_step
 from crashdrill.trainer.crash_modes import DEFAULT as DEFAULT_CRASH_MODE
 from crashdrill.trainer.crash_modes import mode_named
 from crashdrill.trainer.divergence import STAGE as DIVERGED
+from crashdrill.trainer.event_record import event as build_event
 from crashdrill.trainer.exit_codes import EXIT_DIVERGED, EXIT_OK
 from crashdrill.workers.executor import Executor, Host, Trainer
 from crashdrill.workers.graceful_stop import (
@@ -359,7 +360,14 @@ class Supervisor:
                     " cluster), so the run restarts here, as in the wipe mode"
                 )
             return self._restart(
-                lead, segment, step, code="crash", level="info", had_checkpoint=had, mode=mode
+                lead,
+                segment,
+                step,
+                code="crash",
+                level="info",
+                had_checkpoint=had,
+                mode=mode,
+                save_step=save_step,
             )
         if killed:
             self._unrequested_kills += 1
@@ -402,6 +410,7 @@ class Supervisor:
         had_checkpoint: bool | None = None,
         mode: str = "kill",
         stopped: bool = False,
+        save_step: int | None = None,
     ) -> bool:
         """Restart the trainer. Once the run has saved a checkpoint (`had_checkpoint`,
         default: one exists now) the restart requires one: resume it or refuse, never a
@@ -422,6 +431,7 @@ class Supervisor:
             level=level,
             mode=mode,
             fresh=self.launch.fresh_start_allowed,
+            save_step=save_step,
         )
         if stopped:
             event = count_the_cost(event)
@@ -514,7 +524,7 @@ class Supervisor:
         if segment is None:
             segment, _, stage = self.run_dir.last_seen()
         records: list[dict[str, Any]] = [
-            {"kind": "event", "segment": segment, "level": "error", "code": "failed", "text": text}
+            build_event("failed", text, segment=segment, exit_code=exit_code)
         ]
         if stage != "failed":
             records.append({"kind": "stage", "segment": segment, "stage": "failed", "progress": 1})
@@ -526,8 +536,7 @@ class Supervisor:
 
     def _stopped(self, who: str, segment: int) -> None:
         text = f"Stopped by {who}."
-        event = {"kind": "event", "segment": segment, "level": "info", "code": "stopped"}
-        self._append([{**event, "text": text}])
+        self._append([build_event("stopped", text, segment=segment, by=who)])
         self._notify(Change("stopped", text=text))
 
     # ---- through the executor --------------------------------------------------------

@@ -208,13 +208,14 @@ def test_the_crash_window_and_the_event_groups_follow_the_lesson_s_words(
         """async () => {
             const w = await import('/static/crash_window.js');
             const ev = await import('/static/events.js');
+            const m = await import('/static/model.js');
+            const contract = await (await fetch('/api/record-kinds')).json();
             const text = 'Press Crash test between step 250 and step 500.';
             const between = w.crashWindow(text, 600, 'A');
-            const pair = {ordered: () => [{label: 'A', events: [
-                {id: 1, t: 1, text: 'Checkpoint at step 50: 1.5 MB (weights) in 0.01s.'},
-                {id: 2, t: 2, code: 'mirror', step: 50,
-                 text: 'Checkpoint step 50 copied to the mirror /m/step-50 in 0.02s (background).'},
-                {id: 3, t: 3, code: 'crash', text: 'Crash test: killed the process at step 61.'},
+            const pair = {eventCodes: m.eventCodes(contract), ordered: () => [{label: 'A', events: [
+                {id: 1, t: 1, code: 'checkpoint', step: 50, text: 'Checkpoint at step 50.'},
+                {id: 2, t: 2, code: 'mirror', step: 50, seconds: 0.0213, text: 'Copied.'},
+                {id: 3, t: 3, code: 'crash', at_step: 61, text: 'Crash test: killed the process.'},
             ]}]};
             return {
                 between, none: w.crashWindow('Wait for the mirror, then crash both.', 600, 'A'),

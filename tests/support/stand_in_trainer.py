@@ -147,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"crashdrill: resumed at step {start} from {ckpt}", file=sys.stderr)
         rec.write("resume", from_step=start, segment=segment, path=str(ckpt / f"step-{start:08d}"))
-        rec.write("event", text=f"Resumed at step {start} from a checkpoint.", level="info")
+        text = f"Resumed at step {start} from a checkpoint."
+        rec.write("event", text=text, level="info", code="resumed", step=start, missing=[])
     rec.write("stage", stage="train", progress=start / steps)
     if stop or 0 <= stop_at <= start:
         return _stop_gracefully(rec, ckpt, start, stop.get("reason", "stop_after"))
@@ -178,7 +179,18 @@ def main(argv: list[str] | None = None) -> int:
             d.mkdir(parents=True, exist_ok=True)
             (d / "MANIFEST.json").write_text(json.dumps({"step": step}))
             rec.write("ckpt", step=step, bytes=1, seconds=0.0, path=str(d))
-            rec.write("event", text=f"Checkpoint at step {step}.", level="info")
+            rec.write(
+                "event",
+                text=f"Checkpoint at step {step}.",
+                level="info",
+                code="checkpoint",  # its fields as trainer/event_codes.py says
+                step=step,
+                bytes=1,
+                seconds=0.0,
+                persist_seconds=0.0,
+                mode="sync",
+                parts=["weights"],
+            )
         if (stop or step == stop_at) and step < steps:
             return _stop_gracefully(rec, ckpt, step, stop.get("reason", "stop_after"))
     rec.write("stage", stage="finished", progress=1.0)

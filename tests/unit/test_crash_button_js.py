@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from crashdrill.trainer.record_contract import contract_json
+
 STATIC = Path(__file__).resolve().parents[2] / "web" / "static"
 NODE = shutil.which("node")
 pytestmark = pytest.mark.skipif(NODE is None, reason="needs node to run the page's modules")
@@ -27,7 +29,7 @@ def run_js(steps: str) -> Any:
         Promise.all([import({model}), import({cards})]).then(([m, c]) => {{
             const run = new m.RunModel({{id: "r", label: "A", state: "starting",
                 stage: "starting", segment: 0, crashes: 0, step: null, can_crash: false}},
-                new Set({json.dumps(KEYED)}));
+                new Set({json.dumps(KEYED)}), m.eventCodes({json.dumps(contract_json())}));
             let preset = null;
             const blocked = (starts = null) => c.crashBlocker(run, true, starts, preset);
             const state = (starts) => c.studentState(run, starts, preset);

@@ -94,7 +94,7 @@ def test_an_unreachable_mirror_is_said_and_the_restart_goes_on_without_it(
     env.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{free_port()}")
     rd = a_run_that_lost_its_disk(tmp_path, at_step=25)
     recs = restart(rd, f"gs://{BUCKET}/lab")
-    (warning,) = [r for r in recs if r.get("code") == "mirror"]
+    (warning,) = [r for r in recs if r.get("code") == "mirror_unreachable"]
     assert warning["level"] == "warn"
     assert str(warning["text"]).startswith(
         f"No checkpoint on this machine, and the mirror gs://{BUCKET}/lab failed: listing"

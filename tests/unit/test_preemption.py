@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from crashdrill.trainer.config import ConfigError, TrainConfig
+from crashdrill.trainer.event_record import event
 from crashdrill.trainer.exit_codes import EXIT_STOPPED
 from crashdrill.trainer.preemption import (
     EXIT_S,
@@ -35,8 +36,10 @@ class Events:
     def __init__(self) -> None:
         self.seen: list[dict[str, Any]] = []
 
-    def event(self, text: str, level: str = "info", **fields: Any) -> dict[str, Any]:
-        self.seen.append({"text": text, "level": level, **fields})
+    def event(
+        self, code: str, text: str, level: str | None = None, **fields: Any
+    ) -> dict[str, Any]:
+        self.seen.append(event(code, text, level=level, **fields))  # checked as the writer does
         return self.seen[-1]
 
 

@@ -28,7 +28,7 @@ def test_a_new_writer_ends_a_torn_line_so_records_stay_parseable(tmp_path):
     path = tmp_path / "records.jsonl"
     path.write_text('{"v":1,"kind":"step","step":1}\n{"v":1,"kind":"st')
     w = RecordWriter(tmp_path, segment=1)
-    w.event("resumed")
+    w.event("fresh_start", "Restarted and found no checkpoint.")
     recs, _ = read_records(path)
     assert [r["kind"] for r in recs] == ["step", "event"]
     assert recs[1]["segment"] == 1

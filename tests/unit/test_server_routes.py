@@ -119,9 +119,14 @@ def test_a_crash_test_resumes_and_the_check_is_bit_identical(client: TestClient)
     assert check["max_abs_delta"] == 0.0 and check["points"] >= 1
     fields = {f["field"]: f for f in check["fields"]}  # every recorded field, not the loss only
     assert check["differing"] == [] and fields["step.tokens"]["equal"] is True
-    texts = [e["text"] for e in client.get(f"/api/runs/{run_a}/events").json()["events"]]
+    events = client.get(f"/api/runs/{run_a}/events").json()["events"]
+    texts = [e["text"] for e in events]
     crash = next(i for i, t in enumerate(texts) if t.startswith("Crash test: killed"))
     assert texts[crash + 1] == f"Resumed at step {check['from_step']} from a checkpoint."
+    # The numbers are the events' fields (trainer/event_codes.py), not only in the sentence.
+    assert events[crash]["code"] == "crash"
+    assert events[crash]["fields"]["resume_from"] == check["from_step"]
+    assert events[crash + 1]["fields"]["step"] == check["from_step"]
     assert client.post(f"/api/runs/{run_a}/crash").status_code == 409  # finished now
 
 

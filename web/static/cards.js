@@ -248,8 +248,8 @@ const CONTROL_HTML = `
   <p class="crash-why"></p>`;
 
 function killText(pid, step, event = null) {
-  const inSave = event && /in the middle of writing the checkpoint for step \d+/.exec(event.text || "");
-  const where = inSave ? `, ${inSave[0]}` : "";
+  const save = event?.save_step; // a crash event's field: the checkpoint being written
+  const where = Number.isInteger(save) ? `, in the middle of writing the checkpoint for step ${save}` : "";
   return `Killed process ${pid ?? "?"} at step ${step ?? "?"}${where}. It resumes from its newest complete checkpoint.`;
 }
 

@@ -1,18 +1,10 @@
 // The event log ("What happened"): both runs' events, newest first. What a lesson is about
-// stands out (crash, resume, fresh start, refusal, failure, warnings); routine lines
+// stands out (codes the contract weighs "key", and every warning or error); routine lines
 // (checkpoints, evaluations) are muted, a checkpoint's copy to the mirror joins its
-// checkpoint's line instead of adding one, and "routine lines" hides them all.
+// checkpoint's line instead of adding one, and "routine lines" hides them all. Everything
+// is read from an event's code and fields, never from its sentence.
 
 import * as f from "./format.js";
-
-/** Event codes that tell the lesson's story (trainer, supervisor and lab events). */
-const KEY_CODES = new Set([
-  "crash", "killed", "resumed", "started_over", "fresh_start", "no_checkpoint", "ckpt_corrupt",
-  "lost", "failed", "stopped", "finished", "diverged",
-]);
-const CHECKPOINT = /^Checkpoint at step (\d+)\b/;
-const EVAL = /^Step \d+: val /;
-const MIRROR_SECONDS = /\bin ([\d.]+ ?s)\b/;
 
 function el(tag, cls, text) {
   const e = document.createElement(tag);
@@ -21,29 +13,30 @@ function el(tag, cls, text) {
   return e;
 }
 
-/** "key" | "routine" | "info" for one event record. */
-export function eventKind(e) {
-  if (KEY_CODES.has(e.code) || e.level === "warn" || e.level === "error") return "key";
-  const text = e.text || "";
-  if (e.code === "mirror" || CHECKPOINT.test(text) || EVAL.test(text)) return "routine";
-  return "info";
+/** "key" | "routine" | "info" for one event record: its code's weight in the contract; a
+ * warning or an error stands out whatever its code. An event with no code (a record from
+ * before the codes) is a plain line. */
+export function eventKind(e, codes) {
+  if (e.level === "warn" || e.level === "error") return "key";
+  return codes.get(e.code)?.weight || "info";
 }
 
 /** Both runs' events as display rows, newest first: [label, event, kind, note], where a
- * checkpoint's mirror copy is folded into the note of that checkpoint's row. */
+ * checkpoint's mirror copy is folded into the note of that checkpoint's row (matched by
+ * segment and `step`, the fields both events carry). */
 export function eventRows(pair) {
+  const codes = pair.eventCodes || new Map();
   const rows = [];
   for (const r of pair.ordered()) {
-    const ckpt = new Map(); // "segment:step" -> row of "Checkpoint at step N"
+    const ckpt = new Map(); // "segment:step" -> row of the checkpoint event
     const mirrors = [];
     for (const e of r.events) {
-      const m = CHECKPOINT.exec(e.text || "");
-      const row = [r.label, e, eventKind(e), ""];
+      const row = [r.label, e, eventKind(e, codes), ""];
       if (e.code === "mirror" && Number.isInteger(e.step)) {
         mirrors.push(row);
         continue;
       }
-      if (m) ckpt.set(`${e.segment ?? 0}:${m[1]}`, row);
+      if (e.code === "checkpoint" && Number.isInteger(e.step)) ckpt.set(`${e.segment ?? 0}:${e.step}`, row);
       rows.push(row);
     }
     for (const row of mirrors) {
@@ -53,12 +46,17 @@ export function eventRows(pair) {
         rows.push(row);
         continue;
       }
-      const secs = MIRROR_SECONDS.exec(e.text || "");
-      target[3] = `copied to the mirror${secs ? ` in ${secs[1]}` : ""}, in the background`;
+      const secs = f.isNum(e.seconds) ? ` in ${mirrorSeconds(e.seconds)}` : "";
+      target[3] = `copied to the mirror${secs}, in the background`;
     }
   }
   rows.sort((a, b) => (b[1].t ?? 0) - (a[1].t ?? 0) || (b[1].id ?? 0) - (a[1].id ?? 0));
   return rows;
+}
+
+/** An upload's seconds as its event's sentence says them: 0.02s, 1.4s. */
+function mirrorSeconds(s) {
+  return s >= 0.95 ? `${s.toFixed(1)}s` : `${s.toFixed(2)}s`;
 }
 
 /** Draw the log into #events; returns the number of events it holds (a cheap change check). */

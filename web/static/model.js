@@ -9,21 +9,27 @@ export function stepKeyedKinds(contract) {
   return new Set((contract?.kinds || []).filter((k) => k.keyed_by_step).map((k) => k.name));
 }
 
-// The supervisor's events that end a segment and start the next one: a crash test, a
-// preemption (the Preempt button, a lesson's session wall), a trainer's graceful stop, or
-// the run's machine lost (a Ray node gone: the run resumes on another, docs/cluster.md).
-const RESTART_CODES = new Set(["crash", "preempt", "graceful_stop", "lost_host"]);
-const KILL_CODES = new Set(["crash", "lost_host"]); // SIGKILL-like: no chance to save
+/** The event codes of the contract (GET /api/record-kinds `events`: weight, levels,
+ * fields), by code. */
+export function eventCodes(contract) {
+  return new Map((contract?.events || []).map((e) => [e.code, e]));
+}
+
 const ACTIVE = new Set(["starting", "running", "restarting"]);
 
-/** A supervisor's restart event: the contract gives every one `resume_from`. */
+/** A supervisor's event that ends a segment and starts the next one (a crash test, a
+ * preemption, a graceful stop, a lost host, an unasked kill): the contract gives every
+ * one `resume_from`, and its code a `restart` kind (docs/run-contract.md, Event codes). */
 export function isRestartEvent(e) {
-  return RESTART_CODES.has(e.code) || Object.hasOwn(e, "resume_from");
+  return Object.hasOwn(e, "resume_from");
 }
 
 export class RunModel {
-  constructor(view, stepKeyed) {
+  /** `codes`: the contract's event codes (eventCodes): a restart event's code's `restart`
+   * says whether it was a preemption (SIGTERM: a chance to save) or a crash. */
+  constructor(view, stepKeyed, codes = new Map()) {
     this.stepKeyed = stepKeyed; // Set of kind names (stepKeyedKinds)
+    this.codes = codes;
     this.id = view.id;
     this.label = view.label;
     this.view = view; // the server's run view: state, stage, step, steps, latest, …
@@ -113,6 +119,11 @@ export class RunModel {
     return best;
   }
 
+  /** "preempt" or "crash" for a restart event, by its code's `restart` in the contract. */
+  restartKind(e) {
+    return this.codes.get(e.code)?.restart === "preempt" ? "preempt" : "crash";
+  }
+
   /** "preempt" (SIGTERM: a preemption, a session wall, a graceful stop) or "crash"
    * (SIGKILL: a crash test, a lost host, an unasked kill) for what ended the run's newest
    * segment that trained (`segment`, or later); before its event comes, what this page
@@ -120,7 +131,7 @@ export class RunModel {
    * "crash". */
   endedBy(segment, wallStep = 0) {
     const e = this.newestRestart(segment);
-    if (e) return KILL_CODES.has(e.code) || e.code === "killed" || e.code === "lost" ? "crash" : "preempt";
+    if (e) return this.restartKind(e);
     if (this.signalled !== null && this.signalledKind) return this.signalledKind;
     if (wallStep > 0 && this.maxStep >= wallStep && (segment ?? 0) === 0) return "preempt";
     return "crash";
@@ -238,7 +249,7 @@ export class RunModel {
     const out = [];
     // A crash event of segment s means a restart as segment s + 1, even one that never
     // trained (it refused to start without a checkpoint); it also says where the kill landed.
-    const crashEvents = new Map(this.events.filter((e) => RESTART_CODES.has(e.code)).map((e) => [(e.segment ?? 0) + 1, e]));
+    const crashEvents = new Map(this.events.filter(isRestartEvent).map((e) => [(e.segment ?? 0) + 1, e]));
     const segs = new Set([...this.segments(), ...this.resumes.map((r) => r.segment), ...crashEvents.keys()]);
     const ordered = [...segs].filter((s) => s > 0).sort((a, b) => a - b);
     for (const seg of ordered) {
@@ -256,7 +267,7 @@ export class RunModel {
       const fresh = Boolean(rec && (rec.from_step === null || rec.path === null))
         || this.events.some((e) => e.code === "started_over" && e.segment === seg);
       const refused = this.events.some((e) => e.code === "no_checkpoint" && e.segment === seg);
-      const kind = KILL_CODES.has(crashEvents.get(seg)?.code) || !crashEvents.has(seg) ? "crash" : "preempt";
+      const kind = crashEvents.has(seg) ? this.restartKind(crashEvents.get(seg)) : "crash";
       out.push({ segment: seg, reached, from, fresh, refused, kind, t: rec ? rec.t : crashEvents.get(seg)?.t ?? null });
     }
     this._crashes = { version: this.version, value: out };
@@ -296,7 +307,8 @@ export class PairModel {
     this.id = view.pair;
     this.view = view;
     this.stepKeyed = stepKeyedKinds(contract);
-    this.runs = new Map(view.runs.map((r) => [r.id, new RunModel(r, this.stepKeyed)]));
+    this.eventCodes = eventCodes(contract);
+    this.runs = new Map(view.runs.map((r) => [r.id, new RunModel(r, this.stepKeyed, this.eventCodes)]));
     this.checks = new Map(); // run id -> resume checks
     this.machine = null; // newest telemetry sample
     this.telemetry = []; // [t, power_now_w, energy_kwh_total] for the sparkline
@@ -311,7 +323,7 @@ export class PairModel {
     for (const rv of view.runs || []) {
       const run = this.runs.get(rv.id);
       if (run) run.setView(rv);
-      else this.runs.set(rv.id, new RunModel(rv, this.stepKeyed));
+      else this.runs.set(rv.id, new RunModel(rv, this.stepKeyed, this.eventCodes));
     }
   }
 
