@@ -105,8 +105,9 @@ function turn(delta) {
 async function act(run, what) {
   try {
     const res = await request("POST", `/api/runs/${enc(run.id)}/${what}`);
-    status(what === "crash" ? `Crash test: killed process ${res.killed_pid} of run ${run.label} at step ${res.at_step ?? "?"}.`
-      : `Stopping run ${run.label}.`);
+    const armed = `Crash test armed on run ${run.label} at step ${res.at_step ?? "?"}: the SIGKILL lands when the next checkpoint write begins.`;
+    const killed = `Crash test: killed process ${res.killed_pid} of run ${run.label} at step ${res.at_step ?? "?"}.`;
+    status(what === "crash" ? (res.armed ? armed : killed) : `Stopping run ${run.label}.`);
   } catch (e) {
     status(`Could not ${what} run ${run.label}: ${e.message}`, "error");
   }
