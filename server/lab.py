@@ -117,7 +117,6 @@ class Lab(RunControl):
         # Stops asked for while the scheduler was starting a run (state "starting", no
         # supervisor yet): whoever of the Stop and _started comes second carries it out.
         self._stop_when_started: dict[str, str] = {}
-        self._signalled: dict[str, int] = {}  # crash tests and preemptions (RunControl)
         self.outage = Outage(log)  # the database unreachable: said once, and its end
         self.db.reached = self.outage.ok  # whoever reaches it first ends the outage
         # How long trainer starts take here, from the trainers' first step records.
@@ -214,6 +213,7 @@ class Lab(RunControl):
             if sup.adopt([row["pid"], rd.run_json().get("pid")]):
                 log.info("adopted the live trainer of run %s", row["id"])
                 self.supervisors[row["id"]] = sup
+                self.rearm(row, sup)
                 continue
             _, _, stage = rd.last_seen()
             if stage in ("finished", "failed", DIVERGED):
@@ -257,7 +257,6 @@ class Lab(RunControl):
     def _ended(self, run_id: str, row: Row) -> None:
         """A supervisor's report that the run ended is stored: its slot is free."""
         self.supervisors.pop(run_id, None)
-        self._signalled.pop(run_id, None)
         self._release_mirror(row)
         self.ingest.checks_due_now(run_id)
         self.schedule()

@@ -5,6 +5,7 @@ A part of the Lab facade (server/lab.py), which holds the state these use.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -13,11 +14,14 @@ from crashdrill.server.crash_modes import crash_mode
 from crashdrill.server.db import Row
 from crashdrill.server.errors import Conflict, Forbidden, NotFound
 from crashdrill.server.ingest_loop import IngestLoop
+from crashdrill.server.pending_kill import PREEMPT_MODE, pending_kill, signalled
 from crashdrill.server.store import ACTIVE_STATES, Store
 from crashdrill.server.views import training
 from crashdrill.trainer.crash_modes import mode_named
 from crashdrill.workers.launch import NotRunning
 from crashdrill.workers.supervisor import Supervisor
+
+log = logging.getLogger(__name__)
 
 
 class RunControl:
@@ -28,10 +32,6 @@ class RunControl:
     supervisors: dict[str, Supervisor]
     ingest: IngestLoop
     _stop_when_started: dict[str, str]
-    # Runs a crash test or a preemption signalled, with the segment it hit: no second one
-    # until a step record of a newer segment is stored (what the page waits for too),
-    # whatever a record of the old trainer stored meanwhile says.
-    _signalled: dict[str, int]
     schedule: Callable[[], None]
 
     def run_row(self, run_id: str) -> Row:
@@ -53,16 +53,17 @@ class RunControl:
         """The supervisor of a run that is training now, which a crash test or a
         preemption may hit; Conflict saying why not otherwise. Training: in stage train,
         with a step record of its newest segment (views.training), and not signalled
-        by an earlier crash test or preemption whose restart has written no step yet."""
+        by an earlier crash test or preemption whose restart has written no step yet (the
+        run's pending kill, server/pending_kill.py: kept in its row, so a server restart
+        keeps it too)."""
         run_id, state, stage = row["id"], row["state"], row["stage"]
         latest = json.loads(row["latest_json"] or "{}")
-        step = latest.get("step")
-        step_segment = step.get("segment", 0) if isinstance(step, dict) else None
-        signalled = self._signalled.get(run_id)
-        if signalled is not None and (step_segment is None or step_segment <= signalled):
+        pending = pending_kill(row, latest)
+        if pending is not None:
             why = "it is restarting after a crash test or a preemption"
+            if pending["armed"]:
+                why = "a crash test is armed: its SIGKILL lands at the next checkpoint write"
             raise Conflict(f"cannot {verb} run {run_id}: {why}; {verb}s hit training runs")
-        self._signalled.pop(run_id, None)
         if not training(row, latest):
             why = {
                 "queued": "it is still queued",
@@ -88,7 +89,8 @@ class RunControl:
             pid = sup.preempt()
         except NotRunning as e:
             raise Conflict(f"cannot preempt run {run_id}: {e}") from None
-        self._signalled[run_id] = row["segment"] or 0
+        self.store.update_run(run_id, pending_kill_json=signalled("preempt", PREEMPT_MODE, row))
+        self.ingest.publish_run(run_id)
         return {
             "run": run_id,
             "signalled_pid": pid,
@@ -105,17 +107,21 @@ class RunControl:
             pid = sup.crash(mode)
         except NotRunning as e:
             raise Conflict(f"cannot crash run {run_id}: {e}") from None
-        self._signalled[run_id] = row["segment"] or 0
+        pending = signalled("crash", mode, row)
         # A mode that waits for a save ("during_save") arms the kill: it lands when the next
         # checkpoint write begins, and the run trains on until then. Its state says
         # restarting only once the supervisor reports the trainer dead (server/reports.py).
         armed = mode_named(mode).waits_for_save
         state = row["state"] if armed else "restarting"
         if armed:
-            self.store.update_run(run_id, crashes=row["crashes"] + 1)
+            self.store.update_run(run_id, crashes=row["crashes"] + 1, pending_kill_json=pending)
         else:
             self.store.update_run(
-                run_id, state="restarting", stage="restarting", crashes=row["crashes"] + 1
+                run_id,
+                state="restarting",
+                stage="restarting",
+                crashes=row["crashes"] + 1,
+                pending_kill_json=pending,
             )
         self.ingest.publish_run(run_id)
         return {
@@ -126,6 +132,20 @@ class RunControl:
             "crash_mode": mode,
             "armed": armed,
         }
+
+    def rearm(self, row: Row, sup: Supervisor) -> None:
+        """After a server restart that adopted the run's trainer (`sup`): an armed crash
+        test is armed again (its watch for the checkpoint write died with the old server;
+        the student's press did not), or forgotten, said in the log, when it cannot be."""
+        pending = pending_kill(row, json.loads(row["latest_json"] or "{}"))
+        if pending is None or not pending["armed"]:
+            return
+        try:
+            sup.crash(pending["mode"])
+            log.info("armed the crash test of run %s again", row["id"])
+        except (NotRunning, ValueError) as e:
+            log.warning("the armed crash test of run %s is gone: %s", row["id"], e)
+            self.store.update_run(row["id"], pending_kill_json=None)
 
     def stop_run(self, run_id: str, session: str, instructor: bool) -> dict[str, Any]:
         row = self.check_may_control(run_id, session, instructor)

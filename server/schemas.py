@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from crashdrill.server.pending_kill import KINDS as PENDING_KILL_KINDS
 from crashdrill.server.store import RUN_STATES
 from crashdrill.trainer import crash_modes
 from crashdrill.trainer.record_contract import KIND_NAMES
@@ -14,15 +15,18 @@ from crashdrill.trainer.record_contract import KIND_NAMES
 # Choices that have one home elsewhere, derived here so that the routes' validation and the
 # OpenAPI schema list exactly those: the record kinds of the run-record contract
 # (crashdrill.trainer.record_contract, in its order), a run's states (server/store.py), the
-# crash modes (crashdrill.trainer.crash_modes). A new one there needs no edit here.
+# crash modes (crashdrill.trainer.crash_modes), a pending kill's kinds (server/pending_kill.py).
+# A new one there needs no edit here.
 if TYPE_CHECKING:
     RecordKind = str
     RunState = str
     CrashModeName = str
+    PendingKillKind = str
 else:
     RecordKind = Literal[KIND_NAMES]
     RunState = Literal[RUN_STATES]
     CrashModeName = Literal[crash_modes.NAMES]
+    PendingKillKind = Literal[PENDING_KILL_KINDS]
 
 
 class Problem(BaseModel):
@@ -64,6 +68,19 @@ class RunHost(BaseModel):
     name: str
 
 
+class PendingKill(BaseModel):
+    kind: PendingKillKind = Field(
+        description="crash: a crash test (SIGKILL); preempt: a preemption (SIGTERM, then SIGKILL)"
+    )
+    mode: str = Field(description='the crash test\'s crash mode, or "preempt"')
+    armed: bool = Field(
+        description="a crash mode that waits for a save (during_save) whose SIGKILL has not"
+        " landed yet: the run trains on until its next checkpoint write begins"
+    )
+    at_step: int | None = Field(description="the run's step when it was signalled")
+    segment: int = Field(description="the segment it hit; it ends when a newer one writes a step")
+
+
 class RunStatus(BaseModel):
     id: str
     label: str
@@ -87,8 +104,16 @@ class RunStatus(BaseModel):
     crashes: int
     knob: RunKnob
     can_crash: bool = Field(
-        description="a crash test or a preemption may hit it now: in stage train, and its"
-        " trainer of the newest segment has written a step record"
+        description="a crash test may hit it now: in stage train, its trainer of the newest"
+        " segment has written a step record, and no kill is pending"
+    )
+    can_preempt: bool = Field(
+        False, description="a preemption may hit it now (the same rule as can_crash)"
+    )
+    pending_kill: PendingKill | None = Field(
+        None,
+        description="a crash test or a preemption the lab signalled whose restart has written"
+        " no step record yet (kept in the run's row: a server restart keeps it); null: none",
     )
     message: str | None
     exit_code: int | None

@@ -59,6 +59,7 @@ _RUN_COLUMNS = frozenset(
         "message",
         "detail",
         "ckpt_deleted_at",
+        "pending_kill_json",
     }
 )
 

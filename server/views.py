@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from crashdrill.server.db import Row
+from crashdrill.server.pending_kill import pending_kill
 from crashdrill.trainer.record_contract import STATE_KINDS, finite_or_null, to_json
 from crashdrill.workers.restart_events import RESTART_KINDS, restart_kind
 
@@ -69,6 +70,9 @@ def run_view(
         stage = "queued"
     elif state == "stopped":
         stage = "stopped"
+    pending = pending_kill(row, latest)
+    # A crash test or a preemption may hit it: training, and no earlier one pending.
+    may_hit = training(row, latest) and pending is None
     return {
         "id": row["id"],
         "label": row["label"],
@@ -85,7 +89,9 @@ def run_view(
             "name": knob.get("name"),
             "value": knob.get("a") if row["label"] == "A" else knob.get("b"),
         },
-        "can_crash": training(row, latest),
+        "can_crash": may_hit,
+        "can_preempt": may_hit,
+        "pending_kill": pending,
         "message": row["message"],
         "exit_code": row["exit_code"],
         "latest": {k: latest[k] for k in SHOWN_LATEST if k in latest},

@@ -8,6 +8,8 @@ trail, not a moment of it.
   countdown ends with the trainer; the class view counts preemptions and crash tests;
 - an armed kill (lesson 1.10) is "kill armed" until it lands; B's refusal names the torn
   checkpoint its manifest rejected and the steps lost;
+- an armed kill after a Preempt is still "kill armed" after a reload (the run view's
+  `pending_kill`, not a count of crashes), and the class view disables its Crash test;
 - on a lab of one machine lesson 1.15 tells the one-machine case and the card names no host;
 - while a trainer (re)starts, the card says how long starts take on this lab.
 """
@@ -25,6 +27,7 @@ from tests.browser.conftest import LabServer, serve_lab
 from tests.support.browser_lab import (
     RUN_MS,
     crash,
+    run_view,
     skip_prediction,
     start,
     stop_both,
@@ -215,6 +218,62 @@ def test_lesson_1_10_an_armed_kill_is_armed_until_it_lands_and_b_names_the_torn_
         landed = next(i for i, r in enumerate(rows) if r[4] > 0)
         assert not [r for r in rows[:landed] if r[0] == "crashed"], rows[:landed]
     assert_never_starting_once_finished(page)
+    assert page.errors == []
+
+
+def test_after_a_preempt_an_armed_crash_test_stays_armed_on_reload_and_in_the_class_view(
+    lab: LabServer, page: Any, browser: Any, tmp_path: Any
+) -> None:
+    start(page, lab.url + "/lesson/browser-armed")
+    try:
+        wait_step(page, "A", 20)
+        page.wait_for_function(
+            "() => !document.querySelector('.run-A .preempt').disabled", timeout=RUN_MS
+        )
+        page.locator(".run-A .preempt").click()
+        why = page.locator(".run-A .crash-why")
+        why.filter(has_text="The stop cost 0 steps.").wait_for(timeout=RUN_MS)
+        # Segment 1 trains: Crash test again, armed until the write of step 800.
+        page.wait_for_function(
+            "() => !document.querySelector('.run-A .crash').disabled", timeout=RUN_MS
+        )
+        page.locator(".run-A .crash").click()
+        badge = page.locator(".control.run-A .badge")
+        badge.filter(has_text="kill armed").wait_for()
+        page.reload()
+        badge.filter(has_text="kill armed").wait_for()
+        line = page.locator(".run-card.run-A .state-line").inner_text()
+        assert "SIGKILL at the next checkpoint write (step 800)" in line, line
+        view = run_view(page, "A")
+        # One crash test, one preemption: a count of crashes against segments says nothing.
+        assert (view["segment"], view["crashes"]) == (1, 1), view
+        assert view["pending_kill"]["armed"] and not view["can_crash"], view
+        page.screenshot(path=str(tmp_path / "student-armed.png"))
+
+        pair = re.search(r"pair=([\w-]+)", page.url)
+        assert pair
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        teacher = context.new_page()
+        try:
+            teacher.goto(lab.url + "/instructor")
+            teacher.locator("#token").fill(TOKEN)
+            teacher.locator("#login-form button").click()
+            teacher.locator("#new-preset").wait_for(state="visible")
+            teacher.goto(lab.url + "/class")
+            cell = teacher.locator(f"#class-rows tr[data-pair='{pair.group(1)}'] td.run-A")
+            cell.wait_for()
+            button = cell.locator("button.crash")
+            assert button.is_disabled()
+            title = button.get_attribute("title") or ""
+            assert "Crash test armed" in title and "next checkpoint write" in title, title
+            teacher.screenshot(path=str(tmp_path / "class-armed.png"))
+            print("screenshots:", tmp_path)
+        finally:
+            context.close()
+        # Still armed when the class view was read: the kill had not landed.
+        assert run_view(page, "A")["pending_kill"]["armed"]
+    finally:
+        stop_both(page)
     assert page.errors == []
 
 

@@ -193,7 +193,10 @@ def test_an_armed_kill_is_armed_until_its_restart_event_then_crashed() -> None:
         run.armed = {segment: 0, pid: 42, step: 135};
         view({state: "running", stage: "train", segment: 0, step: 150, crashes: 1});
         out.push(state(null), blocked());
-        run.armed = null;  // a reload: only the server's count of crash tests says it
+        run.armed = null;  // a reload: only the run view's pending kill says it
+        out.push(state(null)[0]);
+        view({pending_kill: {kind: "crash", mode: "during_save", armed: true, at_step: 135,
+                             segment: 0}});
         out.push(state(null)[0]);
         run.add([{kind: "event", segment: 0, code: "crash", resume_from: 100, at_step: 199,
                   text: "Crash test: killed … at step 199, in the middle of writing"
@@ -207,8 +210,35 @@ def test_an_armed_kill_is_armed_until_its_restart_event_then_crashed() -> None:
         " until that write begins.",
     ]
     assert out[1] == "Crash test armed: the SIGKILL lands when the next checkpoint write begins."
-    assert out[2] == "kill armed"
-    assert out[3] == "crashed"
+    assert out[2] != "kill armed"  # a count of crash tests is not evidence
+    assert out[3] == "kill armed"
+    assert out[4] == "crashed"
+
+
+def test_after_a_reload_a_preemption_then_an_armed_crash_test_is_still_kill_armed() -> None:
+    # One preemption (segment 0 → 1), then an armed crash test in segment 1: crashes (1)
+    # is not ahead of the segment (1), and only the view's pending kill says it is armed.
+    out = run_js("""
+        preset = {crash: {mode: "during_save"}, run: {ckpt_every: 100}, knob: {name: "ckpt_write"}};
+        run.add([step(0, 1), step(0, 40),
+                 {kind: "event", segment: 0, code: "preempt", resume_from: 40, at_step: 40,
+                  text: "Preempted", t: 41},
+                 step(1, 41), step(1, 60)]);
+        view({state: "running", stage: "train", segment: 1, crashes: 1, step: 60,
+              can_crash: false, pending_kill: {kind: "crash", mode: "during_save",
+              armed: true, at_step: 55, segment: 1}});
+        out.push(state(null), blocked());
+        view({pending_kill: {kind: "crash", mode: "during_save", armed: true, at_step: 55,
+              segment: 0}});  // one of an older segment is not this one's
+        out.push(state(null)[0]);
+        view({pending_kill: null, can_crash: true});
+        out.push(state(null)[0], blocked());
+    """)
+    assert out[0][0] == "kill armed", out
+    assert "SIGKILL at the next checkpoint write (step 100)" in out[0][1], out
+    assert out[1] == "Crash test armed: the SIGKILL lands when the next checkpoint write begins."
+    assert out[2] != "kill armed"
+    assert out[3] == "training" and out[4] is None, out
 
 
 def test_a_trainer_that_reported_failed_is_failed_before_the_supervisor_says_so() -> None:

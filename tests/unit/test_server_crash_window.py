@@ -112,7 +112,6 @@ def control(row: dict[str, Any]) -> tuple[RunControl, FakeSupervisor, FakeStore]
     lab.store = FakeStore(row)  # type: ignore[assignment]
     lab.supervisors = {"r1": sup}  # type: ignore[dict-item]
     lab.ingest = FakeIngest()  # type: ignore[assignment]
-    lab._signalled = {}
     return lab, sup, lab.store  # type: ignore[return-value]
 
 

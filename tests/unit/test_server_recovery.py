@@ -4,6 +4,7 @@ trainers): live runs are adopted, finished ones are recognised, the queue is kep
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -114,3 +115,34 @@ def test_runs_that_diverged_while_the_server_was_down_are_diverged_not_resumed(
             e["text"] for e in client.get(f"/api/runs/{runs[0]['id']}/events").json()["events"]
         ]
         assert not [t for t in texts if "server was down" in t]
+
+
+def test_an_armed_crash_test_is_still_armed_after_a_server_restart_and_armed_again(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Lesson 1.10's crash mode waits for a checkpoint write, which the stand-in never
+    # announces: the kill stays armed for as long as the test needs it.
+    monkeypatch.setenv("CRASHDRILL_STANDIN_STEPS", "3000")
+    monkeypatch.setenv("CRASHDRILL_STANDIN_STEP_S", "0.02")
+    with TestClient(create_app(settings)) as client:
+        created = client.post("/api/pairs", json={"preset": "lesson-1.10"}).json()
+        pair, run_a = created["pair"], created["runs"][0]["id"]
+        wait_pair(client, pair, lambda rs: rs[0]["can_crash"])
+        assert client.post(f"/api/runs/{run_a}/crash").json()["armed"] is True
+        [a, _] = wait_pair(client, pair, lambda rs: rs[0]["pending_kill"] is not None)
+        assert a["pending_kill"]["armed"] and not a["can_crash"] and not a["can_preempt"]
+        cookies = dict(client.cookies)
+    with (
+        caplog.at_level(logging.INFO, logger="crashdrill.server.run_control"),
+        TestClient(create_app(settings), cookies=cookies) as client,
+    ):
+        try:
+            [a, _] = client.get(f"/api/pairs/{pair}").json()["runs"]
+            assert a["state"] == "running", a
+            assert a["pending_kill"]["armed"] and not a["can_crash"], a
+            assert f"armed the crash test of run {run_a} again" in caplog.text
+            refused = client.post(f"/api/runs/{run_a}/crash")
+            assert refused.status_code == 409 and "armed" in refused.json()["detail"]
+        finally:
+            client.post(f"/api/pairs/{pair}/stop")
+            wait_pair(client, pair, lambda rs: all(r["state"] == "stopped" for r in rs))

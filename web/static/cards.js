@@ -54,15 +54,16 @@ function nextCheckpoint(run, preset, step) {
 }
 
 /** The crash test of this run that is armed and has not landed: the page's own (it
- * pressed Crash test in a "during_save" lesson), or, after a reload, the server's count of
- * crash tests ahead of the run's segments with no restart event yet; null when none. */
-export function armedKill(run, preset) {
+ * pressed Crash test in a "during_save" lesson), or, after a reload, the run view's
+ * `pending_kill` (the server keeps it until the restart writes a step); null when none. */
+export function armedKill(run) {
   const v = run.view;
   if (!["running", "starting"].includes(v.state) || v.stage === "restarting") return null;
   const seg = v.segment ?? 0;
   if (run.restartEvent(seg) || run.maxSegment > seg) return null;
   if (run.armed && run.armed.segment === seg) return run.armed;
-  if (preset?.crash?.mode === "during_save" && (v.crashes ?? 0) > seg) return { segment: seg, pid: null, step: null };
+  const pending = v.pending_kill;
+  if (pending?.armed && (pending.segment ?? seg) === seg) return { segment: seg, pid: null, step: pending.at_step ?? null };
   return null;
 }
 
@@ -95,7 +96,7 @@ export function studentState(run, starts = null, preset = null) {
   if (["starting", "running", "restarting"].includes(v.state) && v.stage === "failed") {
     return ["failed", "The trainer stopped with an error; the lab is reading why."]; // likewise
   }
-  const armed = armedKill(run, preset);
+  const armed = armedKill(run);
   if (armed) {
     const at = nextCheckpoint(run, preset, v.step ?? run.maxStep);
     const where = at !== null ? ` (step ${f.int(at)})` : "";
@@ -174,7 +175,7 @@ export function crashBlocker(run, owner, starts = null, preset = null) {
     return `${word}: there is no training process left to kill.`;
   }
   if (!owner) return "Only the browser that started this lesson can crash its runs.";
-  if (armedKill(run, preset)) return "Crash test armed: the SIGKILL lands when the next checkpoint write begins.";
+  if (armedKill(run)) return "Crash test armed: the SIGKILL lands when the next checkpoint write begins.";
   if (!run.startPending()) return null;
   const usual = startsNote(starts);
   const wait = usual ? ` (${usual})` : "";

@@ -32,6 +32,18 @@ export function restartWords(run) {
     .map(([k, one, many]) => `${counts[k]} ${counts[k] === 1 ? one : many}`).join(", ");
 }
 
+/** Why Crash test is disabled for `run` (a run view), or "" when it may be pressed: a
+ * kill the lab signalled whose restart has not written a step (`pending_kill`) first. */
+export function crashWhy(run) {
+  if (run.can_crash) return "";
+  const p = run.pending_kill;
+  if (p?.armed) return `Crash test armed at step ${p.at_step ?? "?"}: the SIGKILL lands when the next checkpoint write begins.`;
+  if (p?.kind === "preempt") return "Preempted: it is restarting from its checkpoint; Crash test comes back with its first step.";
+  if (p) return "Already crashed: it is restarting from its checkpoint; Crash test comes back with its first step.";
+  if (ENDED.has(run.state)) return `It has ${run.state}: there is no training process left to kill.`;
+  return "Not training yet: crash tests hit a run from its first step record.";
+}
+
 function runCell(run) {
   const td = el("td", { className: `class-run run-${run.label}` });
   td.dataset.run = run.id;
@@ -43,6 +55,8 @@ function runCell(run) {
   const counts = restartWords(run);
   if (counts) td.append(el("span", { className: "run-crashes" }, ` · ${counts}`));
   const crash = el("button", { type: "button", className: "crash", disabled: !run.can_crash }, "Crash test");
+  const why = crashWhy(run);
+  if (why) crash.title = why;
   crash.addEventListener("click", () => act(run, "crash"));
   const stop = el("button", { type: "button", className: "stop", disabled: ENDED.has(run.state) }, "Stop");
   stop.addEventListener("click", () => act(run, "stop"));
@@ -91,8 +105,9 @@ function turn(delta) {
 async function act(run, what) {
   try {
     const res = await request("POST", `/api/runs/${enc(run.id)}/${what}`);
-    status(what === "crash" ? `Crash test: killed process ${res.killed_pid} of run ${run.label} at step ${res.at_step ?? "?"}.`
-      : `Stopping run ${run.label}.`);
+    const armed = `Crash test armed on run ${run.label} at step ${res.at_step ?? "?"}: the SIGKILL lands when the next checkpoint write begins.`;
+    const killed = `Crash test: killed process ${res.killed_pid} of run ${run.label} at step ${res.at_step ?? "?"}.`;
+    status(what === "crash" ? (res.armed ? armed : killed) : `Stopping run ${run.label}.`);
   } catch (e) {
     status(`Could not ${what} run ${run.label}: ${e.message}`, "error");
   }
