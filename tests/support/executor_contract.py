@@ -25,6 +25,7 @@ from typing import Any
 import psutil
 import pytest
 
+from crashdrill.trainer.event_record import event
 from crashdrill.trainer.start_line import Start, read_start
 from crashdrill.workers.executor import Executor, StartCancelled, Trainer
 from crashdrill.workers.launch import Launch
@@ -164,9 +165,9 @@ class ExecutorContract:
             assert files.stderr_since(size) == b""
             assert read_start(files.stderr_tail(0)) == Start("fresh", 0)
             assert files.stderr_tail(size) == ""
-            files.append_records([{"kind": "event", "code": "conformance", "text": "after"}])
+            files.append_records([event("mirror_unreachable", "after", segment=0)])
             last = records(launch.run_dir)[-1]
-            assert (last["code"], last["v"]) == ("conformance", 1)  # after the trainer's own
+            assert (last["code"], last["v"]) == ("mirror_unreachable", 1)  # after the trainer's
             files.wipe()
             assert files.checkpoint_step() is None
         finally:
