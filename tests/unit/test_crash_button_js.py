@@ -21,15 +21,17 @@ pytestmark = pytest.mark.skipif(NODE is None, reason="needs node to run the page
 KEYED = ["step", "val", "probe", "sample", "ckpt"]
 
 
-def run_js(steps: str) -> Any:
+def run_js(steps: str, contract: dict[str, Any] | None = None) -> Any:
     """Run `steps` (JS statements that push onto `out`) with `run` a RunModel of a
-    running pair and `blocked()` / `state(starts)` the card's answers for it."""
+    running pair and `blocked()` / `state(starts)` the card's answers for it; `contract`
+    stands for GET /api/record-kinds (default: the real one)."""
     model, cards = (json.dumps((STATIC / m).as_uri()) for m in ("model.js", "cards.js"))
     code = f"""
         Promise.all([import({model}), import({cards})]).then(([m, c]) => {{
+            const contract = {json.dumps(contract or contract_json())};
             const run = new m.RunModel({{id: "r", label: "A", state: "starting",
                 stage: "starting", segment: 0, crashes: 0, step: null, can_crash: false}},
-                new Set({json.dumps(KEYED)}), m.eventCodes({json.dumps(contract_json())}));
+                new Set({json.dumps(KEYED)}), m.eventCodes(contract), m.crashModes(contract));
             let preset = null;
             const blocked = (starts = null) => c.crashBlocker(run, true, starts, preset);
             const state = (starts) => c.studentState(run, starts, preset);
@@ -254,3 +256,53 @@ def test_a_stale_restarting_view_after_the_restart_trains_is_not_a_crash() -> No
         out.push(state(null)[0]);
     """)
     assert out == ["resuming", None, "crashed"]  # resumed at 300: "nothing was lost"
+
+
+RELOADED = """
+    view({state: "running", stage: "train", segment: 0, crashes: 0});
+    run.add([step(0, 1), step(0, 135)]);
+    view({state: "running", stage: "train", segment: 0, step: 150, crashes: 1});
+    for (const mode of ["kill", "during_save", "wipe", "host", undefined]) {
+        preset = {crash: {mode}, run: {ckpt_every: 100}};
+        out.push([mode ?? null, c.armedKill(run, preset) !== null]);
+    }
+"""
+
+
+def test_after_a_reload_a_kill_is_armed_by_its_mode_s_waits_for_save_field_not_its_name() -> None:
+    """The server's count of crash tests ahead of the segments means a kill waits for a
+    checkpoint write only in a mode whose contract entry says waits_for_save."""
+    assert run_js(RELOADED) == [
+        ["kill", False],
+        ["during_save", True],
+        ["wipe", False],
+        ["host", False],
+        [None, False],
+    ]
+    swapped = contract_json()
+    for mode in swapped["crash_modes"]:
+        mode["waits_for_save"] = mode["name"] == "kill"
+    assert dict(run_js(RELOADED, swapped)) == {
+        "kill": True,
+        "during_save": False,
+        "wipe": False,
+        "host": False,
+        None: False,
+    }
+
+
+def test_the_pair_hands_the_contract_s_crash_modes_to_each_run() -> None:
+    model = json.dumps((STATIC / "model.js").as_uri())
+    code = f"""
+        import({model}).then((m) => {{
+            const view = {{pair: "p", runs: [{{id: "a", label: "A", state: "running"}}]}};
+            const pair = new m.PairModel(view, {json.dumps(contract_json())});
+            pair.setView({{runs: [{{id: "b", label: "B", state: "queued"}}]}});
+            const preset = {{crash: {{mode: "during_save"}}}};
+            console.log(JSON.stringify(pair.ordered().map((r) => r.crashMode(preset))));
+        }})"""
+    assert NODE is not None
+    done = subprocess.run([NODE, "-e", code], capture_output=True, text=True, check=True)
+    modes = json.loads(done.stdout)
+    assert [m["waits_for_save"] for m in modes] == [True, True]
+    assert modes[0] == next(m for m in contract_json()["crash_modes"] if m["waits_for_save"])

@@ -62,7 +62,7 @@ export function armedKill(run, preset) {
   const seg = v.segment ?? 0;
   if (run.restartEvent(seg) || run.maxSegment > seg) return null;
   if (run.armed && run.armed.segment === seg) return run.armed;
-  if (preset?.crash?.mode === "during_save" && (v.crashes ?? 0) > seg) return { segment: seg, pid: null, step: null };
+  if (run.crashMode(preset)?.waits_for_save && (v.crashes ?? 0) > seg) return { segment: seg, pid: null, step: null };
   return null;
 }
 

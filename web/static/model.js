@@ -15,6 +15,12 @@ export function eventCodes(contract) {
   return new Map((contract?.events || []).map((e) => [e.code, e]));
 }
 
+/** The crash modes of the contract (GET /api/record-kinds `crash_modes`: waits_for_save,
+ * wipes_disk, moves_host), by name. The page acts on a mode's fields, never on its name. */
+export function crashModes(contract) {
+  return new Map((contract?.crash_modes || []).map((m) => [m.name, m]));
+}
+
 const ACTIVE = new Set(["starting", "running", "restarting"]);
 
 /** A supervisor's event that ends a segment and starts the next one (a crash test, a
@@ -26,10 +32,12 @@ export function isRestartEvent(e) {
 
 export class RunModel {
   /** `codes`: the contract's event codes (eventCodes): a restart event's code's `restart`
-   * says whether it was a preemption (SIGTERM: a chance to save) or a crash. */
-  constructor(view, stepKeyed, codes = new Map()) {
+   * says whether it was a preemption (SIGTERM: a chance to save) or a crash. `modes`: its
+   * crash modes (crashModes), for what the lesson's Crash test does. */
+  constructor(view, stepKeyed, codes = new Map(), modes = new Map()) {
     this.stepKeyed = stepKeyed; // Set of kind names (stepKeyedKinds)
     this.codes = codes;
+    this.modes = modes;
     this.id = view.id;
     this.label = view.label;
     this.view = view; // the server's run view: state, stage, step, steps, latest, …
@@ -52,8 +60,8 @@ export class RunModel {
     // trained until a step record of a newer segment arrives.
     this.signalled = null;
     this.signalledKind = null; // "crash" | "preempt": what this page sent
-    // A crash test armed to land inside the next checkpoint write (crash mode
-    // "during_save"): {segment, pid, step} until the trainer of that segment ends.
+    // A crash test armed to land inside the next checkpoint write (a crash mode that
+    // waits_for_save): {segment, pid, step} until the trainer of that segment ends.
     this.armed = null;
     this.waitUntil = null; // while queued: when the server expects it to start (unix s)
     this.version = 0; // bumps on every change, for cheap redraw checks
@@ -101,6 +109,13 @@ export class RunModel {
     const viewStep = v.latest?.step?.segment;
     if (Number.isInteger(viewStep) && viewStep < seg) return false;
     return (v.state === "restarting" || v.stage === "restarting") && seg <= (v.segment ?? 0);
+  }
+
+  /** The contract's crash mode that the lesson `preset` names in `[crash] mode` (its
+   * fields: waits_for_save, wipes_disk, moves_host), or null when it names none the
+   * contract knows: act on its fields, never on its name. */
+  crashMode(preset) {
+    return this.modes.get(preset?.crash?.mode) ?? null;
   }
 
   /** The supervisor's event that ended `segment` (a crash test, a preemption, a graceful
@@ -308,7 +323,8 @@ export class PairModel {
     this.view = view;
     this.stepKeyed = stepKeyedKinds(contract);
     this.eventCodes = eventCodes(contract);
-    this.runs = new Map(view.runs.map((r) => [r.id, new RunModel(r, this.stepKeyed, this.eventCodes)]));
+    this.crashModes = crashModes(contract);
+    this.runs = new Map(view.runs.map((r) => [r.id, new RunModel(r, this.stepKeyed, this.eventCodes, this.crashModes)]));
     this.checks = new Map(); // run id -> resume checks
     this.machine = null; // newest telemetry sample
     this.telemetry = []; // [t, power_now_w, energy_kwh_total] for the sparkline
@@ -323,7 +339,7 @@ export class PairModel {
     for (const rv of view.runs || []) {
       const run = this.runs.get(rv.id);
       if (run) run.setView(rv);
-      else this.runs.set(rv.id, new RunModel(rv, this.stepKeyed, this.eventCodes));
+      else this.runs.set(rv.id, new RunModel(rv, this.stepKeyed, this.eventCodes, this.crashModes));
     }
   }
 
