@@ -10,7 +10,6 @@ kill lands inside it.
 from __future__ import annotations
 
 import random
-import re
 import sys
 import time
 from pathlib import Path
@@ -28,10 +27,9 @@ from crashdrill.trainer.checkpoint_layout import (
     temp_dir_name,
 )
 from crashdrill.trainer.exit_codes import EXIT_NO_CHECKPOINT
+from crashdrill.trainer.start_line import resumed_step
 
 PAUSE_SECONDS = 30  # the kill lands as soon as the pause begins; this only bounds a miss
-_RESUMED = re.compile(r"crashdrill: resumed at step (\d+) from")
-_FRESH = "crashdrill: no checkpoint found, starting fresh"
 
 
 class PauseWatch(WriteWatch):
@@ -154,13 +152,7 @@ class PresetTarget(Target):
         return None
 
     def resumed_from(self, segment: Segment) -> int | None:
-        for line in segment.stderr_head:
-            m = _RESUMED.search(line)
-            if m:
-                return int(m.group(1))
-            if _FRESH in line:
-                return 0
-        return None
+        return resumed_step("\n".join(segment.stderr_head))  # trainer/start_line.py
 
     def plan(self, rng: random.Random, kills: int) -> list[KillPoint]:
         """First kill before the first checkpoint after step 0; one inside the write of a

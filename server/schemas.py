@@ -324,11 +324,22 @@ class EventCodeOut(BaseModel):
     fields: list[EventField] = Field(description="besides kind, segment, level, code, text")
 
 
+class CrashModeOut(BaseModel):
+    name: str = Field(description="what a preset's `[crash] mode` and an event's crash_mode say")
+    summary: str = Field(description="what Crash test does, one line")
+    waits_for_save: bool = Field(description="the kill lands inside the next checkpoint write")
+    wipes_disk: bool = Field(description="the run's local checkpoints are deleted after the kill")
+    moves_host: bool = Field(description="the run restarts on another machine, from the mirror")
+
+
 class RecordKinds(BaseModel):
     version: int = Field(description='the "v" of every record')
     common: list[RecordField] = Field(description="fields of every record")
     kinds: list[RecordKindOut]
     events: list[EventCodeOut] = Field(description="every event code (trainer/event_codes.py)")
+    crash_modes: list[CrashModeOut] = Field(
+        description="every crash mode (trainer/crash_modes.py): the page acts on their fields"
+    )
 
 
 class Machine(BaseModel):

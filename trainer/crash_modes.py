@@ -8,6 +8,8 @@ mode's runs with what it needs (server/crash_modes.py).
     mode_named("explode")       # CrashModeError: … one of 'kill', 'during_save', …
     NAMES                       # ("kill", "during_save", "wipe", "host"), in MODES' order
     DEFAULT                     # "kill": a lesson without `[crash] mode`
+    HOST_LOSS                   # "host": the first mode that moves_host, as a lost host is told
+    modes_json()                # [{"name", "summary", "waits_for_save", …}]: GET /api/record-kinds
 
 Every mode starts with a SIGKILL of the whole process tree (no chance to save), followed
 by a restart with `--require-checkpoint` once the run has saved one. What differs is
@@ -23,6 +25,10 @@ said by a mode's fields:
   newest verified checkpoint in the mirror (a lab without Ray restarts it where it was,
   as `wipes_disk` alone does, and its event says so).
 
+The page reads the registry from GET /api/record-kinds (`crash_modes`, from modes_json) and
+acts on a mode's fields, never on its name (tests/unit/test_crash_modes_registry.py checks
+web/static), and so does every reader of an event's `crash_mode` field.
+
 Adding a mode: a CrashMode in MODES (its name, its one-line summary, the fields that say
 what it does), its row in docs/presets.md's table (tests/unit/test_crash_modes_registry.py
 checks the table and the API's choices against this registry) and a test of what it
@@ -34,7 +40,8 @@ Imports nothing but the standard library: the supervisor, the server and the CLI
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,9 @@ MODES: tuple[CrashMode, ...] = (
 NAMES: tuple[str, ...] = tuple(m.name for m in MODES)
 DEFAULT = "kill"
 _BY_NAME = {m.name: m for m in MODES}
+# A machine that vanished by itself ends the run as the first mode that `moves_host` does:
+# the event of that restart names it in its crash_mode (workers/restart_events.py).
+HOST_LOSS = next(m.name for m in MODES if m.moves_host)
 
 
 def allowed() -> str:
@@ -89,3 +99,8 @@ def mode_named(name: str) -> CrashMode:
         return _BY_NAME[name]
     except (KeyError, TypeError):
         raise CrashModeError(f"crash mode {name!r} is not allowed: one of {allowed()}") from None
+
+
+def modes_json() -> list[dict[str, Any]]:
+    """Every mode with its fields, in MODES' order (GET /api/record-kinds `crash_modes`)."""
+    return [asdict(m) for m in MODES]

@@ -39,6 +39,7 @@ from crashdrill.trainer.priority import settle_after_first_step
 from crashdrill.trainer.record_contract import to_json
 from crashdrill.trainer.records import NO_CHECKPOINT_CODE, RecordWriter, float32_bits
 from crashdrill.trainer.run_files import RUN_JSON
+from crashdrill.trainer.start_line import FRESH_LINE, refusal, refused_line, resumed_line
 from crashdrill.trainer.train_state import (
     CheckpointMismatch,
     TrainState,
@@ -126,12 +127,9 @@ def _find_checkpoint(run_dir: Path, rec: RecordWriter) -> layout.CheckpointInfo 
 
 def _refuse_to_start(run_dir: Path, rec: RecordWriter) -> int:
     """--require-checkpoint and none is left: say so and exit, never train from scratch."""
-    msg = (
-        f"no checkpoint found in {layout.ckpt_root(run_dir)} and --require-checkpoint "
-        "is set; not training from scratch"
-    )
-    print(f"crashdrill: {msg}", file=sys.stderr)
-    rec.event(NO_CHECKPOINT_CODE, f"Refused to start: {msg}.")
+    root = layout.ckpt_root(run_dir)
+    print(refused_line(root), file=sys.stderr)
+    rec.event(NO_CHECKPOINT_CODE, f"Refused to start: {refusal(root)}.")
     rec.write("stage", stage="failed", progress=1.0)
     return EXIT_NO_CHECKPOINT
 
@@ -151,7 +149,7 @@ def _resume_or_fresh(
     """Resume from `info` (the state goes into model, opt, sampler and st) or start fresh
     when it is None; either way print the one loud line and write the records."""
     if info is None:
-        print("crashdrill: no checkpoint found, starting fresh", file=sys.stderr)
+        print(FRESH_LINE, file=sys.stderr)
         if segment > 0:
             rec.write("resume", from_step=0, segment=segment, path=None)
         # Starting fresh under --require-checkpoint means on_missing_checkpoint = "fresh",
@@ -165,7 +163,7 @@ def _resume_or_fresh(
             )
         return
     parts = restore(info, cfg, fingerprints, state_map(cfg, model, opt, sampler, st), st)
-    print(f"crashdrill: resumed at step {st.step} from {info.path}", file=sys.stderr)
+    print(resumed_line(st.step, info.path), file=sys.stderr)
     absent = [p for p in ck.PARTS_FULL if p not in parts]
     rec.write(
         "resume",

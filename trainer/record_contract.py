@@ -330,8 +330,10 @@ def kind(name: str) -> Kind:
 
 
 def contract_json() -> dict[str, Any]:
-    """The contract as JSON (GET /api/record-kinds), the event codes included."""
+    """The contract as JSON (GET /api/record-kinds), the event codes and crash modes
+    included."""
     # event_codes builds on this module's Field: imported here, not at the top.
+    from crashdrill.trainer.crash_modes import modes_json
     from crashdrill.trainer.event_codes import events_json
 
     def fields(fs: tuple[Field, ...]) -> list[dict[str, Any]]:
@@ -356,4 +358,5 @@ def contract_json() -> dict[str, Any]:
             for k in KINDS
         ],
         "events": events_json(),
+        "crash_modes": modes_json(),  # what an event's crash_mode names does, by its fields
     }

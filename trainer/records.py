@@ -19,7 +19,7 @@ from crashdrill.trainer.event_record import check_record, event
 # The contract (kinds, fields, version, float32 bits) lives in record_contract, the file's
 # name and its reader in run_files; these names are re-exported for the writer's users.
 from crashdrill.trainer.record_contract import VERSION, bits_to_float32, float32_bits, to_json
-from crashdrill.trainer.run_files import RECORDS_FILE, read_records
+from crashdrill.trainer.run_files import RECORDS_FILE, read_records, torn_tail
 
 __all__ = [
     "NO_CHECKPOINT_CODE",
@@ -39,25 +39,18 @@ class RecordWriter:
     def __init__(self, run_dir: str | Path, segment: int) -> None:
         self.path = Path(run_dir) / RECORDS_FILE
         self.segment = segment
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._repair_tail()
-
-    def _repair_tail(self) -> None:
-        # A previous process killed mid-line left a fragment: end it so our first record
-        # starts on its own line (readers skip the unparseable fragment).
-        size = os.fstat(self._fd).st_size
-        if size:
-            with open(self.path, "rb") as f:
-                f.seek(size - 1)
-                if f.read(1) != b"\n":
-                    os.write(self._fd, b"\n")
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        # A previous process killed mid-line left a fragment: the first record ends it, so
+        # that the record starts on its own line (readers skip the fragment).
+        self._torn = torn_tail(self._fd)
 
     def write(self, kind: str, **fields: Any) -> dict[str, Any]:
         rec = {"v": VERSION, "kind": kind, "t": round(time.time(), 3), "segment": self.segment}
         rec.update(fields)
         if kind == "event":  # only registered codes with their fields (event_codes.py)
             check_record(rec)
-        os.write(self._fd, (to_json(rec) + "\n").encode())  # NaN, ±inf: null
+        os.write(self._fd, self._torn + (to_json(rec) + "\n").encode())  # NaN, ±inf: null
+        self._torn = b""
         return rec
 
     def event(

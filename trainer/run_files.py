@@ -2,6 +2,7 @@
 
     records, end = read_records(DIR / RECORDS_FILE, offset)    # parsed objects; resume at `end`
     part = read_complete_lines(DIR / MIRROR_LOG, offset, limit=1 << 20)
+    os.write(fd, torn_tail(fd) + line)                        # append after a torn last line
     for line_offset, line in part.lines(): ...                # each complete line, no newline
     next_offset = part.end
     recent = tail_records(DIR / RECORDS_FILE, max_bytes=256 * 1024)
@@ -21,7 +22,9 @@ directories count is checkpoint_layout.py):
     DIR/ckpt/           checkpoint_layout.CKPT_DIR
 
 A JSONL file here has writers that append whole lines with one `os.write` each, so a
-SIGKILL leaves at most a last line without its newline. Readers take complete lines only:
+SIGKILL leaves at most a last line without its newline; the next writer to open the file
+ends that fragment first (`torn_tail`: the trainer's RecordWriter, the supervisor's
+RunDir.append_records), so it stays one bad line. Readers take complete lines only:
 the bytes up to the last newline read, and the offset after it, from which the next read
 resumes — a line split across two reads is read whole by the second one. A complete line
 that is not a JSON object (the fragment a kill left, which the next writer ends with a
@@ -126,6 +129,16 @@ def json_objects(part: CompleteLines) -> list[dict[str, Any]]:
         if isinstance(value, dict):
             out.append(value)
     return out
+
+
+def torn_tail(fd: int) -> bytes:
+    """What must precede the next line appended to the file open at `fd` (readable): b"\\n"
+    when the file ends inside a line, the fragment of a writer killed mid-line, else b"".
+    Written first (in the same `os.write` as the line, where the writer can), it ends the
+    fragment as a line of its own, which readers skip, instead of the fragment swallowing
+    the next record."""
+    size = os.fstat(fd).st_size
+    return b"\n" if size and os.pread(fd, 1, size - 1) != b"\n" else b""
 
 
 def read_records(path: str | Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:

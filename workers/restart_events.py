@@ -15,6 +15,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
+from crashdrill.trainer.crash_modes import HOST_LOSS, mode_named
 from crashdrill.trainer.divergence import CODE as DIVERGED_CODE
 from crashdrill.trainer.event_codes import CODES, event_code
 from crashdrill.trainer.event_codes import RESTART_KINDS as RESTART_KINDS  # for its readers
@@ -111,10 +112,14 @@ def moved_event(
     pulled: Restored | None,
     *,
     moved: bool,
+    mode: str = HOST_LOSS,
 ) -> dict[str, Any]:
     """The event of a restart on another machine: "Lost host NODE at step N; resumed on
-    host OTHER from the mirror at step M — K steps recomputed" (`moved`: a crash test
-    took the host away; else it vanished by itself)."""
+    host OTHER from the mirror at step M — K steps recomputed" (`moved`: a crash test of
+    crash mode `mode`, one that moves_host, took the host away; else it vanished by itself,
+    told as HOST_LOSS)."""
+    if not mode_named(mode).moves_host:
+        raise ValueError(f"crash mode {mode!r} does not move the run to another host")
     where = f"host {new.name}" if new is not None else "another host"
     at = f" at step {step}" if step is not None else ""
     lost_steps = None
@@ -139,7 +144,7 @@ def moved_event(
         at_step=step,
         resume_from=ckpt,
         lost_steps=lost_steps,
-        crash_mode="host",
+        crash_mode=mode,
         lost_host=old.to_dict(),
         host=new.to_dict() if new is not None else None,
     )

@@ -23,12 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from crashdrill.trainer.checkpoint_layout import find_latest
+from crashdrill.trainer.event_record import check_record
+from crashdrill.trainer.record_contract import VERSION, to_json
 from crashdrill.trainer.run_files import (
     RECORDS_FILE,
     RUN_JSON,
     STDERR_LOG,
     STDOUT_LOG,
     tail_records,
+    torn_tail,
 )
 
 
@@ -90,21 +93,24 @@ class RunDir:
     def append_records(self, records: list[dict[str, Any]]) -> None:
         """Append records (adding "v" and "t") as complete lines in one write.
 
-        A trainer killed in the middle of a line leaves text without a newline; the
-        first thing written after it is a newline, so that torn line stays one bad
-        line that readers skip instead of swallowing the next record.
+        An event must be of a registered code with its fields (trainer/event_record.py's
+        check_record, as the trainer's RecordWriter checks its own): else KeyError (an
+        unknown code) or ValueError (its fields), and nothing is written. A trainer killed
+        in the middle of a line leaves text without a newline; the write ends it first
+        (trainer/run_files.py `torn_tail`), so that torn line stays one bad line that
+        readers skip.
         """
-        self.path.mkdir(parents=True, exist_ok=True)
         now = time.time()
-        body = "".join(
-            json.dumps({"v": 1, "t": now, **rec}, separators=(",", ":")) + "\n" for rec in records
-        ).encode()
+        lines = []
+        for rec in records:
+            full = {"v": VERSION, "t": now, **rec}
+            if full.get("kind") == "event":
+                check_record(full)
+            lines.append(to_json(full) + "\n")  # NaN, ±inf: null, as the trainer writes them
+        self.path.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.records, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                body = b"\n" + body
-            os.write(fd, body)
+            os.write(fd, torn_tail(fd) + "".join(lines).encode())
         finally:
             os.close(fd)
 

@@ -63,7 +63,7 @@ import psutil
 
 from crashdrill.trainer.checkpoint_pause import paused_step
 from crashdrill.trainer.crash_modes import DEFAULT as DEFAULT_CRASH_MODE
-from crashdrill.trainer.crash_modes import mode_named
+from crashdrill.trainer.crash_modes import HOST_LOSS, mode_named
 from crashdrill.trainer.divergence import STAGE as DIVERGED
 from crashdrill.trainer.event_record import event as build_event
 from crashdrill.trainer.exit_codes import EXIT_DIVERGED, EXIT_OK
@@ -354,7 +354,7 @@ class Supervisor:
                 host = self.executor.host(self.launch.run_dir)
                 if host is not None and self.executor.relocate(self.launch.run_dir) is not None:
                     lead = f"Crash test: lost host {host.name}"
-                    return self._restart_elsewhere(lead, host, segment, step, moved=True)
+                    return self._restart_elsewhere(lead, host, segment, step, moved=mode)
                 lead += (
                     ". There is no other machine to move to (the lab runs without a Ray"
                     " cluster), so the run restarts here, as in the wipe mode"
@@ -441,18 +441,29 @@ class Supervisor:
         return self._spawn(require_checkpoint=require)
 
     def _restart_elsewhere(
-        self, lead: str, old: Host, segment: int, step: int | None, *, moved: bool = False
+        self, lead: str, old: Host, segment: int, step: int | None, *, moved: str | None = None
     ) -> bool:
-        """The run's machine is gone (or, `moved`, taken away by a crash test): restart it
-        on another one, from the newest verified checkpoint in the mirror."""
-        if not moved:
+        """The run's machine is gone (or taken away by a crash test of the mode `moved`, one
+        that moves_host): restart it on another one, from the newest verified checkpoint
+        in the mirror."""
+        if moved is None:
             self.executor.relocate(self.launch.run_dir)
         new = self.executor.host(self.launch.run_dir)
         ckpt = self._checkpoint_step()
         pulled = self._pull_from_mirror(segment) if ckpt is None else None
         if pulled is not None:
             ckpt = pulled.step
-        event = moved_event(lead, old, new, segment, step, ckpt, pulled, moved=moved)
+        event = moved_event(
+            lead,
+            old,
+            new,
+            segment,
+            step,
+            ckpt,
+            pulled,
+            moved=moved is not None,
+            mode=moved or HOST_LOSS,
+        )
         self._append([event])
         self._notify(Change("restarting", text=event["text"]))
         return self._spawn(require_checkpoint=True)

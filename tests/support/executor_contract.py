@@ -25,6 +25,8 @@ from typing import Any
 import psutil
 import pytest
 
+from crashdrill.trainer.event_record import event
+from crashdrill.trainer.start_line import Start, read_start
 from crashdrill.workers.executor import Executor, StartCancelled, Trainer
 from crashdrill.workers.launch import Launch
 from tests.support.lab import STAND_IN
@@ -159,13 +161,13 @@ class ExecutorContract:
             files = executor.files(launch.run_dir)
             assert files.checkpoint_step() == 20  # every 10 steps, of 25
             size = files.stderr_size()
-            assert size > 0 and b"starting fresh" in files.stderr_since(0)
+            assert size > 0 and read_start(files.stderr_since(0)) == Start("fresh", 0)
             assert files.stderr_since(size) == b""
-            assert "no checkpoint found, starting fresh" in files.stderr_tail(0)
+            assert read_start(files.stderr_tail(0)) == Start("fresh", 0)
             assert files.stderr_tail(size) == ""
-            files.append_records([{"kind": "event", "code": "conformance", "text": "after"}])
+            files.append_records([event("mirror_unreachable", "after", segment=0)])
             last = records(launch.run_dir)[-1]
-            assert (last["code"], last["v"]) == ("conformance", 1)  # after the trainer's own
+            assert (last["code"], last["v"]) == ("mirror_unreachable", 1)  # after the trainer's
             files.wipe()
             assert files.checkpoint_step() is None
         finally:

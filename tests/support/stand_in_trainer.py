@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from crashdrill.trainer.start_line import FRESH_LINE, refused_line, resumed_line
+
 
 def _env(name: str, default: float) -> float:
     return float(os.environ.get(f"CRASHDRILL_STANDIN_{name}", default))
@@ -136,16 +138,16 @@ def main(argv: list[str] | None = None) -> int:
     start = _latest_checkpoint(ckpt)
     if start is None:
         if args.require_checkpoint:
-            print("crashdrill: no checkpoint found, but one is required", file=sys.stderr)
+            print(refused_line(ckpt), file=sys.stderr)
             rec.write("event", text="Refused to start: no checkpoint.", level="error")
             rec.write("stage", stage="failed", progress=1.0)
             return 3
-        print("crashdrill: no checkpoint found, starting fresh", file=sys.stderr)
+        print(FRESH_LINE, file=sys.stderr)
         start = 0
         if segment > 0:
             rec.write("resume", from_step=0, segment=segment, path=None)
     else:
-        print(f"crashdrill: resumed at step {start} from {ckpt}", file=sys.stderr)
+        print(resumed_line(start, ckpt / f"step-{start:08d}"), file=sys.stderr)
         rec.write("resume", from_step=start, segment=segment, path=str(ckpt / f"step-{start:08d}"))
         text = f"Resumed at step {start} from a checkpoint."
         rec.write("event", text=text, level="info", code="resumed", step=start, missing=[])

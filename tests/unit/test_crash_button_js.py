@@ -21,15 +21,17 @@ pytestmark = pytest.mark.skipif(NODE is None, reason="needs node to run the page
 KEYED = ["step", "val", "probe", "sample", "ckpt"]
 
 
-def run_js(steps: str) -> Any:
+def run_js(steps: str, contract: dict[str, Any] | None = None) -> Any:
     """Run `steps` (JS statements that push onto `out`) with `run` a RunModel of a
-    running pair and `blocked()` / `state(starts)` the card's answers for it."""
+    running pair and `blocked()` / `state(starts)` the card's answers for it; `contract`
+    stands for GET /api/record-kinds (default: the real one)."""
     model, cards = (json.dumps((STATIC / m).as_uri()) for m in ("model.js", "cards.js"))
     code = f"""
         Promise.all([import({model}), import({cards})]).then(([m, c]) => {{
+            const contract = {json.dumps(contract or contract_json())};
             const run = new m.RunModel({{id: "r", label: "A", state: "starting",
                 stage: "starting", segment: 0, crashes: 0, step: null, can_crash: false}},
-                new Set({json.dumps(KEYED)}), m.eventCodes({json.dumps(contract_json())}));
+                new Set({json.dumps(KEYED)}), m.eventCodes(contract));
             let preset = null;
             const blocked = (starts = null) => c.crashBlocker(run, true, starts, preset);
             const state = (starts) => c.studentState(run, starts, preset);

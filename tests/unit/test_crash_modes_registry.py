@@ -4,6 +4,7 @@ mode or a state added in its home cannot leave a copy behind."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from crashdrill.server.store import ACTIVE_STATES, LIVE_STATES, RUN_STATES, TERM
 from crashdrill.trainer import crash_modes
 from crashdrill.trainer.crash_modes import CrashModeError, mode_named
 from crashdrill.trainer.presets import PresetError, parse_preset_text
+from crashdrill.trainer.record_contract import contract_json
 from crashdrill.workers.launch import ENDED, State
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,6 +67,38 @@ def test_a_mode_added_to_the_registry_alone_is_one_the_crash_answer_accepts():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "meteor"
+
+
+def test_the_page_gets_every_mode_and_its_fields_from_the_record_kinds_contract():
+    served = contract_json()["crash_modes"]
+    assert [m["name"] for m in served] == list(crash_modes.NAMES)
+    for mode, out in zip(crash_modes.MODES, served, strict=True):
+        assert out == {f.name: getattr(mode, f.name) for f in dataclasses.fields(mode)}
+    # The API's answer declares every field of a mode, so a new flag reaches the page.
+    flags = set(schemas.CrashModeOut.model_fields)
+    assert flags == {f.name for f in dataclasses.fields(crash_modes.CrashMode)}
+    assert schemas.RecordKinds.model_validate(contract_json()).crash_modes[1].waits_for_save
+
+
+# A comparison with a mode's name in a page file: `=== "wipe"`, `"host" !== x`, `case "kill":`,
+# or a list of names (`["wipe", "host"].includes(mode)`).
+_NAME = "|".join(crash_modes.NAMES)
+_COMPARES_A_NAME = re.compile(
+    rf"""[=!]==?\s*["']({_NAME})["']|["']({_NAME})["']\s*[=!]==?|case\s+["']({_NAME})["']"""
+    rf"""|\[\s*["']({_NAME})["']\s*,[^\]]*\]\s*\.\s*includes"""
+)
+
+
+def test_no_page_file_compares_a_crash_mode_name():
+    """The page acts on a mode's fields (waits_for_save, wipes_disk, moves_host) from GET
+    /api/record-kinds, never on its name: a renamed or added mode needs no page edit."""
+    pages = [*(ROOT / "web" / "static").glob("*.js"), *(ROOT / "web" / "templates").glob("*")]
+    assert len(pages) > 10 and any(p.name == "cards.js" for p in pages)  # the walk works
+    for page in pages:
+        found = _COMPARES_A_NAME.search(page.read_text(encoding="utf-8"))
+        assert found is None, f"{page.name} compares a crash mode's name: {found.group(0)!r}"
+    assert _COMPARES_A_NAME.search('preset?.crash?.mode === "during_save"')  # it can fail
+    assert _COMPARES_A_NAME.search('["wipe", "host"].includes(mode)')
 
 
 def test_run_states_have_one_definition_that_the_api_and_the_supervisor_agree_with():

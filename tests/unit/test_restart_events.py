@@ -5,8 +5,12 @@ from a run set to start over (lesson 1.12's B, issue #19 point 3)."""
 
 from __future__ import annotations
 
+import pytest
+
 from crashdrill.server.crash_modes import fresh_start_allowed
-from crashdrill.workers.restart_events import restart_event
+from crashdrill.trainer.crash_modes import HOST_LOSS, MODES, mode_named
+from crashdrill.workers.executor import Host
+from crashdrill.workers.restart_events import moved_event, restart_event
 
 LEAD = "Crash test: killed the process with SIGKILL (no chance to save) at step 178"
 
@@ -80,3 +84,19 @@ def test_restarts_are_counted_by_kind_for_the_class_view() -> None:
     counts = restart_counts(rows)
     assert counts["a"] == {"crash": 1, "preempt": 1, "lost_host": 0, "killed": 0}
     assert counts["b"] == {"crash": 0, "preempt": 1, "lost_host": 1, "killed": 1}
+
+
+def test_a_move_names_the_crash_mode_that_moved_it_and_a_vanished_host_the_registry_s() -> None:
+    old, new = Host("n1", "node-one"), Host("n2", "node-two")
+    by_test = moved_event("Crash test: lost host node-one", old, new, 1, 30, 20, None, moved=True)
+    assert (by_test["code"], by_test["crash_mode"]) == ("crash", "host")
+    assert mode_named(str(by_test["crash_mode"])).moves_host
+    vanished = moved_event("Lost host node-one", old, None, 1, 30, None, None, moved=False)
+    assert (vanished["code"], vanished["crash_mode"]) == ("lost_host", HOST_LOSS)
+    assert mode_named(HOST_LOSS).moves_host  # the registry's first mode that moves the run
+
+
+def test_a_move_refuses_a_crash_mode_that_does_not_move_the_run() -> None:
+    for mode in (m.name for m in MODES if not m.moves_host):
+        with pytest.raises(ValueError, match=f"{mode!r} does not move the run"):
+            moved_event("x", Host("n1", "a"), None, 1, 3, None, None, moved=True, mode=mode)

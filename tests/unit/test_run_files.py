@@ -4,6 +4,8 @@ names the run dir's files from it."""
 from __future__ import annotations
 
 import ast
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from crashdrill.trainer.run_files import (
     read_records,
     read_tail,
     tail_records,
+    torn_tail,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,3 +132,33 @@ def test_no_module_but_run_files_spells_a_run_dir_file_name() -> None:
             if found:
                 spelled[str(path.relative_to(ROOT))] = sorted(found)
     assert spelled == {}
+
+
+@pytest.mark.parametrize(
+    ("content", "before_next"),
+    [(b"", b""), (b'{"a":1}\n', b""), (b'{"a":1}\n{"b', b"\n"), (b"x", b"\n"), (b"\n", b"")],
+)
+def test_torn_tail_is_a_newline_exactly_when_the_file_ends_inside_a_line(
+    tmp_path: Path, content: bytes, before_next: bytes
+) -> None:
+    path = tmp_path / "records.jsonl"
+    path.write_bytes(content)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND)
+    try:
+        assert torn_tail(fd) == before_next
+    finally:
+        os.close(fd)
+
+
+def test_no_module_but_run_files_looks_for_a_torn_last_line() -> None:
+    """Ending a torn line is one function (`torn_tail`), which every writer that appends
+    to a run's JSONL files calls: no module reads a file's last byte by itself."""
+    home = ROOT / "trainer" / "run_files.py"
+    by_hand = re.compile(r"pread\([^)]*size - 1|seek\(size - 1\)|seek\(-1, ")
+    found = [
+        str(path.relative_to(ROOT))
+        for folder in ("trainer", "workers", "server", "drill", "crashdrill")
+        for path in (ROOT / folder).rglob("*.py")
+        if path != home and by_hand.search(path.read_text(encoding="utf-8"))
+    ]
+    assert found == []

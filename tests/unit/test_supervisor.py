@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from crashdrill.trainer.event_record import event as make_event
 from crashdrill.workers.launch import Change, Launch, NotRunning
 from crashdrill.workers.run_dir import RunDir
 from crashdrill.workers.supervisor import Supervisor
@@ -223,7 +224,7 @@ def test_adopt_refuses_a_pid_that_is_not_a_trainer_of_this_run(tmp_path: Path) -
 def test_append_records_ends_a_torn_line_first(tmp_path: Path) -> None:
     rd = RunDir(tmp_path)
     rd.records.write_text('{"kind":"step","step":1}\n{"kind":"st')
-    rd.append_records([{"kind": "event", "segment": 0, "text": "hi"}])
+    rd.append_records([make_event("mirror_unreachable", "hi", segment=0)])
     lines = rd.records.read_text().splitlines()
     assert lines[1] == '{"kind":"st'
     assert json.loads(lines[2])["text"] == "hi"

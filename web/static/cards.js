@@ -53,8 +53,8 @@ function nextCheckpoint(run, preset, step) {
   return (Math.floor((step ?? 0) / every) + 1) * every;
 }
 
-/** The crash test of this run that is armed and has not landed: the page's own (it
- * pressed Crash test in a "during_save" lesson), or, after a reload, the run view's
+/** The crash test of this run that is armed and has not landed: the page's own (the
+ * crash answer said `armed`: a mode that waits for a checkpoint write), or, after a reload, the run view's
  * `pending_kill` (the server keeps it until the restart writes a step); null when none. */
 export function armedKill(run) {
   const v = run.view;
@@ -324,7 +324,7 @@ export class RunCard {
   killed(res, segment) {
     this.kill = { pid: res.killed_pid, segment, exact: false };
     if (res.armed) {
-      // "during_save": the kill waits for the next checkpoint write; it has not landed.
+      // A mode that waits for a save: the kill lands at the next checkpoint write.
       this.run.armed = { segment, pid: res.killed_pid, step: res.at_step };
       this.say(`Crash test armed at step ${res.at_step ?? "?"}: SIGKILL for process ${res.killed_pid} at the next checkpoint write.`);
       return;

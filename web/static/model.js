@@ -52,8 +52,8 @@ export class RunModel {
     // trained until a step record of a newer segment arrives.
     this.signalled = null;
     this.signalledKind = null; // "crash" | "preempt": what this page sent
-    // A crash test armed to land inside the next checkpoint write (crash mode
-    // "during_save"): {segment, pid, step} until the trainer of that segment ends.
+    // A crash test armed to land inside the next checkpoint write (a crash mode that
+    // waits_for_save): {segment, pid, step} until the trainer of that segment ends.
     this.armed = null;
     this.waitUntil = null; // while queued: when the server expects it to start (unix s)
     this.version = 0; // bumps on every change, for cheap redraw checks
