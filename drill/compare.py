@@ -10,6 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from crashdrill.drill.divergence import (
+    reference_diverged_text,
+    resume_diverged_text,
+    same_divergence,
+)
 from crashdrill.drill.engine import Segment, Snapshot, Target, last_step_trained
 from crashdrill.drill.landing import Landing, judge_landing
 from crashdrill.drill.plan import KillPoint
@@ -171,10 +176,18 @@ def analyse(ev: Evidence) -> Analysis:
     precision = classify_precision(every_point)
     findings: list[Finding] = []
 
-    if ref.hung or ref.crashed or not ref.points:
+    ref_div = target.diverged(ref)
+    if ref.hung or (ref.crashed and ref_div is None) or not ref.points:
         findings.append(_reference_problem(ref, target))
         code = EXIT_USAGE if findings[0].code == "no-steps" else EXIT_FAILED
         return Analysis([], findings, precision, "fail", code)
+    # A reference that diverged is compared with only where a resume reached its end.
+    judged = 0
+    if ref_div is not None:
+        judged = sum(1 for s in segs[1:] if s.points and s.points[0].step <= ref_div.step)
+        if not judged:  # a run that does not train: nothing to judge a resume against
+            findings.append(Finding("reference-diverged", reference_diverged_text(ref_div, 0)))
+            return Analysis([], findings, precision, "fail", EXIT_USAGE)
 
     spacing = step_spacing(ref.points)
     seg0_pairs = pair(ref.points, segs[0].points) if segs else []
@@ -213,6 +226,9 @@ def analyse(ev: Evidence) -> Analysis:
             _check(k, ev, spacing, precision, unrepeatable, findings, resumes, kill_numbers)
         )
 
+    if ref_div is not None:
+        text = reference_diverged_text(ref_div, judged)
+        findings.append(Finding("reference-diverged", text, fails=False))
     last = segs[-1] if segs else None
     if last is not None and last.exit_code == 0 and not last.killed:
         end = last_step_trained(segs)
@@ -361,6 +377,7 @@ def _check(
     kill_numbers: dict[int, int],
 ) -> ResumeVerdict:
     segs, ref, target = ev.crashed, ev.reference, ev.target
+    ref_div = target.diverged(ref)
     seg = segs[k]
     replay_of = seg.restored_from
     # A replay started from the copy of segment r's start: it resumes from the kill that
@@ -449,6 +466,10 @@ def _check(
             fails=False,
         )
     verdict = ""
+    div = target.diverged(seg)
+    diverged_at = None  # a divergence of its own, where the reference did not
+    if div is not None and not same_divergence(div, seg.points, ref.points, target.diverged(ref)):
+        diverged_at = div.step
     if seg.hung:
         add(
             "hung",
@@ -456,7 +477,10 @@ def _check(
             f"step printed: {_opt(seg.last_step)}).{torn_note} stderr tail:{_tail(seg)}",
         )
         verdict = "hung"
-    elif seg.crashed:
+    elif diverged_at is not None and div is not None and not torn_note:
+        add("resume-diverged", resume_diverged_text(div, seg.points, ref.points, ref_div))
+        verdict = f"diverged at step {diverged_at}"
+    elif seg.crashed and div is None:
         meaning = target.exit_meaning(seg.exit_code)
         what = meaning or f"crashed by itself with exit status {seg.exit_code}"
         if torn_note:
@@ -467,6 +491,13 @@ def _check(
         else:
             add("crashed", f"the restarted script {what}. stderr tail:{_tail(seg)}")
         verdict = "refused" if meaning else "crashed"
+    elif seg.crashed and torn_note:  # it diverged after loading a torn checkpoint
+        add(
+            "torn-checkpoint",
+            f"the restarted script {target.exit_meaning(seg.exit_code)}."
+            f"{torn_note} stderr tail:{_tail(seg)}",
+        )
+        verdict = "diverged"
     if from_start and saved:
         if torn_note:
             add("torn-checkpoint", f"restarted from the start.{torn_note}")
@@ -499,7 +530,9 @@ def _check(
                     f"compared with the losses the killed process printed (the run had "
                     f"already diverged from the reference at resume {inherited})"
                 )
-            if torn_note:
+            if a.step == diverged_at:
+                pass  # the divergence is the finding: resume-diverged above
+            elif torn_note:
                 add("torn-checkpoint", f"diverges from step {a.step}.{torn_note}")
             elif i == 0 and rel > TINY_RELATIVE:
                 add(
@@ -536,7 +569,9 @@ def _check(
     exact = precision.exact
     if not verdict:
         verdict = "bit-identical" if exact else f"equal at {precision.digits} digits"
-    if not pairs and not verdict.startswith(("crashed", "hung", "refused", "not judged")):
+    if not pairs and not verdict.startswith(
+        ("crashed", "hung", "refused", "not judged", "diverged")
+    ):
         reached = last_step_trained(segs[:k])
         ended = seg.exit_code == 0 and not seg.killed and not seg.points
         if ended and reached is not None and reached >= (ref.last_step or 0):
@@ -556,7 +591,7 @@ def _check(
         restarted_from_start=from_start,
         progress_saved=saved,
         latency_s=latency,
-        outcome=_outcome(seg),
+        outcome=f"diverged (exit {seg.exit_code})" if div is not None else _outcome(seg),
         verdict=verdict,
         resume_args=seg.resume_args,
         fields=fields,

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
 
+from crashdrill.drill.divergence import Divergence
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.ranks import line_of_rank
 from crashdrill.drill.snapshot import (  # re-exported: the engine's callers import them here
@@ -184,6 +185,11 @@ class Target:
 
     def resumed_from(self, segment: Segment) -> int | None:
         """The step a restarted process says it resumed from, when it says so."""
+        return None
+
+    def diverged(self, segment: Segment) -> Divergence | None:
+        """Where the process stopped because its loss or gradient norm was not finite,
+        when the target documents such an exit (drill/divergence.py)."""
         return None
 
     @property
@@ -525,8 +531,10 @@ def run_crashed(
             continue
         after = target.snapshot(ckpt_dir)
         progressed = target.has_checkpoint(after) and after != before
-        if not (seg.crashed and i > 0 and progressed):
-            break  # finished, hung, or crashed where a restart would crash again
+        if not (seg.crashed and i > 0 and progressed) or target.diverged(seg) is not None:
+            # finished, hung, or crashed where a restart would crash again; a diverged
+            # process would diverge again from its checkpoint, bit for bit
+            break
     # Keep only the copies that were put back (evidence, with --work-dir): a checkpoint
     # dir can be large, and a passing drill needs none of them.
     used = {s.state_copy for s in segments if s.restored_from is not None}
