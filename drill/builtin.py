@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 
 from crashdrill.drill.divergence import Divergence
-from crashdrill.drill.engine import Child, Segment, Snapshot, Target, WriteWatch, scan
 from crashdrill.drill.plan import KillPoint, draw_kills
+from crashdrill.drill.snapshot import Snapshot, scan
+from crashdrill.drill.target import Child, Segment, Target, WriteWatch
 from crashdrill.drill.trace import LossParser
 from crashdrill.processes.forkserver import TRAINER_PRELOAD, ForkServer
 from crashdrill.trainer import checkpoint_pause

@@ -15,10 +15,11 @@ from crashdrill.drill.divergence import (
     resume_diverged_text,
     same_divergence,
 )
-from crashdrill.drill.engine import Segment, Snapshot, Target, last_step_trained
 from crashdrill.drill.landing import Landing, judge_landing
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.record_fields import RunRecords, field_verdict
+from crashdrill.drill.snapshot import Snapshot
+from crashdrill.drill.target import Segment, Target, last_step_trained
 from crashdrill.drill.trace import Precision, StepPoint, classify_precision, step_spacing
 from crashdrill.trainer.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from crashdrill.trainer.resume_compare import LOSS, FieldComparison, compare

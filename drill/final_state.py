@@ -19,7 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from crashdrill.drill.compare import FinalParams
-from crashdrill.drill.engine import Child
+from crashdrill.drill.target import Child
 from crashdrill.processes.forkserver import ForkServer
 
 METHOD = "torch.equal"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from crashdrill.drill.compare import Analysis, Evidence, Finding, executed_kills
-from crashdrill.drill.engine import Segment, Target
+from crashdrill.drill.target import Segment, Target
 
 
 @dataclass(frozen=True)

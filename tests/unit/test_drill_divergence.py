@@ -9,8 +9,8 @@ import math
 from crashdrill.drill.builtin import PresetTarget
 from crashdrill.drill.compare import Analysis, Evidence, analyse
 from crashdrill.drill.divergence import Divergence
-from crashdrill.drill.engine import Segment
 from crashdrill.drill.plan import KillPoint
+from crashdrill.drill.target import Segment
 from crashdrill.drill.trace import LossParser, StepPoint
 from crashdrill.trainer.checkpoint_layout import MANIFEST, step_dir_name
 from crashdrill.trainer.divergence import diverged_line, parse_diverged_line
