@@ -7,11 +7,12 @@ from __future__ import annotations
 import math
 
 from crashdrill.drill.builtin import PresetTarget
-from crashdrill.drill.compare import Analysis, Evidence, analyse
+from crashdrill.drill.compare import analyse
 from crashdrill.drill.divergence import Divergence
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.target import Segment
 from crashdrill.drill.trace import LossParser, StepPoint
+from crashdrill.drill.verdicts import Analysis, Evidence
 from crashdrill.trainer.checkpoint_layout import MANIFEST, step_dir_name
 from crashdrill.trainer.divergence import diverged_line, parse_diverged_line
 from crashdrill.trainer.exit_codes import EXIT_DIVERGED, EXIT_FAILED, EXIT_OK, EXIT_USAGE
