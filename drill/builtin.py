@@ -14,8 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from crashdrill.drill.engine import Child, Segment, Snapshot, Target, WriteWatch, scan
+from crashdrill.drill.divergence import Divergence
 from crashdrill.drill.plan import KillPoint, draw_kills
+from crashdrill.drill.snapshot import Snapshot, scan
+from crashdrill.drill.target import Child, Segment, Target, WriteWatch
 from crashdrill.drill.trace import LossParser
 from crashdrill.processes.forkserver import TRAINER_PRELOAD, ForkServer
 from crashdrill.trainer import checkpoint_pause
@@ -26,7 +28,8 @@ from crashdrill.trainer.checkpoint_layout import (
     parse_step_dir,
     temp_dir_name,
 )
-from crashdrill.trainer.exit_codes import EXIT_NO_CHECKPOINT
+from crashdrill.trainer.divergence import parse_diverged_line
+from crashdrill.trainer.exit_codes import EXIT_DIVERGED, EXIT_NO_CHECKPOINT
 from crashdrill.trainer.start_line import resumed_step
 
 PAUSE_SECONDS = 30  # the kill lands as soon as the pause begins; this only bounds a miss
@@ -149,7 +152,20 @@ class PresetTarget(Target):
                 "refused to start: no usable checkpoint"
                 f" (exit {EXIT_NO_CHECKPOINT} under --require-checkpoint)"
             )
+        if code == EXIT_DIVERGED:
+            return f"diverged: its loss or gradient norm was not finite (exit {EXIT_DIVERGED})"
         return None
+
+    def diverged(self, segment: Segment) -> Divergence | None:
+        # The exit status says it diverged; the trainer's line says where and why.
+        if segment.killed or segment.exit_code != EXIT_DIVERGED:
+            return None
+        for line in reversed(segment.stderr_tail + segment.stderr_head):
+            said = parse_diverged_line(line)
+            if said is not None:
+                return Divergence(*said)
+        meaning = self.exit_meaning(EXIT_DIVERGED) or ""
+        return Divergence(segment.last_step or 0, meaning.split(": ", 1)[-1])
 
     def resumed_from(self, segment: Segment) -> int | None:
         return resumed_step("\n".join(segment.stderr_head))  # trainer/start_line.py

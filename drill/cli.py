@@ -22,8 +22,8 @@ import sys
 from typing import Any
 
 from crashdrill.closed_output import quiet_when_output_closed
-from crashdrill.drill.engine import StartError
 from crashdrill.drill.plan import PREEMPT_MODES
+from crashdrill.drill.target import StartError
 from crashdrill.drill.trace import TraceError
 from crashdrill.processes.process_tree import become_subreaper
 from crashdrill.trainer.exit_codes import EXIT_USAGE

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from crashdrill.drill.engine import Snapshot, Target, WriteWatch, final_names, scan
 from crashdrill.drill.plan import KillPoint
+from crashdrill.drill.snapshot import Snapshot, final_names, scan
+from crashdrill.drill.target import Target, WriteWatch
 from crashdrill.drill.trace import LossParser
 
 PLACEHOLDER = "{ckpt_dir}"

@@ -7,6 +7,11 @@ or process group each made for itself (workers/process_tree.py), and every proce
 bounded by the target's timeout. A preemption (KillPoint.preempt) sends SIGTERM to the
 process group instead and follows the process through its grace: it ends the segment when
 the process exits, or SIGKILLs the tree when the grace runs out.
+
+    seg = run_segment(target, ckpt_dir, 0, None)      # one process, to its end
+    segments = run_crashed(target, ckpt_dir, plan)    # the crashed run, kill by kill
+
+What a target is and what a segment records: drill/target.py.
 """
 
 from __future__ import annotations
@@ -18,242 +23,23 @@ import os
 import selectors
 import shutil
 import signal
-import subprocess
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Protocol
 
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.ranks import line_of_rank
-from crashdrill.drill.snapshot import (  # re-exported: the engine's callers import them here
-    Snapshot,
-    appeared_incomplete,
-    final_names,
-    modified_in_place,
-    scan,
-)
-from crashdrill.drill.trace import LossParser, StepPoint
+from crashdrill.drill.snapshot import Snapshot, appeared_incomplete, modified_in_place
+from crashdrill.drill.target import Child, Segment, Target
 from crashdrill.processes.process_tree import kill_tree, tree_marker
 from crashdrill.trainer.checkpoint_pause import ENV as PAUSE_ENV
-
-__all__ = [
-    "Child",
-    "Segment",
-    "Snapshot",
-    "StartError",
-    "Target",
-    "WriteWatch",
-    "appeared_incomplete",
-    "final_names",
-    "kill_all",
-    "modified_in_place",
-    "run_crashed",
-    "run_segment",
-    "scan",
-]
 
 STDERR_TAIL_LINES = 40
 STDERR_HEAD_LINES = 20
 DRAIN_SECONDS = 3.0  # after a kill, how long to wait for the pipes to close
 
-
-class StartError(RuntimeError):
-    """The command could not be started at all (not found, not executable)."""
-
-
-class Child(Protocol):
-    """A started process, exec'd (ExecProcess) or forked by the fork server
-    (workers/forkserver.py): its pid leads its own process group."""
-
-    pid: int
-    stdout: IO[bytes]
-    stderr: IO[bytes]
-    cpu_s: float | None  # user + system CPU seconds, once it has ended
-
-    def poll(self) -> int | None:
-        """The exit status once it has ended (negative: killed by that signal), else None."""
-        ...
-
-    def wait(self) -> int: ...
-
-
-class ExecProcess:
-    """A process started with exec (subprocess.Popen), reaped with wait4 for its CPU time."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: str | None) -> None:
-        try:
-            self._popen = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=env,
-                cwd=cwd,
-                start_new_session=True,  # its own process group: killpg reaches its children
-            )
-        except OSError as e:
-            raise StartError(f"cannot start {argv[0]!r}: {e.strerror or e}") from None
-        assert self._popen.stdout is not None and self._popen.stderr is not None
-        self.pid = self._popen.pid
-        self.stdout: IO[bytes] = self._popen.stdout
-        self.stderr: IO[bytes] = self._popen.stderr
-        self.cpu_s: float | None = None
-
-    def poll(self) -> int | None:
-        return self._wait(os.WNOHANG)
-
-    def wait(self) -> int:
-        code = self._wait(0)
-        assert code is not None
-        return code
-
-    def _wait(self, flags: int) -> int | None:
-        if self._popen.returncode is None:
-            pid, status, usage = os.wait4(self.pid, flags)
-            if not pid:
-                return None
-            self._popen.returncode = os.waitstatus_to_exitcode(status)  # Popen won't reap it
-            self.cpu_s = usage.ru_utime + usage.ru_stime
-        return self._popen.returncode
-
-
-class WriteWatch:
-    """Tells the engine when a checkpoint write is under way, so a kill can land in it."""
-
-    interval = 0.05  # seconds between polls
-
-    def on_step(self, step: int) -> None:
-        """A step line was printed."""
-
-    def on_stderr(self, line: str) -> bool:
-        """True when this stderr line says a write is under way."""
-        return False
-
-    def poll(self) -> bool:
-        """True when a write is under way now."""
-        return False
-
-    def snapshot_before(self) -> Snapshot | None:
-        """The checkpoint dir as it was before the write began (None: take it at the kill)."""
-        return None
-
-
-class Target:
-    """What the drill runs: a command, where its checkpoints go, how it prints losses."""
-
-    parser: LossParser
-    timeout: float
-    rank: int = 0  # whose output the steps are read from (drill/ranks.py)
-
-    def command(self, ckpt_dir: Path, restart: bool) -> list[str]:
-        raise NotImplementedError
-
-    def gets_resume_args(self, ckpt_dir: Path, restart: bool) -> bool | None:
-        """Whether command() adds the resume arguments now (None: the target has none)."""
-        return None
-
-    def start(self, argv: list[str], env: dict[str, str], cwd: str | None) -> Child:
-        """Start one process of the run (StartError when it cannot start at all)."""
-        return ExecProcess(argv, env, cwd)
-
-    def environ(self, ckpt_dir: Path, kill: KillPoint | None) -> dict[str, str]:
-        raise NotImplementedError
-
-    def checkpoint_root(self, ckpt_dir: Path) -> Path:
-        """The folder the checkpoints live in."""
-        return ckpt_dir
-
-    def snapshot(self, ckpt_dir: Path) -> Snapshot:
-        return scan(self.checkpoint_root(ckpt_dir))
-
-    def has_checkpoint(self, snap: Snapshot | None) -> bool:
-        return bool(snap)
-
-    def progress_saved(self, baseline: Snapshot | None, before_kill: Snapshot | None) -> bool:
-        """Did a checkpoint newer than the start exist when the kill landed?"""
-        return self.has_checkpoint(before_kill) and before_kill != baseline
-
-    def write_watch(self, ckpt_dir: Path, kill: KillPoint) -> WriteWatch:
-        raise NotImplementedError
-
-    def exit_meaning(self, code: int | None) -> str | None:
-        """What an exit status means, when the target documents it."""
-        return None
-
-    def resumed_from(self, segment: Segment) -> int | None:
-        """The step a restarted process says it resumed from, when it says so."""
-        return None
-
-    @property
-    def cwd(self) -> str | None:
-        return None
-
-    def describe(self) -> dict[str, object]:
-        return {}
-
-
-@dataclass
-class Segment:
-    """One process of a run, from its start to its exit or its kill."""
-
-    index: int
-    argv: list[str]
-    kill_point: KillPoint | None
-    started: float  # time.monotonic()
-    points: list[StepPoint] = field(default_factory=list)
-    ended: float = 0.0
-    exit_code: int | None = None
-    killed: bool = False  # by the plan (not by a timeout)
-    kill_time: float | None = None
-    hung: bool = False
-    stderr_head: list[str] = field(default_factory=list)  # the first lines (the loud one)
-    stderr_tail: list[str] = field(default_factory=list)
-    stderr_lines: int = 0
-    other_stdout: list[str] = field(default_factory=list)  # a few lines that were not steps
-    snapshot_first_step: Snapshot | None = None
-    snapshot_before_kill: Snapshot | None = None
-    snapshot_after_kill: Snapshot | None = None  # once the process is dead
-    first_ckpt_step: int | None = None  # reference only: the step before the first write
-    write_steps: list[int] = field(default_factory=list)  # reference: each step before a write
-    in_write: bool = False  # the kill landed inside a checkpoint write
-    cpu_s: float | None = None  # user + system CPU seconds of the process
-    resume_args: bool | None = None  # started with the target's resume arguments
-    processes_killed: int | None = None  # by the plan's kill: the process and its tree
-    term_time: float | None = None  # a preemption: when its SIGTERM went out
-    grace_expired: bool = False  # a preemption that the SIGKILL after its grace ended
-    # A copy of the checkpoint dir as it was before this segment started (taken before a
-    # kill that may damage it: inside a write, a preemption), for a recovery restart.
-    state_copy: Path | None = None
-    # This segment started from the copy taken before segment `restored_from`: it replays
-    # that segment's start after the restart that followed a damaging kill failed.
-    restored_from: int | None = None
-    snapshot_start: Snapshot | None = None  # the checkpoint dir when it started (crashed run)
-
-    @property
-    def last_step(self) -> int | None:
-        return self.points[-1].step if self.points else None
-
-    @property
-    def first_step(self) -> int | None:
-        return self.points[0].step if self.points else None
-
-    @property
-    def crashed(self) -> bool:
-        """Ended by itself with a failure: neither our kill, nor a timeout, nor success."""
-        return not self.killed and not self.hung and self.exit_code not in (0, None)
-
-
 _LIVE: dict[Child, str] = {}  # started and not yet reaped → the marker of its tree
 _MARKERS = itertools.count(1)
-
-
-def last_step_trained(segments: list[Segment]) -> int | None:
-    """The step a chain of segments got to: the last step printed by the last segment that
-    printed one. A restart after a stop that had already saved the final step resumes,
-    finds nothing left to train and prints no step: the run still ended there."""
-    return next((s.last_step for s in reversed(segments) if s.points), None)
 
 
 def _kill_tree(proc: Child) -> int:
@@ -525,8 +311,10 @@ def run_crashed(
             continue
         after = target.snapshot(ckpt_dir)
         progressed = target.has_checkpoint(after) and after != before
-        if not (seg.crashed and i > 0 and progressed):
-            break  # finished, hung, or crashed where a restart would crash again
+        if not (seg.crashed and i > 0 and progressed) or target.diverged(seg) is not None:
+            # finished, hung, or crashed where a restart would crash again; a diverged
+            # process would diverge again from its checkpoint, bit for bit
+            break
     # Keep only the copies that were put back (evidence, with --work-dir): a checkpoint
     # dir can be large, and a passing drill needs none of them.
     used = {s.state_copy for s in segments if s.restored_from is not None}

@@ -18,8 +18,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from crashdrill.drill.compare import FinalParams
-from crashdrill.drill.engine import Child
+from crashdrill.drill.target import Child
+from crashdrill.drill.verdicts import FinalParams
 from crashdrill.processes.forkserver import ForkServer
 
 METHOD = "torch.equal"

@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from crashdrill.drill.engine import Segment, Target, appeared_incomplete, modified_in_place
-from crashdrill.drill.snapshot import Snapshot, final_names
+from crashdrill.drill.snapshot import Snapshot, appeared_incomplete, final_names, modified_in_place
+from crashdrill.drill.target import Segment, Target
 
 
 @dataclass

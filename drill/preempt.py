@@ -24,8 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from crashdrill.drill.compare import Analysis, Evidence, Finding, executed_kills
-from crashdrill.drill.engine import Segment, Target
+from crashdrill.drill.compare import executed_kills
+from crashdrill.drill.target import Segment, Target
+from crashdrill.drill.verdicts import Analysis, Evidence, Finding
 
 
 @dataclass(frozen=True)

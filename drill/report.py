@@ -7,10 +7,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from crashdrill.drill.compare import NOTHING_LEFT, ResumeVerdict, executed_kills
-from crashdrill.drill.engine import last_step_trained
+from crashdrill.drill.compare import executed_kills
 from crashdrill.drill.plan import TRIAL_KINDS
 from crashdrill.drill.record_fields import fields_summary
+from crashdrill.drill.target import last_step_trained
+from crashdrill.drill.verdicts import NOTHING_LEFT, ResumeVerdict
 from crashdrill.drill.verify import DrillResult
 from crashdrill.trainer.resume_compare import differing
 

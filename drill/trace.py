@@ -5,6 +5,7 @@ the float32's IEEE-754 bits, which the built-in trainer prints), or whatever a r
 the named groups `step` and `loss` matches:
 
     {"step": 120, "loss": 2.3411216735839844}   the default: JSON lines
+    {"step": 9, "loss": null, "loss_bits": 2143289344}   a NaN loss (a diverged step)
     iter 120: loss 2.3411     --loss-regex 'iter (?P<step>\\d+): loss (?P<loss>\\S+)'
 
 The loss is kept as the text the script printed: comparing two runs "at the precision the
@@ -96,7 +97,13 @@ class LossParser:
         if not isinstance(obj, dict) or "step" not in obj or "loss" not in obj:
             return None
         bits = obj.get("loss_bits")
-        return _point(obj["step"], obj["loss"], bits if isinstance(bits, int) else None, t)
+        bits = bits if isinstance(bits, int) and not isinstance(bits, bool) else None
+        loss = obj["loss"]
+        if loss is None and bits is not None:
+            # A non-finite loss is null in JSON (docs/run-contract.md), its bits exact:
+            # the step a run diverged at is a point too, compared by its bits.
+            loss = repr(bits_to_float32(bits))
+        return _point(obj["step"], loss, bits, t)
 
 
 def _point(step: object, loss: object, bits: int | None, t: float) -> StepPoint | None:

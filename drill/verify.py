@@ -29,13 +29,15 @@ from pathlib import Path
 
 from crashdrill.drill.builtin import FORK_SERVER_PRELOAD, PresetTarget
 from crashdrill.drill.command import CommandTarget
-from crashdrill.drill.compare import Analysis, Evidence, FinalParams, analyse
-from crashdrill.drill.engine import Segment, Target, kill_all, run_crashed, run_segment
+from crashdrill.drill.compare import analyse
+from crashdrill.drill.engine import kill_all, run_crashed, run_segment
 from crashdrill.drill.final_state import compare_final_params, compare_final_params_forked
 from crashdrill.drill.plan import KillPoint, draw_kills, preempt_plan
 from crashdrill.drill.preempt import StopVerdict, judge_stops, stop_findings
 from crashdrill.drill.record_fields import RunRecords
+from crashdrill.drill.target import Segment, Target
 from crashdrill.drill.trace import LossParser
+from crashdrill.drill.verdicts import Analysis, Evidence, FinalParams
 from crashdrill.processes import forkserver
 
 REFERENCE_NICE = 5

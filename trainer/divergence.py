@@ -3,13 +3,15 @@ at once, in a state of its own, and never saves what it has become.
 
     what = nonfinite(loss, grad_norm)   # "the loss is nan", or None while all is finite
     text = diverged_text(step, what, last_checkpoint=150)
+    print(diverged_line(step, what), file=sys.stderr)   # the loud line the drill reads back
+    parse_diverged_line(line)                            # (step, what), or None
     record_divergence(rec, step=..., what=..., loss=..., ...)   # the records it writes
 
 The loop checks the loss right after the forward pass, before backward, and the gradient
 norm before the optimizer's update: the weights never take a NaN in, and no checkpoint is
 written after it (the newest one on disk is from before). The trainer then writes the
 step's record (its loss null, its `loss_bits` exact: record_contract.py), an event with
-CODE, the stage STAGE, prints `crashdrill: diverged at step N: …` and exits
+CODE, the stage STAGE, prints `diverged_line` on stderr and exits
 EXIT_DIVERGED (4, trainer/exit_codes.py). A supervisor does not restart it (a restart
 would diverge again, from the same checkpoint, bit for bit); the lab marks the run
 "diverged", not "failed".
@@ -20,6 +22,7 @@ Imports nothing but the standard library: the supervisor and the server read the
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Protocol
 
 from crashdrill.trainer.record_contract import float32_bits
@@ -39,6 +42,22 @@ def nonfinite(loss: float, grad_norm: float | None = None) -> str | None:
     if grad_norm is not None and not math.isfinite(grad_norm):
         return f"the gradient norm is {_word(grad_norm)}"
     return None
+
+
+# `crashdrill: diverged at step 9: the loss is nan; stopped`: written here, read back by
+# the drill (drill/builtin.py), so that the two never disagree on its wording.
+_LINE = re.compile(r"crashdrill: diverged at step (\d+): (.+); stopped$")
+
+
+def diverged_line(step: int, what: str) -> str:
+    """The line the trainer prints on stderr when it stops at update `step`."""
+    return f"crashdrill: diverged at step {step}: {what}; stopped"
+
+
+def parse_diverged_line(line: str) -> tuple[int, str] | None:
+    """(step, what) from a line `diverged_line` wrote, else None."""
+    m = _LINE.search(line.rstrip())
+    return (int(m.group(1)), m.group(2)) if m else None
 
 
 def diverged_text(step: int, what: str, last_checkpoint: int | None) -> str:

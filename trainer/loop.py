@@ -24,7 +24,7 @@ from crashdrill.trainer import checkpoint_layout as layout
 from crashdrill.trainer import determinism, evaluate, metrics
 from crashdrill.trainer.config import TrainConfig
 from crashdrill.trainer.data import BatchSampler, Dataset, load_dataset
-from crashdrill.trainer.divergence import nonfinite, record_divergence
+from crashdrill.trainer.divergence import diverged_line, nonfinite, record_divergence
 from crashdrill.trainer.exit_codes import EXIT_DIVERGED, EXIT_NO_CHECKPOINT, EXIT_OK, EXIT_STOPPED
 from crashdrill.trainer.model import GPT, lr_at
 from crashdrill.trainer.optim import AdamW
@@ -361,7 +361,7 @@ def _train(
             line = {"step": step, "loss": loss_f, "loss_bits": float32_bits(loss_f)}
             sys.stdout.write(to_json({**line, "segment": segment}) + "\n")
             sys.stdout.flush()
-        print(f"crashdrill: diverged at step {step}: {what}; stopped", file=sys.stderr)
+        print(diverged_line(step, what), file=sys.stderr)
         return EXIT_DIVERGED
 
     tokens_per_step = cfg.batch * cfg.ctx

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from crashdrill.drill import cli
-from crashdrill.drill.engine import Segment
+from crashdrill.drill.target import Segment
 
 
 @pytest.mark.parametrize(

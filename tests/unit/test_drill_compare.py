@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from crashdrill.drill.compare import Evidence, FinalParams, analyse
-from crashdrill.drill.engine import Segment, Snapshot, Target, modified_in_place, scan
+from crashdrill.drill.compare import analyse
 from crashdrill.drill.plan import KillPoint
+from crashdrill.drill.snapshot import Snapshot, modified_in_place, scan
+from crashdrill.drill.target import Segment, Target
 from crashdrill.drill.trace import LossParser, StepPoint
+from crashdrill.drill.verdicts import Evidence, FinalParams
 
 REF = [round(3.0 - 0.01 * s, 10) + 1e-11 * s for s in range(1, 41)]  # 17-digit losses
 CKPT: Snapshot = {"ckpt.json": (1, 100, 10)}

@@ -12,8 +12,9 @@ import psutil
 import pytest
 
 from crashdrill.drill.command import CommandTarget
-from crashdrill.drill.engine import StartError, run_crashed, run_segment
+from crashdrill.drill.engine import run_crashed, run_segment
 from crashdrill.drill.plan import KillPoint
+from crashdrill.drill.target import StartError
 from crashdrill.drill.trace import LossParser
 
 pytestmark = pytest.mark.timeout(60)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from crashdrill.drill.engine import Snapshot
+from crashdrill.drill.snapshot import Snapshot
 from tests.unit.test_drill_compare import CKPT, REF, _analyse, _codes, _ref, _seg
 
 IN_PLACE: Snapshot = {"ckpt.json": (1, 120, 99)}  # same inode, rewritten

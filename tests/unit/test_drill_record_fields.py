@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from crashdrill.drill import report
-from crashdrill.drill.compare import Evidence, analyse
+from crashdrill.drill.compare import analyse
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.record_fields import RunRecords, fields_summary
+from crashdrill.drill.verdicts import Evidence
 from crashdrill.drill.verify import DrillResult
 from crashdrill.trainer.record_contract import float32_bits
 from crashdrill.trainer.run_files import RECORDS_FILE

@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 from crashdrill.drill import report
-from crashdrill.drill.compare import Evidence, FinalParams, analyse
+from crashdrill.drill.compare import analyse
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.trace import StepPoint
+from crashdrill.drill.verdicts import Evidence, FinalParams
 from crashdrill.drill.verify import DrillResult
 from tests.unit.test_drill_compare import CKPT, FakeTarget, _seg
 

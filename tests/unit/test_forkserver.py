@@ -18,9 +18,10 @@ import psutil
 import pytest
 
 from crashdrill.drill.command import CommandTarget
-from crashdrill.drill.engine import Child, run_segment
+from crashdrill.drill.engine import run_segment
 from crashdrill.drill.final_state import compare_final_params_forked
 from crashdrill.drill.plan import KillPoint
+from crashdrill.drill.target import Child
 from crashdrill.drill.trace import LossParser
 from crashdrill.drill.verify import fork_server_wanted
 from crashdrill.processes.forkserver import ForkedProcess, ForkServer, ForkServerError, supported

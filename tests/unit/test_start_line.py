@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from crashdrill.drill.builtin import PresetTarget
-from crashdrill.drill.engine import Segment
+from crashdrill.drill.target import Segment
 from crashdrill.trainer.start_line import (
     FRESH_LINE,
     Start,
