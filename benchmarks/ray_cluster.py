@@ -17,11 +17,17 @@ worker nodes of 2 CPUs) and a mirror directory. It measures, for one run each:
   of the next segment;
 - host lost → first recomputed step on the new node (Ray only): from remove_node of the
   run's node to the `t` of its next segment's first step;
-- the server's CPU (100 % = one core) over `--cpu-window-s` once every run trains.
+- the server's CPU (100 % = one core) over `--cpu-window-s` once every run trains;
+- checkpoint record written → visible in the same API (p50/max), a line of its own.
 The crash and the host loss are timed from the run's own progress, not at fixed steps:
 each comes once the run has written a checkpoint past step 0 and still has at least
 `--margin` steps to train. A crash the lab refuses, or a run that ended first, is
 printed with the reason and its figure stays empty.
+The figures are taken one after another (CPU window, A's crash test, B's host loss), so B
+is well past its first checkpoint (step 150) when the benchmark turns to it: on an idle
+machine at step ~290, in a loaded full test suite at 538-566, which is why runs have 1200
+steps (a student's most for quick) and not 600. Each wait prints where its run was when it
+began and when that checkpoint reached the API (about 0.1-0.2 s after it was written).
 `--smoke` stops the runs once they are measured instead of training them to the end, and
 runs the local executor only unless `--executors` names Ray: the cluster's start and a host
 loss took 60-65 s of a smoke on the 2-core machine (the ray tier runs it).
@@ -48,6 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.support is not installed
 
 from tests.support.lab import free_port, spawn_server, stop_server  # noqa: E402
+from tests.support.ray_cluster import NODE_CPUS  # noqa: E402  (a quick run takes one)
 
 ENDED = ("finished", "failed", "stopped")  # server/schemas.py RunState
 WAIT_S = 300  # for the runs to reach a state; each wait says what it waited for
@@ -75,6 +82,9 @@ class RecordWatch(threading.Thread):
         self.delays: list[float] = []
         self.steps: list[dict[str, Any]] = []
         self.ckpt_steps: list[int] = []
+        # Each checkpoint record: (its step, the `t` the trainer wrote, when it was first
+        # seen here, the newest step seen here by then).
+        self.ckpts: list[tuple[int, float, float, int]] = []
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -93,6 +103,8 @@ class RecordWatch(threading.Thread):
                     self.steps.append(rec)
                 elif rec["kind"] == "ckpt" and rec.get("step") is not None:
                     self.ckpt_steps.append(int(rec["step"]))
+                    newest = self.steps[-1]["step"] if self.steps else 0
+                    self.ckpts.append((int(rec["step"]), float(rec["t"]), now, int(newest)))
             if page["records"]:
                 self.after = page["next_after"]
             time.sleep(0.02)
@@ -127,21 +139,37 @@ def wait_crash_moment(
     client: httpx.Client, pair: str, index: int, watch: RecordWatch, steps: int, margin: int
 ) -> None:
     """Returns once the run has a checkpoint past step 0 and at least `margin` steps left
-    to train; raises NotMeasured naming why when the run ends or runs past that first."""
+    to train; raises NotMeasured naming why when the run ends or runs past that first.
+    The measurements before this one (the CPU window, run A's crash test) take as long as
+    they take, so the run may be far past its first checkpoint when this wait begins: the
+    line it prints says where the run was then and when that checkpoint reached the API."""
     label = "AB"[index]
+    began, began_step = time.time(), None
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         run = run_of(client, pair, index)
         step = run["step"] or 0
+        began_step = step if began_step is None else began_step
         if run["state"] in ENDED:
             raise NotMeasured(f"run {label} ended ({run['state']}) before a checkpoint past 0")
-        if any(s > 0 for s in watch.ckpt_steps):
+        first = next((c for c in list(watch.ckpts) if c[0] > 0), None)
+        if first is not None:
+            ckpt_step, written, seen, seen_at = first
+            when = (
+                f"{began - seen:.2f} s before" if seen <= began else f"{seen - began:.2f} s after"
+            )
+            where = (
+                f"run {label} was at step {began_step} of {steps} when this wait began; its"
+                f" first checkpoint past 0 (step {ckpt_step}) was in the records API"
+                f" {1000 * (seen - written):.0f} ms after it was written (at step {seen_at}),"
+                f" {when} that"
+            )
             if run["stage"] == "train" and step <= steps - margin:
+                print(f"{where}; taken at step {step}", flush=True)
                 return
             if step > steps - margin:
                 raise NotMeasured(
-                    f"run {label} was at step {step} of {steps} when its first checkpoint"
-                    f" past 0 was seen: fewer than {margin} steps left (raise --steps)"
+                    f"{where}; at step {step} fewer than {margin} steps were left (raise --steps)"
                 )
         time.sleep(0.02)
     raise NotMeasured(f"run {label} wrote no checkpoint past step 0 within {WAIT_S} s")
@@ -200,11 +228,13 @@ def measure(executor: str, args: argparse.Namespace, work: Path, cluster: Any) -
             watch_b.start()
 
             def take(name: str, fn: Any) -> None:
+                t0 = time.monotonic()
                 try:
                     out[name] = fn()
                 except NotMeasured as e:
                     out["why"][name] = str(e)
                     print(f"[{executor}] {name}: not measured: {e}", flush=True)
+                print(f"[{executor}] {name}: took {time.monotonic() - t0:.2f} s", flush=True)
 
             def cpu() -> float:
                 for c in created:
@@ -255,6 +285,13 @@ def measure(executor: str, args: argparse.Namespace, work: Path, cluster: Any) -
                 out["record_visible_p99_ms"] = 1000 * pct(delays, 0.99)
             else:
                 out["why"]["record_visible_p50_ms"] = "no step record was seen in the API"
+            ckpts = [seen - written for w in (watch_a, watch_b) for _, written, seen, _ in w.ckpts]
+            out["ckpts"] = len(ckpts)
+            if ckpts:
+                out["ckpt_visible_p50_ms"] = 1000 * pct(ckpts, 0.5)
+                out["ckpt_visible_max_ms"] = 1000 * max(ckpts)
+            else:
+                out["why"]["ckpt_visible_p50_ms"] = "no checkpoint record was seen in the API"
     finally:
         stop_server(server)
     return out
@@ -292,6 +329,11 @@ def main() -> int:
     args.executors = args.executors or ["local", "ray"]
     if args.nodes < 2 or args.pairs < 1 or args.steps <= args.margin:
         p.error("--nodes ≥ 2 (one to lose, one to move to), --pairs ≥ 1, --steps > --margin")
+    if "ray" in args.executors and args.nodes * NODE_CPUS < 2 * args.pairs:
+        p.error(  # else the runs beyond the cluster's CPUs queue and the CPU window never opens
+            f"--nodes {args.nodes} x {NODE_CPUS} CPUs cannot train --pairs {args.pairs}"
+            f" ({2 * args.pairs} runs) at once: use --nodes ≥ {-(-2 * args.pairs // NODE_CPUS)}"
+        )
     rows = []
     with tempfile.TemporaryDirectory(prefix="crashdrill-ray-bench-") as tmp:
         for executor in args.executors:
@@ -330,6 +372,13 @@ def main() -> int:
             f"  {visible:>22}  {cpu:>10}"
         )
         missing += [f"{r['executor']}: {name}: {why}" for name, why in r["why"].items()]
+    for r in rows:
+        if "ckpt_visible_p50_ms" in r:
+            print(
+                f"{r['executor']}: checkpoint record written → in the records API:"
+                f" p50 {r['ckpt_visible_p50_ms']:.0f} ms, max {r['ckpt_visible_max_ms']:.0f} ms"
+                f" ({r['ckpts']} checkpoints)"
+            )
     if missing:
         print("not measured:\n  " + "\n  ".join(missing))
         return 1

@@ -75,13 +75,19 @@ SMOKES = [
     pytest.param(
         "ray_cluster.py",
         [],
-        [rf"^local\s+{N}s\s+—\s+{N}/{N} ms\s+{N} %$"],
+        [
+            rf"^local\s+{N}s\s+—\s+{N}/{N} ms\s+{N} %$",
+            rf"^local: checkpoint record written → in the records API: p50 {N} ms, max {N} ms",
+        ],
         id="ray_cluster-local",
     ),
     pytest.param(
         "ray_cluster.py",
         ["--executors", "ray"],
-        [rf"^ray\s+{N}s\s+{N}s\s+{N}/{N} ms\s+{N} %$"],
+        [
+            rf"^ray\s+{N}s\s+{N}s\s+{N}/{N} ms\s+{N} %$",
+            rf"^ray: checkpoint record written → in the records API: p50 {N} ms, max {N} ms",
+        ],
         id="ray_cluster-ray",
         marks=pytest.mark.ray,
     ),

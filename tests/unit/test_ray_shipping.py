@@ -23,6 +23,38 @@ def test_a_poll_ships_complete_lines_only_from_the_server_s_offset(tmp_path: Pat
     assert complete_lines(tmp_path / "missing.jsonl", 0) == b""
 
 
+def test_a_checkpoint_record_written_between_two_polls_reaches_the_server_at_the_next(
+    tmp_path: Path,
+) -> None:
+    """The server's copy of records.jsonl is the node's, up to its last complete line,
+    after every poll: a checkpoint record the trainer appends mid-interval is shipped by
+    the next poll, not held back, and a line being written goes with the poll after."""
+    require_extra("ray")
+    from crashdrill.workers.ray_executor import RayExecutor
+    from crashdrill.workers.ray_node import NodeRun
+    from crashdrill.workers.run_dir import RunDir
+
+    node = NodeRun.__new__(NodeRun)  # its state without a cluster: no trainer, no sampler
+    node.run_dir, node.proc, node.code = RunDir(tmp_path / "node"), None, None
+    node.run_dir.path.mkdir()
+    server = tmp_path / "server"
+    server.mkdir()
+    executor = RayExecutor(mirror=str(tmp_path / "mirror"))
+    executor.cluster.telemetry = None
+    executor._call = lambda actor, method, *args: getattr(actor, method)(*args)  # type: ignore[method-assign]
+
+    written = node.run_dir.records
+    with open(written, "ab", buffering=0) as trainer:
+        trainer.write(b'{"kind":"step","step":149}\n{"kind":"step","step":150}\n')
+        executor.ship(server, node)
+        trainer.write(b'{"kind":"ckpt","step":150}\n{"kind":"step","st')  # mid-interval
+        executor.ship(server, node)
+        assert (server / "records.jsonl").read_bytes().endswith(b'{"kind":"ckpt","step":150}\n')
+        trainer.write(b'ep":151}\n')
+        executor.ship(server, node)
+    assert (server / "records.jsonl").read_bytes() == written.read_bytes()
+
+
 def test_a_cuda_run_asks_for_a_gpu_and_a_cpu_run_for_its_threads(tmp_path: Path) -> None:
     """quick is on device "auto": a GPU when the cluster has one."""
     resources = Resources
