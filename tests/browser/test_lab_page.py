@@ -87,9 +87,11 @@ def test_a_lesson_with_a_crash_per_run_resumes_bit_identical_and_survives_reload
     assert re.search(r"\nloss and \d+ other metrics: bit-identical", line), line  # every field
 
     # The recomputed segment is drawn dashed over the original, with its data in the table.
+    # (Two when the first kill cost no step and `crash` pressed again: each is a series.)
     legend = page.locator("#chart-loss .u-legend .u-series", has_text=re.compile(r"A resume \d"))
-    legend.wait_for()
-    assert "dashed" in legend.locator(".u-marker").get_attribute("style")
+    legend.first.wait_for()
+    for series in legend.all():
+        assert "dashed" in series.locator(".u-marker").get_attribute("style")
     table = page.locator("#chart-loss table.chart-table")
     page.wait_for_function(
         """() => {
@@ -117,7 +119,8 @@ def test_a_lesson_with_a_crash_per_run_resumes_bit_identical_and_survives_reload
         check_line(page, label).filter(has_text="Bit-identical").wait_for()
         assert any("Crash test" in t for t in event_texts(page, label))
     assert len(event_texts(page, "A")) + len(event_texts(page, "B")) >= events_before
-    page.locator("#chart-loss .u-legend .u-series", has_text=re.compile(r"B resume \d")).wait_for()
+    resumed_b = page.locator("#chart-loss .u-legend .u-series", has_text=re.compile(r"B resume \d"))
+    resumed_b.first.wait_for()
 
     # And it keeps going live after the reload, to the end.
     page.wait_for_function("() => document.body.dataset.pairState === 'done'", timeout=LESSON_S)
