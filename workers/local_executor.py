@@ -66,12 +66,7 @@ class LocalRunFiles:
         return self.run_dir.stderr_size()
 
     def stderr_since(self, offset: int) -> bytes:
-        try:
-            with open(self.run_dir.stderr, "rb") as f:
-                f.seek(offset)
-                return f.read()
-        except OSError:
-            return b""
+        return self.run_dir.stderr_since(offset)
 
     def stderr_tail(self, since: int) -> str:
         return self.run_dir.stderr_tail(since=since)

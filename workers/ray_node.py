@@ -190,12 +190,7 @@ class NodeRun:
         return self.run_dir.stderr_size()
 
     def stderr_since(self, offset: int) -> bytes:
-        try:
-            with open(self.run_dir.stderr, "rb") as f:
-                f.seek(offset)
-                return f.read(MAX_CHUNK)
-        except OSError:
-            return b""
+        return self.run_dir.stderr_since(offset, MAX_CHUNK)
 
     def stderr_tail(self, since: int) -> str:
         return self.run_dir.stderr_tail(since=since)

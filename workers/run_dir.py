@@ -134,3 +134,13 @@ class RunDir:
             return self.stderr.stat().st_size
         except OSError:
             return 0
+
+    def stderr_since(self, offset: int, limit: int = -1) -> bytes:
+        """The trainer's stderr from byte `offset` (at most `limit` bytes; -1: all of it);
+        b"" when there is none."""
+        try:
+            with open(self.stderr, "rb") as f:
+                f.seek(offset)
+                return f.read(limit)
+        except OSError:
+            return b""
