@@ -9,7 +9,11 @@ the source folders, built from `package-dir`, so a new folder needs no edit here
 
 from __future__ import annotations
 
+import sys
+import tempfile
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,3 +37,24 @@ def installed_layout(dest: Path) -> None:
     for name, folder in package_dir.items():
         if name != "crashdrill":
             (dest / name.replace(".", "/")).symlink_to(ROOT / folder)
+
+
+def venv_tool(command: str, package: str, script: str) -> Path | None:
+    """The venv's `command` (beside this Python), or None after telling how to install it."""
+    tool = Path(sys.executable).parent / command
+    if tool.exists():
+        return tool
+    print(
+        f"scripts/{script}: {package} is not installed in this environment:"
+        " python3 quickstart.py setup --test",
+        file=sys.stderr,
+    )
+    return None
+
+
+@contextmanager
+def laid_out(prefix: str) -> Iterator[Path]:
+    """A temp dir holding the installed layout, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        installed_layout(Path(tmp))
+        yield Path(tmp)

@@ -16,24 +16,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-from installed_layout import ROOT, installed_layout
+from installed_layout import ROOT, laid_out, venv_tool
 
 
 def main(argv: list[str]) -> int:
-    tool = Path(sys.executable).parent / "lint-imports"
-    if not tool.exists():
-        print(
-            "scripts/lint_imports.py: import-linter is not installed in this environment:"
-            " python3 quickstart.py setup --test",
-            file=sys.stderr,
-        )
+    tool = venv_tool("lint-imports", "import-linter", "lint_imports.py")
+    if tool is None:
         return 2
-    with tempfile.TemporaryDirectory(prefix="crashdrill-layers-") as tmp:
-        installed_layout(Path(tmp))
-        path = os.pathsep.join(p for p in (tmp, os.environ.get("PYTHONPATH")) if p)
+    with laid_out("crashdrill-layers-") as tmp:
+        path = os.pathsep.join(p for p in (str(tmp), os.environ.get("PYTHONPATH")) if p)
         env = {**os.environ, "PYTHONPATH": path}
         cmd = [str(tool), str(ROOT / "pyproject.toml"), "--no-cache", *argv]
         return subprocess.run(cmd, env=env, cwd=tmp).returncode

@@ -20,10 +20,8 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-from installed_layout import ROOT, installed_layout, package_dirs
+from installed_layout import ROOT, laid_out, package_dirs, venv_tool
 
 
 def repo_paths(text: str) -> str:
@@ -36,20 +34,13 @@ def repo_paths(text: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    tool = Path(sys.executable).parent / "mypy"
-    if not tool.exists():
-        print(
-            "scripts/typecheck.py: mypy is not installed in this environment:"
-            " python3 quickstart.py setup --test",
-            file=sys.stderr,
-        )
+    tool = venv_tool("mypy", "mypy", "typecheck.py")
+    if tool is None:
         return 2
-    with tempfile.TemporaryDirectory(prefix="crashdrill-types-") as tmp:
-        installed_layout(Path(tmp))
-        cache = ROOT / ".mypy_cache"
+    with laid_out("crashdrill-types-") as tmp:
         cmd = [str(tool), "--config-file", str(ROOT / "pyproject.toml")]
-        cmd += ["--cache-dir", str(cache), "-p", "crashdrill", *argv]
-        env = {**os.environ, "MYPYPATH": tmp}
+        cmd += ["--cache-dir", str(ROOT / ".mypy_cache"), "-p", "crashdrill", *argv]
+        env = {**os.environ, "MYPYPATH": str(tmp)}
         done = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True)
     sys.stdout.write(repo_paths(done.stdout))
     sys.stderr.write(done.stderr)
