@@ -9,7 +9,9 @@ unless the resumed trace equals an uninterrupted reference bit for bit.
     python -m crashdrill.drill …                                the same, standalone
 
 Exit codes: 0 every resume is bit-identical, 1 it is not (or the script failed, or with
---preempt a stop lost steps), 2 bad usage or input. Full reference: docs/verify.md.
+--preempt a stop lost steps, or the drill's deadline ran out), 2 bad usage or input,
+130/143 stopped by SIGINT/SIGTERM (the report so far, marked incomplete). Full reference:
+docs/verify.md.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import sys
 from typing import Any
 
 from crashdrill.closed_output import quiet_when_output_closed
+from crashdrill.drill.checkpoint_files import check_globs
+from crashdrill.drill.interrupt import DrillInterrupted, exit_code, stop_on_signals
 from crashdrill.drill.plan import PREEMPT_MODES
 from crashdrill.drill.target import StartError
 from crashdrill.drill.trace import TraceError
@@ -71,6 +75,26 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         type=float,
         default=600.0,
         help="seconds any one process may run before it counts as hung (default 600)",
+    )
+    p.add_argument(
+        "--deadline",
+        type=float,
+        metavar="SECONDS",
+        help="seconds the whole drill may take; then it stops and reports what it saw, "
+        "marked incomplete (default: from the reference run's time, at least 120)",
+    )
+    p.add_argument(
+        "--max-restarts",
+        type=int,
+        metavar="N",
+        help="restarts one drill may make; past them it stops, a finding (default 3 x kills + 10)",
+    )
+    p.add_argument(
+        "--checkpoint-glob",
+        action="append",
+        metavar="GLOB",
+        help="only files matching this glob (relative to the checkpoint dir; repeatable) are "
+        "checkpoints (default: recognised by name and content, never the logs beside them)",
     )
     p.add_argument(
         "--compare-file",
@@ -129,10 +153,9 @@ def _usage(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the drill; the exit code is the verdict (0 pass, 1 fail, 2 usage)."""
+    """Run the drill; the exit code is the verdict (0 pass, 1 fail, 2 usage, 128 + the
+    signal when SIGINT/SIGTERM stopped it: 130, 143)."""
     from crashdrill.drill import report
-    from crashdrill.drill.trace import LossParser
-    from crashdrill.drill.verify import verify_command, verify_preset
 
     script = list(args.script or [])
     if script and script[0] == "--":
@@ -147,12 +170,16 @@ def run(args: argparse.Namespace) -> int:
         return _usage(f"--timeout {args.timeout:g}: a number of seconds > 0")
     if not args.grace > 0:
         return _usage(f"--grace {args.grace:g}: a number of seconds > 0")
+    if args.deadline is not None and not args.deadline > 0:
+        return _usage(f"--deadline {args.deadline:g}: a number of seconds > 0")
+    if args.max_restarts is not None and args.max_restarts < 0:
+        return _usage(f"--max-restarts {args.max_restarts}: a whole number >= 0")
+    try:
+        globs = check_globs(args.checkpoint_glob or [])
+    except ValueError as e:
+        return _usage(str(e))
     if args.preset:
-        extra = [
-            f"--{n.replace('_', '-')}"
-            for n in ("loss_regex", "resume_args", "resume_args_always", "compare_file", "rank")
-            if getattr(args, n)
-        ]
+        extra = [f"--{n.replace('_', '-')}" for n in COMMAND_ONLY if getattr(args, n)]
         if extra:
             return _usage(f"{', '.join(extra)} apply to a COMMAND, not to --preset")
     elif args.resume_args_always and not args.resume_args:
@@ -165,40 +192,15 @@ def run(args: argparse.Namespace) -> int:
     # not to init: they stay findable, and the drill reaps what it kills.
     become_subreaper()
     try:
-        if args.preset:
-            from crashdrill.trainer.presets import PresetError
-
-            try:
-                result = verify_preset(
-                    args.preset,
-                    args.run or "A",
-                    kills=args.kills,
-                    seed=seed,
-                    timeout=args.timeout,
-                    work_dir=args.work_dir,
-                    fork_server=False if args.no_fork_server else None,
-                    preempt=args.preempt,
-                    grace=args.grace,
-                )
-            except PresetError as e:
-                return _usage(str(e))
-        else:
-            result = verify_command(
-                script,
-                parser=LossParser(args.loss_regex),
-                kills=args.kills,
-                seed=seed,
-                resume_args=shlex.split(args.resume_args) if args.resume_args else None,
-                resume_args_always=args.resume_args_always,
-                rank=args.rank,
-                timeout=args.timeout,
-                work_dir=args.work_dir,
-                compare_files=args.compare_file,
-                preempt=args.preempt,
-                grace=args.grace,
-            )
+        with stop_on_signals():
+            result = _drill(args, script, seed, globs)
+    except DrillInterrupted as e:  # before the drill had anything to report
+        print(f"crashdrill verify: {e.name}: stopped before the drill began", file=sys.stderr)
+        return exit_code(e.signum)
     except (TraceError, StartError, FileExistsError, ValueError) as e:
         return _usage(str(e))
+    if isinstance(result, int):
+        return result
     if args.junit:
         from crashdrill.drill.junit import write_junit
 
@@ -210,7 +212,60 @@ def run(args: argparse.Namespace) -> int:
             report.write_json(result, args.json)
         print(report.table(result))
     sys.stdout.flush()
-    return result.analysis.exit_code
+    return int(result.analysis.exit_code)
+
+
+COMMAND_ONLY = (
+    "loss_regex",
+    "resume_args",
+    "resume_args_always",
+    "compare_file",
+    "rank",
+    "checkpoint_glob",
+)
+
+
+def _drill(args: argparse.Namespace, script: list[str], seed: int, globs: list[str]) -> Any:
+    """The drill the arguments ask for: its DrillResult, or an exit code (a bad preset)."""
+    from crashdrill.drill.trace import LossParser
+    from crashdrill.drill.verify import verify_command, verify_preset
+
+    if args.preset:
+        from crashdrill.trainer.presets import PresetError
+
+        try:
+            return verify_preset(
+                args.preset,
+                args.run or "A",
+                kills=args.kills,
+                seed=seed,
+                timeout=args.timeout,
+                work_dir=args.work_dir,
+                fork_server=False if args.no_fork_server else None,
+                preempt=args.preempt,
+                grace=args.grace,
+                max_restarts=args.max_restarts,
+                deadline=args.deadline,
+            )
+        except PresetError as e:
+            return _usage(str(e))
+    return verify_command(
+        script,
+        parser=LossParser(args.loss_regex),
+        kills=args.kills,
+        seed=seed,
+        resume_args=shlex.split(args.resume_args) if args.resume_args else None,
+        resume_args_always=args.resume_args_always,
+        rank=args.rank,
+        timeout=args.timeout,
+        work_dir=args.work_dir,
+        compare_files=args.compare_file,
+        preempt=args.preempt,
+        grace=args.grace,
+        checkpoint_globs=globs,
+        max_restarts=args.max_restarts,
+        deadline=args.deadline,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -227,5 +282,5 @@ def _main(argv: list[str] | None) -> int:
     )
     try:
         return run(parser.parse_args(argv))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # outside the drill (stop_on_signals covers the drill itself)
         return 130

@@ -4,16 +4,19 @@ The script learns where to checkpoint from `{ckpt_dir}` in its arguments or from
 environment variable CRASHDRILL_CKPT_DIR; the reference and the crashed run each get a
 fresh directory. The resume arguments are added on a restart only when that directory
 holds something other than temp files (on every restart with `resume_args_always`).
-A kill "during a checkpoint write" is armed at a step and lands the moment anything in
-that directory changes.
+A kill "during a checkpoint write" is armed at a step and lands the moment a checkpoint
+file in that directory changes. Only checkpoint files count, recognised by name and
+content or named by `checkpoint_globs` (drill/checkpoint_files.py): an event log appended
+at every step is neither progress nor a write.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from crashdrill.drill.checkpoint_files import CheckpointFiles
 from crashdrill.drill.plan import KillPoint
-from crashdrill.drill.snapshot import Snapshot, final_names, scan
+from crashdrill.drill.snapshot import Snapshot, final_names
 from crashdrill.drill.target import Target, WriteWatch
 from crashdrill.drill.trace import LossParser
 
@@ -28,8 +31,9 @@ class DirChangeWatch(WriteWatch):
     one: a script that starts its write right after printing the step has often begun
     it by the time the drill reads the line, and that write is the one to land in."""
 
-    def __init__(self, root: Path, step: int) -> None:
+    def __init__(self, root: Path, step: int, files: CheckpointFiles) -> None:
         self.root = root
+        self.files = files
         self.step = step
         self.before: Snapshot | None = None  # at the last step line before `step`
         self.armed: Snapshot | None = None
@@ -37,13 +41,13 @@ class DirChangeWatch(WriteWatch):
 
     def on_step(self, step: int) -> None:
         if step < self.step:
-            self.before = scan(self.root)
+            self.before = self.files.scan(self.root)
         elif self.armed is None:
-            self.armed = self.before if self.before is not None else scan(self.root)
+            self.armed = self.before if self.before is not None else self.files.scan(self.root)
             self.interval = 0.002  # a small script's write may last only milliseconds
 
     def poll(self) -> bool:
-        return self.armed is not None and scan(self.root) != self.armed
+        return self.armed is not None and self.files.scan(self.root) != self.armed
 
     def snapshot_before(self) -> Snapshot | None:
         return self.armed
@@ -60,8 +64,10 @@ class CommandTarget(Target):
         timeout: float = 600.0,
         cwd: str | None = None,
         rank: int = 0,
+        checkpoint_globs: list[str] | None = None,
     ) -> None:
         self.rank = rank
+        self.files = CheckpointFiles(checkpoint_globs or [])
         self.argv = list(argv)
         self.resume_args = list(resume_args or [])
         self.resume_args_always = resume_args_always
@@ -100,7 +106,7 @@ class CommandTarget(Target):
         return {ENV_VAR: str(ckpt_dir), "PYTHONUNBUFFERED": "1"}
 
     def write_watch(self, ckpt_dir: Path, kill: KillPoint) -> WriteWatch:
-        return DirChangeWatch(self.checkpoint_root(ckpt_dir), kill.step)
+        return DirChangeWatch(self.checkpoint_root(ckpt_dir), kill.step, self.files)
 
     def describe(self) -> dict[str, object]:
         return {
@@ -108,4 +114,5 @@ class CommandTarget(Target):
             "resume_args": self.resume_args,
             "resume_args_always": self.resume_args_always,
             "rank": self.rank,
+            "checkpoint_globs": self.files.globs,
         }

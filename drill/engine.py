@@ -27,9 +27,10 @@ import time
 from collections import deque
 from pathlib import Path
 
+from crashdrill.drill.interrupt import DrillInterrupted
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.ranks import line_of_rank
-from crashdrill.drill.snapshot import Snapshot, appeared_incomplete, modified_in_place
+from crashdrill.drill.snapshot import Snapshot, appeared_incomplete, final_names, modified_in_place
 from crashdrill.drill.target import Child, Segment, Target
 from crashdrill.processes.process_tree import kill_tree, tree_marker
 from crashdrill.trainer.checkpoint_pause import ENV as PAUSE_ENV
@@ -81,6 +82,10 @@ def run_segment(
             os.setpriority(os.PRIO_PROCESS, proc.pid, nice)
     try:
         _follow(proc, seg, target, ckpt_dir, kill, observe_checkpoints)
+    except DrillInterrupted as e:
+        seg.ended = time.monotonic()
+        e.running = seg  # what the drill saw of it, for the report
+        raise
     finally:
         _kill_tree(proc)  # when it has exited: whatever it left running in the background
         proc.wait()
@@ -108,6 +113,9 @@ def _follow(
     watch = target.write_watch(ckpt_dir, kill) if kill and kill.during_write else None
     tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
     deadline = seg.started + target.timeout
+    drill_deadline = target.deadline  # the whole drill's: it ends the drill, not a hang
+    if drill_deadline is not None and drill_deadline < deadline:
+        deadline = drill_deadline
     bufs = {"out": b"", "err": b""}
     seen: dict[str, Snapshot] = {}  # observe_checkpoints: the dir at the last change
     changed_at: list[int] = []  # observe_checkpoints: how many lines were read at each change
@@ -189,6 +197,7 @@ def _follow(
         if stopped is None and now > deadline:
             _kill_tree(proc)
             seg.hung = True
+            seg.out_of_drill_time = drill_deadline is not None and now > drill_deadline
             stopped = now
         if seg.term_time is not None and not seg.killed and kill is not None:
             left = seg.term_time + kill.grace_s - now
@@ -243,15 +252,32 @@ def _reap(proc: Child, seg: Segment, deadline: float) -> bool:
         time.sleep(0.002)
 
 
-def run_crashed(
-    target: Target, ckpt_dir: Path, plan: list[KillPoint], copies: Path | None = None
-) -> list[Segment]:
-    """The crashed run: one segment per kill in the plan, then one to the end.
+def restart_cap(kills: int) -> int:
+    """How many restarts one drill may make by default: one per kill, a recovery replay
+    and its restart per damaging kill, and room for restarts after crashes that saved."""
+    return 3 * kills + 10
 
-    A restart that crashes by itself ends the chain, unless it wrote a checkpoint before
-    it crashed: then the next restart starts from new state and the kills left in the
-    plan still tell something, so the drill goes on with them (the crashed one's kill
-    never landed). One that crashed without leaving anything new would crash again.
+
+def run_crashed(
+    target: Target,
+    ckpt_dir: Path,
+    plan: list[KillPoint],
+    copies: Path | None = None,
+    *,
+    max_restarts: int | None = None,
+    segments: list[Segment] | None = None,
+) -> list[Segment]:
+    """The crashed run: one segment per kill in the plan, then one to the end. The
+    segments go into `segments` as they end (the caller's list: an interrupt keeps them).
+
+    A restart that crashes by itself ends the chain, unless a checkpoint advanced before
+    it crashed (drill/checkpoint_files.py: a log beside the checkpoints is no progress):
+    then the next restart starts from new state and the kills left in the plan still tell
+    something, so the drill goes on with them (the crashed one's kill never landed). One
+    that crashed without a checkpoint advancing would crash again; so would one that fails
+    the same way as the restart before it without getting further. The chain also ends
+    after `max_restarts` restarts (default restart_cap) and at the target's deadline. Why
+    it ended is the last segment's `chain_end` (None: the run finished or a kill ended it).
 
     Trials stay independent: before a kill that may damage the checkpoint dir (inside a
     write, a preemption) the dir is copied (under `copies`, default beside `ckpt_dir`).
@@ -261,11 +287,18 @@ def run_crashed(
     a plain resume is judged too; the kills left in the plan follow. Once per damaging
     kill; a passing drill never pays more than the copies."""
     copies = copies if copies is not None else ckpt_dir.with_name(ckpt_dir.name + "-copies")
-    segments: list[Segment] = []
+    segments = segments if segments is not None else []
+    cap = max_restarts if max_restarts is not None else restart_cap(len(plan))
     left = list(plan)
     restore: Segment | None = None  # the segment whose start state comes back
     while True:
         i = len(segments)
+        if i > cap:
+            segments[-1].chain_end = f"restart-cap {cap}"
+            break
+        if i and target.deadline is not None and time.monotonic() >= target.deadline:
+            segments[-1].chain_end = "deadline"
+            break
         kill = left.pop(0) if left else None
         copy = None
         if restore is not None:
@@ -309,11 +342,19 @@ def run_crashed(
             left = [recovery] + [k for k in rest if k.step > at]
             restore = prev
             continue
+        if seg.out_of_drill_time:
+            seg.chain_end = "deadline"
+            break
         after = target.snapshot(ckpt_dir)
-        progressed = target.has_checkpoint(after) and after != before
+        progressed = target.has_checkpoint(after) and _checkpoints(after) != _checkpoints(before)
         if not (seg.crashed and i > 0 and progressed) or target.diverged(seg) is not None:
             # finished, hung, or crashed where a restart would crash again; a diverged
             # process would diverge again from its checkpoint, bit for bit
+            if seg.crashed and i > 0 and target.diverged(seg) is None:
+                seg.chain_end = "no-progress"
+            break
+        if prev is not None and prev.crashed and _same_failure(prev, seg):
+            seg.chain_end = "same-failure"
             break
     # Keep only the copies that were put back (evidence, with --work-dir): a checkpoint
     # dir can be large, and a passing drill needs none of them.
@@ -324,6 +365,25 @@ def run_crashed(
     with contextlib.suppress(OSError):
         copies.rmdir()  # only when empty
     return segments
+
+
+def _checkpoints(snap: Snapshot) -> Snapshot:
+    """The checkpoint files under final names: what a restart can load."""
+    return {k: snap[k] for k in final_names(snap)}
+
+
+def failure_line(seg: Segment) -> str:
+    """The error a crashed process ended with: its last non-empty stderr line."""
+    lines = [ln.strip() for ln in seg.stderr_tail if ln.strip()]
+    return lines[-1] if lines else f"exit status {seg.exit_code}, stderr empty"
+
+
+def _same_failure(prev: Segment, seg: Segment) -> bool:
+    """Two restarts that crashed with the same error and the same exit status, the
+    second getting no further than the first: a third would do the same."""
+    further = (seg.last_step or -1) > (prev.last_step or -1)
+    same = seg.exit_code == prev.exit_code and failure_line(seg) == failure_line(prev)
+    return same and not further
 
 
 def copy_state(target: Target, ckpt_dir: Path, dest: Path) -> Path:

@@ -167,6 +167,8 @@ def to_json(result: DrillResult) -> dict[str, Any]:
             for f in an.findings
         ],
         "wall_seconds": _num(result.wall_s, 3),
+        "drill": result.limits.to_json() if result.limits else None,
+        "checkpoint_files": result.target.files.to_json() if result.target.files else None,
     }
 
 
@@ -269,15 +271,74 @@ def table(result: DrillResult) -> str:
         mark = "✗" if f.fails else "!"
         lines.append(f"  {mark} [{f.code}] {f.text}")
         lines.extend(f"      evidence: {e}" for e in f.evidence)
+    lines.extend(_drill_lines(result))
     if an.verdict == "pass":
         summary = "PASS: every resume is bit-identical"
         if not an.resumes:
             summary = "PASS: the run reproduced bit for bit (no kill landed)"
+    elif an.verdict == "incomplete" and result.limits is not None:
+        stopped = result.limits.signal or "the deadline"
+        summary = f"INCOMPLETE: stopped by {stopped}, the report holds what was seen until then"
     else:
         summary = "FAIL" if an.exit_code == 1 else "ERROR"
     lines.append(f"  seed: {_replays(result)}")
     lines.append(f"{summary} · wall {result.wall_s:.1f} s · replay with --seed {result.seed}")
     return "\n".join(lines)
+
+
+_CHAIN_END = {
+    "no-progress": "it crashed with no checkpoint advanced since it started, so a restart "
+    "would fail the same way",
+    "same-failure": "it failed the same way as the restart before it, getting no further",
+    "deadline": "the drill's deadline ran out",
+}
+LISTED = 6  # files named per list in the table (the JSON has them all)
+
+
+def _drill_lines(result: DrillResult) -> list[str]:
+    """The drill's own bounds and which files it took as checkpoints."""
+    out = []
+    lim = result.limits
+    if lim is not None:
+        deadline = "none"
+        if lim.deadline_s is not None:
+            deadline = f"{lim.deadline_s:.0f} s" + (
+                " (default, from the reference run's time)" if lim.deadline_default else ""
+            )
+        out.append(
+            f"  drill: {lim.restarts} restart(s) of at most {lim.max_restarts}; deadline {deadline}"
+        )
+        segs = result.evidence.crashed
+        if lim.chain_end and segs:
+            why = _CHAIN_END.get(lim.chain_end, "the restart cap was reached")
+            out.append(f"  drill: no restart after process {segs[-1].index}: {why}")
+    files = result.target.files
+    if files is not None:
+        taken = sorted(files.taken)
+        ignored = sorted(files.ignored)
+        out.append(
+            f"  checkpoint files: took {len(taken)}"
+            + (f" ({_names(taken)})" if taken else "")
+            + (f"; ignored {len(ignored)} ({_names(ignored, files.ignored)})" if ignored else "")
+            + (f"; {len(files.temps)} temp file(s) of writes seen" if files.temps else "")
+            + (f"; only --checkpoint-glob {' '.join(files.globs)}" if files.globs else "")
+        )
+    return out
+
+
+def _names(paths: list[str], why: dict[str, str] | None = None) -> str:
+    """The first few names; with `why`, grouped by it: `why: a, b (+3 more)`."""
+    if why is None:
+        more = f", … {len(paths) - LISTED} more" if len(paths) > LISTED else ""
+        return ", ".join(paths[:LISTED]) + more
+    groups: dict[str, list[str]] = {}
+    for p in paths:
+        groups.setdefault(why[p], []).append(p)
+    return "; ".join(
+        f"{reason}: {', '.join(names[:2])}"
+        + (f" (+{len(names) - 2} more)" if len(names) > 2 else "")
+        for reason, names in groups.items()
+    )
 
 
 def _replays(result: DrillResult) -> str:

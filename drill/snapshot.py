@@ -43,12 +43,12 @@ def scan(root: Path) -> Snapshot:
     return out
 
 
-_TEMP_NAME = re.compile(r"(^|/)(tmp[^/]*|[^/]*\.(tmp|temp|part|partial|new)|[^/]*~)(/|$)")
+TEMP_NAME = re.compile(r"(^|/)(tmp[^/]*|[^/]*\.(tmp|temp|part|partial|new)|[^/]*~)(/|$)")
 
 
 def final_names(snap: Snapshot | None) -> list[str]:
     """The files of a snapshot that are not temp files (what a loader may look at)."""
-    return [k for k in snap or {} if not _TEMP_NAME.search(k)]
+    return [k for k in snap or {} if not TEMP_NAME.search(k)]
 
 
 def appeared_incomplete(before: Snapshot | None, after: Snapshot | None) -> list[str]:
@@ -61,7 +61,7 @@ def appeared_incomplete(before: Snapshot | None, after: Snapshot | None) -> list
     old_dirs = {k.split("/", 1)[0] for k in before if "/" in k}
     out: set[str] = set()
     for k in after:
-        if k in before or _TEMP_NAME.search(k):
+        if k in before or TEMP_NAME.search(k):
             continue
         top = k.split("/", 1)[0]
         out.add(f"{top}/" if "/" in k and top not in old_dirs else k)
@@ -78,5 +78,5 @@ def modified_in_place(before: Snapshot | None, after: Snapshot | None) -> list[s
     return sorted(
         k
         for k, v in before.items()
-        if k in after and after[k][0] == v[0] and after[k] != v and not _TEMP_NAME.search(k)
+        if k in after and after[k][0] == v[0] and after[k] != v and not TEMP_NAME.search(k)
     )

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
 
+from crashdrill.drill.checkpoint_files import CheckpointFiles
 from crashdrill.drill.divergence import Divergence
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.snapshot import Snapshot, scan
@@ -111,6 +112,12 @@ class Target:
     parser: LossParser
     timeout: float
     rank: int = 0  # whose output the steps are read from (drill/ranks.py)
+    # Which files of the checkpoint dir are checkpoints (None: every file, a dir that
+    # holds nothing else by contract); what it took and ignored goes in the report.
+    files: CheckpointFiles | None = None
+    # The whole drill's deadline (time.monotonic()): a process still running then is
+    # stopped and the drill reports what it saw, marked incomplete (None: no deadline).
+    deadline: float | None = None
 
     def command(self, ckpt_dir: Path, restart: bool) -> list[str]:
         raise NotImplementedError
@@ -131,7 +138,9 @@ class Target:
         return ckpt_dir
 
     def snapshot(self, ckpt_dir: Path) -> Snapshot:
-        return scan(self.checkpoint_root(ckpt_dir))
+        """The checkpoint files (and temp files of a write) in the checkpoint dir."""
+        root = self.checkpoint_root(ckpt_dir)
+        return self.files.scan(root) if self.files is not None else scan(root)
 
     def has_checkpoint(self, snap: Snapshot | None) -> bool:
         return bool(snap)
@@ -200,6 +209,10 @@ class Segment:
     # that segment's start after the restart that followed a damaging kill failed.
     restored_from: int | None = None
     snapshot_start: Snapshot | None = None  # the checkpoint dir when it started (crashed run)
+    out_of_drill_time: bool = False  # stopped by the whole drill's deadline (also `hung`)
+    # Why the drill started no restart after this segment although the run had not
+    # finished: "no-progress", "same-failure", "restart-cap N", "deadline" (engine.py).
+    chain_end: str | None = None
 
     @property
     def last_step(self) -> int | None:

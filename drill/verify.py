@@ -30,15 +30,18 @@ from pathlib import Path
 from crashdrill.drill.builtin import FORK_SERVER_PRELOAD, PresetTarget
 from crashdrill.drill.command import CommandTarget
 from crashdrill.drill.compare import analyse
-from crashdrill.drill.engine import kill_all, run_crashed, run_segment
+from crashdrill.drill.drill_end import DrillLimits, default_deadline, describe_running, end_findings
+from crashdrill.drill.engine import kill_all, restart_cap, run_crashed, run_segment
 from crashdrill.drill.final_state import compare_final_params, compare_final_params_forked
+from crashdrill.drill.interrupt import DrillInterrupted, exit_code
 from crashdrill.drill.plan import KillPoint, draw_kills, preempt_plan
 from crashdrill.drill.preempt import StopVerdict, judge_stops, stop_findings
 from crashdrill.drill.record_fields import RunRecords
 from crashdrill.drill.target import Segment, Target
-from crashdrill.drill.trace import LossParser
+from crashdrill.drill.trace import LossParser, classify_precision
 from crashdrill.drill.verdicts import Analysis, Evidence, FinalParams
 from crashdrill.processes import forkserver
+from crashdrill.trainer.exit_codes import EXIT_FAILED
 
 REFERENCE_NICE = 5
 
@@ -58,6 +61,8 @@ class DrillResult:
     # When each phase ended, seconds after t0 (benchmarks/verify_speed.py --phases); the
     # segments' own times are in evidence.
     phases: dict[str, float] = field(default_factory=dict)
+    # The drill's own bounds (restart cap, deadline) and whether it ran to its end
+    limits: DrillLimits | None = None
 
 
 @contextmanager
@@ -104,6 +109,8 @@ def verify_preset(
     fork_server: bool | None = None,
     preempt: str | None = None,
     grace: float = 30.0,
+    max_restarts: int | None = None,
+    deadline: float | None = None,
 ) -> DrillResult:
     """The drill on the built-in trainer. Its processes are forked from a fork server
     unless `fork_server` is False (None: CRASHDRILL_FORK_SERVER decides, default on); a
@@ -129,10 +136,18 @@ def verify_preset(
         raise
     marks["preset read"] = time.monotonic() - t0
     target.fork_server = server
+    limits = DrillLimits(
+        max_restarts if max_restarts is not None else restart_cap(kills),
+        deadline,
+        work_dir=None if work_dir is None else str(work_dir),
+    )
+    if deadline is not None:
+        target.deadline = t0 + deadline
     if target.fork_server is not None:
         try:
             with target.fork_server:
-                return _verify_preset(target, kills, seed, work_dir, t0, preempt, grace, marks)
+                args = (kills, seed, work_dir, t0, limits, preempt, grace, marks)
+                return _verify_preset(target, *args)
         except forkserver.ForkServerError as e:
             _note(f"{e}; running the drill again, every trainer process started with exec")
             if work_dir is not None:
@@ -141,7 +156,7 @@ def verify_preset(
                     shutil.rmtree(Path(work_dir) / sub, ignore_errors=True)
         target.fork_server = None
         marks.clear()
-    return _verify_preset(target, kills, seed, work_dir, t0, preempt, grace, marks)
+    return _verify_preset(target, kills, seed, work_dir, t0, limits, preempt, grace, marks)
 
 
 def _verify_preset(
@@ -150,6 +165,7 @@ def _verify_preset(
     seed: int,
     work_dir: str | Path | None,
     t0: float,
+    limits: DrillLimits,
     preempt: str | None = None,
     grace: float = 30.0,
     marks: dict[str, float] | None = None,
@@ -168,12 +184,17 @@ def _verify_preset(
     with _work_dirs(work_dir) as (ref_dir, crash_dir):
         box: dict[str, Segment] = {}
         errors: list[BaseException] = []
+        crashed: list[Segment] = []
 
         def reference() -> None:
             try:
                 # The crashed run's chain of restarts is the critical path: on a busy
                 # machine the reference, which is not, yields the CPU to it.
-                box["ref"] = run_segment(target, ref_dir, 0, None, nice=REFERENCE_NICE)
+                box["ref"] = ref = run_segment(target, ref_dir, 0, None, nice=REFERENCE_NICE)
+                if limits.deadline_s is None:  # the default, from the reference's time
+                    limits.deadline_s = default_deadline(ref.ended - ref.started, len(plan))
+                    limits.deadline_default = True
+                    target.deadline = t0 + limits.deadline_s
                 if target.fork_server is None:
                     # One core is free now: load torch for the final comparison meanwhile.
                     import crashdrill.trainer.checkpoint  # noqa: F401
@@ -183,8 +204,20 @@ def _verify_preset(
         thread = threading.Thread(target=reference, name="crashdrill-reference", daemon=True)
         thread.start()
         try:
-            crashed = run_crashed(target, crash_dir, plan)
-        except BaseException:  # Ctrl-C or a bug: the reference must not outlive the drill
+            run_crashed(target, crash_dir, plan, max_restarts=limits.max_restarts, segments=crashed)
+        except DrillInterrupted as e:  # the reference must not outlive the drill
+            kill_all()
+            thread.join(timeout=30)
+            ref = box.get("ref")
+            limits.signal = e.name
+            what = f"process {len(crashed)} of the crashed run"
+            limits.running = describe_running(e.running, what)
+            if ref is None or ref.exit_code != 0:  # it had not finished: nothing to judge
+                limits.running = describe_running(ref, "the reference run") or limits.running
+                ref = None
+            evidence = Evidence(target, ref or _nothing(t0), {}, crashed, plan)
+            return _finish(target, "preset", seed, kills, plan, evidence, t0, marks, limits, e)
+        except BaseException:  # a bug: the reference must not outlive the drill
             kill_all()
             raise
         finally:
@@ -207,7 +240,7 @@ def _verify_preset(
         mark("records compared")
         evidence = Evidence(target, ref, target.snapshot(ref_dir), crashed, plan, final, records)
     mark("work dirs removed")
-    return _finish(target, "preset", seed, kills, plan, evidence, t0, marks)
+    return _finish(target, "preset", seed, kills, plan, evidence, t0, marks, limits)
 
 
 def verify_command(
@@ -225,7 +258,13 @@ def verify_command(
     rank: int = 0,
     preempt: str | None = None,
     grace: float = 30.0,
+    checkpoint_globs: list[str] | None = None,
+    max_restarts: int | None = None,
+    deadline: float | None = None,
 ) -> DrillResult:
+    """The drill on any command. `deadline`: seconds for the whole drill (None: derived
+    from the reference run's time, drill/drill_end.py); `max_restarts` (None:
+    engine.restart_cap); `checkpoint_globs`: only these files are checkpoints."""
     t0 = time.monotonic()
     target = CommandTarget(
         argv,
@@ -235,26 +274,50 @@ def verify_command(
         timeout=timeout,
         cwd=cwd,
         rank=rank,
+        checkpoint_globs=checkpoint_globs,
     )
+    limits = DrillLimits(
+        max_restarts if max_restarts is not None else restart_cap(kills),
+        deadline,
+        work_dir=None if work_dir is None else str(work_dir),
+    )
+    if deadline is not None:
+        target.deadline = t0 + deadline
     with _work_dirs(work_dir) as (ref_dir, crash_dir):
-        ref = run_segment(target, ref_dir, 0, None, observe_checkpoints=True)
-        ref_snapshot = target.snapshot(ref_dir)
+        ref: Segment | None = None
         plan: list[KillPoint] = []
         crashed: list[Segment] = []
-        if ref.exit_code == 0 and ref.points:
-            steps = [p.step for p in ref.points][:-1]  # a kill must land before the end
-            # No write seen in the reference: no write to land a kill in, all kills plain.
-            writes: list[int] | None = None if target.has_checkpoint(ref_snapshot) else []
-            # A kill inside a write is aimed at a write the reference made, neither the
-            # first (a complete checkpoint must exist to fall back on) nor the last (a
-            # plain kill after it must still land, should that write be torn).
-            if writes is None and len(ref.write_steps) >= 3:
-                writes = [s for s in ref.write_steps[1:-1] if s in steps]
-            rng = random.Random(seed)
-            plan = draw_kills(rng, kills, steps, ref.first_ckpt_step, writes)
-            if preempt:
-                plan = preempt_plan(rng, plan, preempt, grace)
-            crashed = run_crashed(target, crash_dir, plan)
+        try:
+            ref = run_segment(target, ref_dir, 0, None, observe_checkpoints=True)
+            ref_snapshot = target.snapshot(ref_dir)
+            if ref.exit_code == 0 and ref.points and not ref.out_of_drill_time:
+                steps = [p.step for p in ref.points][:-1]  # a kill must land before the end
+                # No write seen in the reference: no write to land a kill in, all plain.
+                writes: list[int] | None = None if target.has_checkpoint(ref_snapshot) else []
+                # A kill inside a write is aimed at a write the reference made, neither
+                # the first (a complete checkpoint must exist to fall back on) nor the last
+                # (a plain kill after it must still land, should that write be torn).
+                if writes is None and len(ref.write_steps) >= 3:
+                    writes = [s for s in ref.write_steps[1:-1] if s in steps]
+                rng = random.Random(seed)
+                plan = draw_kills(rng, kills, steps, ref.first_ckpt_step, writes)
+                if preempt:
+                    plan = preempt_plan(rng, plan, preempt, grace)
+                if deadline is None:  # the default, from the reference's time
+                    spent = time.monotonic() - t0
+                    limits.deadline_s = spent + default_deadline(ref.ended - ref.started, kills)
+                    limits.deadline_default = True
+                    target.deadline = t0 + limits.deadline_s
+                run_crashed(
+                    target, crash_dir, plan, max_restarts=limits.max_restarts, segments=crashed
+                )
+        except DrillInterrupted as e:
+            kill_all()
+            limits.signal = e.name
+            what = f"process {len(crashed)} of the crashed run" if ref else "the reference run"
+            limits.running = describe_running(e.running, what)
+            evidence = Evidence(target, ref or _nothing(t0), {}, crashed, plan)
+            return _finish(target, "command", seed, kills, plan, evidence, t0, None, limits, e)
         final = None
         if compare_files and crashed and crashed[-1].exit_code == 0 and not crashed[-1].killed:
             final = compare_bytes(ref_dir, crash_dir, compare_files)
@@ -262,7 +325,12 @@ def verify_command(
 
         look = CheckpointLook(target.checkpoint_root(crash_dir))  # read only if a finding asks
         evidence = Evidence(target, ref, ref_snapshot, crashed, plan, final, checkpoint=look)
-        return _finish(target, "command", seed, kills, plan, evidence, t0)  # before the cleanup
+        return _finish(target, "command", seed, kills, plan, evidence, t0, None, limits)
+
+
+def _nothing(t0: float) -> Segment:
+    """A reference run that never ended (the drill was stopped first): no steps."""
+    return Segment(0, [], None, started=t0, ended=time.monotonic())
 
 
 def _finish(
@@ -273,18 +341,41 @@ def _finish(
     plan: list[KillPoint],
     evidence: Evidence,
     t0: float,
-    marks: dict[str, float] | None = None,
+    marks: dict[str, float] | None,
+    limits: DrillLimits,
+    interrupt: DrillInterrupted | None = None,
 ) -> DrillResult:
-    analysis = analyse(evidence)
-    stops = judge_stops(evidence, analysis)
-    lossy = stop_findings(stops)  # a stop that lost steps fails: the script could save them
-    if lossy:
-        analysis.findings.extend(lossy)
-        if analysis.exit_code == 0:
-            analysis.verdict, analysis.exit_code = "fail", 1
+    segs = evidence.crashed
+    if evidence.reference.out_of_drill_time:  # the deadline ran out in the reference
+        limits.deadline_hit = True
+        limits.running = describe_running(evidence.reference, "the reference run")
+        evidence.reference = _nothing(t0)
+    if segs and segs[-1].out_of_drill_time:  # cut short by the deadline: not judged
+        limits.deadline_hit = True
+        cut = segs.pop()
+        limits.running = describe_running(cut, f"process {cut.index} of the crashed run")
+    limits.restarts = max(0, len(segs) - 1)
+    if limits.incomplete and not evidence.reference.points:  # nothing to judge against
+        precision = classify_precision([])
+        analysis = Analysis([], [], precision, "incomplete", EXIT_FAILED)
+        stops: list[StopVerdict] = []
+    else:
+        analysis = analyse(evidence)
+        stops = judge_stops(evidence, analysis)
+        lossy = stop_findings(stops)  # a stop that lost steps fails: the script could save them
+        if lossy:
+            analysis.findings.extend(lossy)
+    analysis.findings.extend(end_findings(evidence, limits))
+    if any(f.fails for f in analysis.findings) and analysis.exit_code == 0:
+        analysis.verdict, analysis.exit_code = "fail", EXIT_FAILED
+    if limits.incomplete:
+        analysis.verdict = "incomplete"
+        analysis.exit_code = exit_code(interrupt.signum) if interrupt else EXIT_FAILED
     wall = time.monotonic() - t0
     phases = {**(marks or {}), "analysed": wall}
-    return DrillResult(target, mode, seed, kills, plan, evidence, analysis, t0, wall, stops, phases)
+    return DrillResult(
+        target, mode, seed, kills, plan, evidence, analysis, t0, wall, stops, phases, limits
+    )
 
 
 def compare_bytes(ref_dir: Path, crash_dir: Path, names: list[str]) -> FinalParams:

@@ -24,7 +24,9 @@ Every command (`crashdrill run|verify|inspect|presets|doctor|serve`):
                           failure; the user is invited to retry"
 
 A command whose output was closed (`crashdrill … | head`) exits 141, 128 + SIGPIPE, as a
-shell reports it (crashdrill/closed_output.py, below the trainer). Killed by a signal, a
+shell reports it (crashdrill/closed_output.py, below the trainer). `crashdrill verify`
+stopped by SIGINT or SIGTERM exits 130 or 143 the same way, 128 + the signal, after its
+report of what it saw (drill/interrupt.py). Killed by a signal, a
 process has no status of its own: Python's subprocess reports -9 for SIGKILL, a shell
 128 + 9.
 

@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 from crashdrill.drill import report
+from crashdrill.drill.checkpoint_files import CheckpointFiles
 from crashdrill.drill.compare import analyse
+from crashdrill.drill.drill_end import DrillLimits
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.trace import StepPoint
 from crashdrill.drill.verdicts import Evidence, FinalParams
@@ -31,8 +33,13 @@ def _result() -> DrillResult:
 SCHEMA_KEYS = {
     "schema", "mode", "target", "seed", "kills_requested", "kills", "resumes", "stops", "reference",
     "crashed", "precision", "final_state", "verdict", "exit_code", "diagnosis", "wall_seconds",
-    "trials",
+    "trials", "drill", "checkpoint_files",
 }  # fmt: skip
+DRILL_KEYS = {
+    "complete", "restarts", "max_restarts", "deadline_s", "deadline_default", "deadline_hit",
+    "interrupted_by", "running_when_stopped", "chain_end", "work_dir",
+}  # fmt: skip
+CHECKPOINT_FILES_KEYS = {"globs", "taken", "ignored", "temp_files"}
 RESUME_KEYS = {
     "index", "killed_at_step", "kill_in_checkpoint_write", "from_step", "first_step",
     "recomputed", "points", "max_abs_delta", "mean_abs_delta", "first_divergent_step",
@@ -81,6 +88,7 @@ def test_json_report_has_the_documented_fields(tmp_path: Path) -> None:
 def test_every_json_field_is_documented() -> None:
     text = DOCS.read_text(encoding="utf-8")
     keys = SCHEMA_KEYS | RESUME_KEYS | KILL_KEYS | FIELD_KEYS | STOP_KEYS | TRIAL_KEYS
+    keys |= DRILL_KEYS | CHECKPOINT_FILES_KEYS
     for key in keys | DIAGNOSIS_KEYS:
         assert f"`{key}`" in text, f"docs/verify.md does not document {key}"
 
@@ -100,3 +108,29 @@ def test_table_names_each_resume_and_the_verdict() -> None:
     assert "--seed 7" in text
     assert "trials: a kill before the first checkpoint: resume(s) 1 passed" in text
     assert "--seed 7 replays this plan" in text and "depends on timing" in text
+
+
+def test_the_report_lists_the_files_it_took_as_checkpoints_and_those_it_ignored(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "model.pt").write_bytes(b"PK\x03\x04" + b"\0" * 60)
+    (tmp_path / "events.out.tfevents.1700000000.host.42").write_bytes(b"\x18\0\0\0")
+    (tmp_path / "log.csv").write_text("1,2.0\n")
+    res = _result()
+    res.target.files = files = CheckpointFiles()
+    res.limits = DrillLimits(max_restarts=16, deadline_s=120.0, deadline_default=True)
+    assert list(files.scan(tmp_path)) == ["model.pt"]
+    data = report.to_json(res)
+    assert (
+        set(data["drill"]) == DRILL_KEYS and set(data["checkpoint_files"]) == CHECKPOINT_FILES_KEYS
+    )
+    assert [f["path"] for f in data["checkpoint_files"]["taken"]] == ["model.pt"]
+    ignored = {f["path"]: f["why"] for f in data["checkpoint_files"]["ignored"]}
+    assert ignored == {
+        "events.out.tfevents.1700000000.host.42": "a TensorBoard event log",
+        "log.csv": "a log or text file (.csv)",
+    }
+    text = report.table(res)
+    assert "checkpoint files: took 1 (model.pt); ignored 2 (" in text
+    assert "a TensorBoard event log: events.out.tfevents.1700000000.host.42" in text
+    assert "drill: 0 restart(s) of at most 16; deadline 120 s (default" in text
