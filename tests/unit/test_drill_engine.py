@@ -215,3 +215,76 @@ for step in range(1, 31):
     assert seg.first_ckpt_step is not None and seg.first_ckpt_step <= 2, seg.write_steps
     # A write per line: at most two lines make one write, so most writes stay apart.
     assert len(seg.write_steps) >= 10, seg.write_steps
+
+
+def resuming(code: str, timeout: float = 20.0) -> CommandTarget:
+    """A target whose every restart gets --resume."""
+    return CommandTarget(
+        [sys.executable, "-c", code],
+        parser=LossParser(),
+        timeout=timeout,
+        resume_args=["--resume"],
+        resume_args_always=True,
+    )
+
+
+# Every start opens a new event log in the checkpoint dir, as a SummaryWriter does.
+EVENT_LOG = """
+import json, os, sys, time
+root = os.environ["CRASHDRILL_CKPT_DIR"]
+open(os.path.join(root, f"events.out.tfevents.{time.time()}.host.{os.getpid()}"), "ab").write(b"x")
+ckpt = os.path.join(root, "ckpt.json")
+"""
+
+
+def test_a_restart_that_crashes_leaving_only_a_new_log_ends_the_chain(tmp_path: Path) -> None:
+    code = EVENT_LOG + (
+        "if '--resume' in sys.argv and not os.path.exists(ckpt):\n"
+        "    raise FileNotFoundError('--resume: no ckpt.json')\n" + STEPS.split("\n", 2)[2]
+    )
+    segs = run_crashed(resuming(code), tmp_path, [KillPoint(3), KillPoint(50)])
+    assert [s.killed for s in segs] == [True, False] and segs[1].crashed
+    assert segs[1].chain_end == "no-progress"  # the new event file is not progress
+    assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 2
+
+
+def test_two_restarts_that_fail_the_same_way_end_the_chain(tmp_path: Path) -> None:
+    # Each restart rewrites its checkpoint (progress by the files) and then fails the same way.
+    code = EVENT_LOG + (
+        "if '--resume' in sys.argv:\n"
+        "    open(ckpt, 'w').write(json.dumps({'t': time.time()}))\n"
+        "    raise RuntimeError('cannot restore the optimizer')\n" + STEPS.split("\n", 2)[2]
+    )
+    segs = run_crashed(resuming(code), tmp_path, [KillPoint(3)])
+    assert [s.killed for s in segs] == [True, False, False], segs
+    assert segs[2].chain_end == "same-failure"
+    assert segs[2].stderr_tail[-1] == "RuntimeError: cannot restore the optimizer"
+
+
+def test_the_restart_cap_ends_a_chain_that_keeps_crashing_further(tmp_path: Path) -> None:
+    # Each restart gets one step further, saves and crashes with a new message: no loop
+    # that the same-failure rule sees; the cap ends it.
+    code = """
+import json, os, sys
+ckpt = os.path.join(os.environ["CRASHDRILL_CKPT_DIR"], "ckpt.json")
+n = json.load(open(ckpt))["n"] if os.path.exists(ckpt) else 0
+for step in range(1, n + 3):
+    print(json.dumps({"step": step, "loss": 1.0}), flush=True)
+open(ckpt, "w").write(json.dumps({"n": n + 1}))
+if "--resume" in sys.argv:
+    raise RuntimeError(f"broke after {n} restarts")
+import time; time.sleep(5)
+"""
+    segs = run_crashed(resuming(code), tmp_path, [KillPoint(1)], max_restarts=3)
+    assert len(segs) == 4 and all(s.crashed for s in segs[1:]), segs
+    assert segs[-1].chain_end == "restart-cap 3"
+
+
+def test_the_drill_s_deadline_stops_the_running_process_and_the_chain(tmp_path: Path) -> None:
+    slow = STEPS.replace("time.sleep(0.005)", "time.sleep(0.2)")
+    t = target(slow)
+    t.deadline = time.monotonic() + 1.0
+    t0 = time.monotonic()
+    segs = run_crashed(t, tmp_path, [KillPoint(100)])
+    assert len(segs) == 1 and segs[0].out_of_drill_time and segs[0].chain_end == "deadline"
+    assert time.monotonic() - t0 < 8

@@ -17,7 +17,8 @@ What it shares with the scripts it stands for:
 - it keeps no optimizer (momentum) or data-order state: a resume is not bit-identical.
 
 Linear regression with SGD + momentum on minibatches, pure Python (a start costs
-milliseconds, not torch's import). Output dir: `--out DIR`, else $CRASHDRILL_CKPT_DIR.
+milliseconds, not torch's import). Output dir: `--out DIR`, else $CRASHDRILL_CKPT_DIR;
+RESEARCH_STEP_SECONDS: how long a step sleeps (default 0.02).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import time
 import zlib
 
 STEPS, EVAL_EVERY, BATCH, LR, MOMENTUM = 80, 5, 8, 0.05, 0.9
-STEP_SECONDS = 0.02
+STEP_SECONDS = float(os.environ.get("RESEARCH_STEP_SECONDS", "0.02"))  # a test slows it
 
 
 def _crc(data: bytes) -> int:
