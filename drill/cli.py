@@ -55,14 +55,14 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument(
         "--resume-args",
         metavar="ARGS",
-        help="appended to COMMAND on a restart whose checkpoint dir holds something (write "
+        help="appended to COMMAND on a restart whose checkpoint dir holds a checkpoint (write "
         "--resume-args=--resume for one flag)",
     )
     p.add_argument(
         "--resume-args-always",
         action="store_true",
         help="add --resume-args on every restart, even when the checkpoint dir is still empty "
-        "(default: only when it holds something)",
+        "(default: only when it holds a checkpoint)",
     )
     p.add_argument(
         "--rank",
@@ -194,8 +194,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         with stop_on_signals():
             result = _drill(args, script, seed, globs)
-    except DrillInterrupted as e:  # before the drill had anything to report
-        print(f"crashdrill verify: {e.name}: stopped before the drill began", file=sys.stderr)
+    except DrillInterrupted as e:  # before the drill had anything to report, or after it
+        print(f"crashdrill verify: {e.name}: stopped, no report", file=sys.stderr)
         return exit_code(e.signum)
     except (TraceError, StartError, FileExistsError, ValueError) as e:
         return _usage(str(e))

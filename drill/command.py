@@ -3,7 +3,8 @@
 The script learns where to checkpoint from `{ckpt_dir}` in its arguments or from the
 environment variable CRASHDRILL_CKPT_DIR; the reference and the crashed run each get a
 fresh directory. The resume arguments are added on a restart only when that directory
-holds something other than temp files (on every restart with `resume_args_always`).
+holds a checkpoint file, not a temp file or a log (on every restart with
+`resume_args_always`).
 A kill "during a checkpoint write" is armed at a step and lands the moment a checkpoint
 file in that directory changes. Only checkpoint files count, recognised by name and
 content or named by `checkpoint_globs` (drill/checkpoint_files.py): an event log appended
@@ -80,7 +81,7 @@ class CommandTarget(Target):
         return self._cwd
 
     def gets_resume_args(self, ckpt_dir: Path, restart: bool) -> bool | None:
-        """On a restart, when the checkpoint dir holds something (or always, with
+        """On a restart, when the checkpoint dir holds a checkpoint (or always, with
         --resume-args-always): a script told to resume before its first checkpoint
         typically crashes, and the first kill lands there by design."""
         if not self.resume_args:

@@ -15,12 +15,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from crashdrill.drill.engine import failure_line
 from crashdrill.drill.target import Segment
 from crashdrill.drill.verdicts import Evidence, Finding, stderr_tail, step_text
 
 MIN_DEADLINE_S = 120.0  # the default deadline is never shorter (a slow machine's start)
 DEADLINE_PER_RUN = 4.0  # the default: this many reference runs' time per kill, plus one
+
+
+def restart_cap(kills: int) -> int:
+    """How many restarts one drill may make by default: one per kill, a recovery replay
+    and its restart per damaging kill, and room for restarts after crashes that saved."""
+    return 3 * kills + 10
+
+
+def failure_line(seg: Segment) -> str:
+    """The error a crashed process ended with: its last non-empty stderr line."""
+    lines = [ln.strip() for ln in seg.stderr_tail if ln.strip()]
+    return lines[-1] if lines else f"exit status {seg.exit_code}, stderr empty"
+
+
+def same_failure(prev: Segment, seg: Segment) -> bool:
+    """Two restarts that crashed with the same error and the same exit status, the
+    second getting no further than the first: a third would do the same."""
+    further = (seg.last_step or -1) > (prev.last_step or -1)
+    same = seg.exit_code == prev.exit_code and failure_line(seg) == failure_line(prev)
+    return same and not further
 
 
 def default_deadline(reference_s: float, kills: int) -> float:
@@ -53,7 +72,7 @@ class DrillLimits:
             "complete": not self.incomplete,
             "restarts": self.restarts,
             "max_restarts": self.max_restarts,
-            "deadline_s": self.deadline_s,
+            "deadline_s": None if self.deadline_s is None else round(self.deadline_s, 1),
             "deadline_default": self.deadline_default,
             "deadline_hit": self.deadline_hit,
             "interrupted_by": self.signal,
@@ -119,7 +138,8 @@ def end_findings(ev: Evidence, limits: DrillLimits) -> list[Finding]:
         out.append(
             Finding(
                 "interrupted",
-                f"{limits.signal} stopped the drill while {limits.running or 'it'} was running: "
+                f"{limits.signal} stopped the drill during "
+                f"{limits.running or 'the start of its first processes'}: "
                 f"every process it started was killed and {limits.evidence_left()}; the "
                 "report holds what was seen until then (incomplete)",
             )

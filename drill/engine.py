@@ -27,6 +27,7 @@ import time
 from collections import deque
 from pathlib import Path
 
+from crashdrill.drill.drill_end import restart_cap, same_failure
 from crashdrill.drill.interrupt import DrillInterrupted
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.ranks import line_of_rank
@@ -75,7 +76,12 @@ def run_segment(
     if kill is None or not kill.during_write:
         env.pop(PAUSE_ENV, None)
     seg = Segment(index, argv, kill, started=time.monotonic(), resume_args=resume_args)
-    proc = target.start(argv, env, target.cwd)
+    try:
+        proc = target.start(argv, env, target.cwd)
+    except DrillInterrupted as e:  # while it was starting (a fork server still importing)
+        seg.ended = time.monotonic()
+        e.running = seg
+        raise
     _LIVE[proc] = marker
     if nice:
         with contextlib.suppress(OSError):
@@ -252,12 +258,6 @@ def _reap(proc: Child, seg: Segment, deadline: float) -> bool:
         time.sleep(0.002)
 
 
-def restart_cap(kills: int) -> int:
-    """How many restarts one drill may make by default: one per kill, a recovery replay
-    and its restart per damaging kill, and room for restarts after crashes that saved."""
-    return 3 * kills + 10
-
-
 def run_crashed(
     target: Target,
     ckpt_dir: Path,
@@ -353,7 +353,7 @@ def run_crashed(
             if seg.crashed and i > 0 and target.diverged(seg) is None:
                 seg.chain_end = "no-progress"
             break
-        if prev is not None and prev.crashed and _same_failure(prev, seg):
+        if prev is not None and prev.crashed and same_failure(prev, seg):
             seg.chain_end = "same-failure"
             break
     # Keep only the copies that were put back (evidence, with --work-dir): a checkpoint
@@ -370,20 +370,6 @@ def run_crashed(
 def _checkpoints(snap: Snapshot) -> Snapshot:
     """The checkpoint files under final names: what a restart can load."""
     return {k: snap[k] for k in final_names(snap)}
-
-
-def failure_line(seg: Segment) -> str:
-    """The error a crashed process ended with: its last non-empty stderr line."""
-    lines = [ln.strip() for ln in seg.stderr_tail if ln.strip()]
-    return lines[-1] if lines else f"exit status {seg.exit_code}, stderr empty"
-
-
-def _same_failure(prev: Segment, seg: Segment) -> bool:
-    """Two restarts that crashed with the same error and the same exit status, the
-    second getting no further than the first: a third would do the same."""
-    further = (seg.last_step or -1) > (prev.last_step or -1)
-    same = seg.exit_code == prev.exit_code and failure_line(seg) == failure_line(prev)
-    return same and not further
 
 
 def copy_state(target: Target, ckpt_dir: Path, dest: Path) -> Path:

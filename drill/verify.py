@@ -30,8 +30,14 @@ from pathlib import Path
 from crashdrill.drill.builtin import FORK_SERVER_PRELOAD, PresetTarget
 from crashdrill.drill.command import CommandTarget
 from crashdrill.drill.compare import analyse
-from crashdrill.drill.drill_end import DrillLimits, default_deadline, describe_running, end_findings
-from crashdrill.drill.engine import kill_all, restart_cap, run_crashed, run_segment
+from crashdrill.drill.drill_end import (
+    DrillLimits,
+    default_deadline,
+    describe_running,
+    end_findings,
+    restart_cap,
+)
+from crashdrill.drill.engine import kill_all, run_crashed, run_segment
 from crashdrill.drill.final_state import compare_final_params, compare_final_params_forked
 from crashdrill.drill.interrupt import DrillInterrupted, exit_code
 from crashdrill.drill.plan import KillPoint, draw_kills, preempt_plan
@@ -191,7 +197,7 @@ def _verify_preset(
                 # The crashed run's chain of restarts is the critical path: on a busy
                 # machine the reference, which is not, yields the CPU to it.
                 box["ref"] = ref = run_segment(target, ref_dir, 0, None, nice=REFERENCE_NICE)
-                if limits.deadline_s is None:  # the default, from the reference's time
+                if limits.deadline_s is None and ref.exit_code == 0:  # from its time
                     limits.deadline_s = default_deadline(ref.ended - ref.started, len(plan))
                     limits.deadline_default = True
                     target.deadline = t0 + limits.deadline_s
@@ -264,7 +270,7 @@ def verify_command(
 ) -> DrillResult:
     """The drill on any command. `deadline`: seconds for the whole drill (None: derived
     from the reference run's time, drill/drill_end.py); `max_restarts` (None:
-    engine.restart_cap); `checkpoint_globs`: only these files are checkpoints."""
+    drill_end.restart_cap); `checkpoint_globs`: only these files are checkpoints."""
     t0 = time.monotonic()
     target = CommandTarget(
         argv,
