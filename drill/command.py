@@ -55,6 +55,8 @@ class DirChangeWatch(WriteWatch):
 
 
 class CommandTarget(Target):
+    files: CheckpointFiles  # always: a script's output dir holds logs beside checkpoints
+
     def __init__(
         self,
         argv: list[str],
