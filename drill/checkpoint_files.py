@@ -37,9 +37,9 @@ import struct
 from collections.abc import Sequence
 from pathlib import Path
 
+from crashdrill.drill.checkpoint_open import TORCH_EXT  # the names inspect opens with torch
 from crashdrill.drill.snapshot import TEMP_NAME, Snapshot, scan
 
-TORCH_EXT = (".pt", ".pth", ".bin", ".ckpt", ".tar", ".pkl", ".pickle")  # as inspect reads
 CHECKPOINT_EXT = (*TORCH_EXT, ".safetensors", ".metadata", ".distcp", ".npy", ".npz")
 LOG_EXT = (
     ".csv", ".tsv", ".log", ".txt", ".jsonl", ".ndjson", ".out", ".err", ".yaml", ".yml",
