@@ -31,8 +31,8 @@ from crashdrill.drill.drill_end import restart_cap, same_failure
 from crashdrill.drill.interrupt import DrillInterrupted
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.ranks import line_of_rank
-from crashdrill.drill.snapshot import Snapshot, appeared_incomplete, final_names, modified_in_place
-from crashdrill.drill.target import Child, Segment, Target
+from crashdrill.drill.snapshot import Snapshot, appeared_incomplete, modified_in_place
+from crashdrill.drill.target import Child, Segment, Target, finals
 from crashdrill.processes.process_tree import kill_tree, tree_marker
 from crashdrill.trainer.checkpoint_pause import ENV as PAUSE_ENV
 
@@ -346,7 +346,7 @@ def run_crashed(
             seg.chain_end = "deadline"
             break
         after = target.snapshot(ckpt_dir)
-        progressed = target.has_checkpoint(after) and _checkpoints(after) != _checkpoints(before)
+        progressed = target.has_checkpoint(after) and finals(after) != finals(before)
         if not (seg.crashed and i > 0 and progressed) or target.diverged(seg) is not None:
             # finished, hung, or crashed where a restart would crash again; a diverged
             # process would diverge again from its checkpoint, bit for bit
@@ -365,11 +365,6 @@ def run_crashed(
     with contextlib.suppress(OSError):
         copies.rmdir()  # only when empty
     return segments
-
-
-def _checkpoints(snap: Snapshot) -> Snapshot:
-    """The checkpoint files under final names: what a restart can load."""
-    return {k: snap[k] for k in final_names(snap)}
 
 
 def copy_state(target: Target, ckpt_dir: Path, dest: Path) -> Path:

@@ -21,7 +21,7 @@ from typing import IO, Protocol
 from crashdrill.drill.checkpoint_files import CheckpointFiles
 from crashdrill.drill.divergence import Divergence
 from crashdrill.drill.plan import KillPoint
-from crashdrill.drill.snapshot import Snapshot, scan
+from crashdrill.drill.snapshot import Snapshot, final_names, scan
 from crashdrill.drill.trace import LossParser, StepPoint
 
 
@@ -146,8 +146,9 @@ class Target:
         return bool(snap)
 
     def progress_saved(self, baseline: Snapshot | None, before_kill: Snapshot | None) -> bool:
-        """Did a checkpoint newer than the start exist when the kill landed?"""
-        return self.has_checkpoint(before_kill) and before_kill != baseline
+        """Did a checkpoint newer than the start exist when the kill landed? A temp file
+        of a write under way is not one yet."""
+        return self.has_checkpoint(before_kill) and finals(before_kill) != finals(baseline)
 
     def write_watch(self, ckpt_dir: Path, kill: KillPoint) -> WriteWatch:
         raise NotImplementedError
@@ -226,6 +227,11 @@ class Segment:
     def crashed(self) -> bool:
         """Ended by itself with a failure: neither our kill, nor a timeout, nor success."""
         return not self.killed and not self.hung and self.exit_code not in (0, None)
+
+
+def finals(snap: Snapshot | None) -> Snapshot:
+    """The files of a snapshot under final names (not temp files): what a restart loads."""
+    return {k: snap[k] for k in final_names(snap)} if snap else {}
 
 
 def last_step_trained(segments: list[Segment]) -> int | None:
