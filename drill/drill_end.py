@@ -128,10 +128,14 @@ def end_findings(ev: Evidence, limits: DrillLimits) -> list[Finding]:
         out.append(
             Finding(
                 "deadline",
-                f"the drill's deadline of {limits.deadline_s:g} s{how} ran out while "
-                f"{limits.running or 'the run'} was running: it was stopped, and the report "
-                "holds what was seen until then (incomplete). Give more with --deadline "
-                "SECONDS",
+                f"the drill's deadline of {limits.deadline_s:g} s{how} ran out "
+                + (
+                    f"during {limits.running}: it was stopped"
+                    if limits.running
+                    else "before the next restart: none was started"
+                )
+                + ", and the report holds what was seen until then (incomplete). Give more "
+                "with --deadline SECONDS",
             )
         )
     if limits.signal is not None:

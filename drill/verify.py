@@ -356,8 +356,9 @@ def _finish(
         limits.deadline_hit = True
         limits.running = describe_running(evidence.reference, "the reference run")
         evidence.reference = _nothing(t0)
-    if segs and segs[-1].out_of_drill_time:  # cut short by the deadline: not judged
+    if segs and segs[-1].chain_end == "deadline":  # before a restart, or cutting one short
         limits.deadline_hit = True
+    if segs and segs[-1].out_of_drill_time:  # cut short by the deadline: not judged
         cut = segs.pop()
         limits.running = describe_running(cut, f"process {cut.index} of the crashed run")
     limits.restarts = max(0, len(segs) - 1)
