@@ -32,7 +32,7 @@ from crashdrill.drill.command import CommandTarget
 from crashdrill.drill.compare import analyse
 from crashdrill.drill.engine import kill_all, run_crashed, run_segment
 from crashdrill.drill.final_state import compare_final_params, compare_final_params_forked
-from crashdrill.drill.plan import KillPoint, draw_kills, preempt_plan
+from crashdrill.drill.plan import KillPoint, draw_kills, plan_gaps, preempt_gaps, preempt_plan
 from crashdrill.drill.preempt import StopVerdict, judge_stops, stop_findings
 from crashdrill.drill.record_fields import RunRecords
 from crashdrill.drill.target import Segment, Target
@@ -58,6 +58,8 @@ class DrillResult:
     # When each phase ended, seconds after t0 (benchmarks/verify_speed.py --phases); the
     # segments' own times are in evidence.
     phases: dict[str, float] = field(default_factory=dict)
+    # The trial kinds the plan holds no kill of, each with why (drill/plan.py, plan_gaps).
+    plan_gaps: dict[str, str] = field(default_factory=dict)
 
 
 @contextmanager
@@ -162,8 +164,9 @@ def _verify_preset(
 
     rng = random.Random(seed)
     plan = target.plan(rng, kills)
+    gaps = target.plan_gaps(plan, kills)
     if preempt:
-        plan = preempt_plan(rng, plan, preempt, grace)
+        plan, gaps = preempt_gaps(plan, preempt_plan(rng, plan, preempt, grace), gaps)
     mark("plan drawn")
     with _work_dirs(work_dir) as (ref_dir, crash_dir):
         box: dict[str, Segment] = {}
@@ -207,7 +210,7 @@ def _verify_preset(
         mark("records compared")
         evidence = Evidence(target, ref, target.snapshot(ref_dir), crashed, plan, final, records)
     mark("work dirs removed")
-    return _finish(target, "preset", seed, kills, plan, evidence, t0, marks)
+    return _finish(target, "preset", seed, kills, plan, evidence, t0, marks, gaps)
 
 
 def verify_command(
@@ -240,20 +243,23 @@ def verify_command(
         ref = run_segment(target, ref_dir, 0, None, observe_checkpoints=True)
         ref_snapshot = target.snapshot(ref_dir)
         plan: list[KillPoint] = []
+        gaps: dict[str, str] = {}
         crashed: list[Segment] = []
         if ref.exit_code == 0 and ref.points:
             steps = [p.step for p in ref.points][:-1]  # a kill must land before the end
-            # No write seen in the reference: no write to land a kill in, all kills plain.
-            writes: list[int] | None = None if target.has_checkpoint(ref_snapshot) else []
-            # A kill inside a write is aimed at a write the reference made, neither the
-            # first (a complete checkpoint must exist to fall back on) nor the last (a
-            # plain kill after it must still land, should that write be torn).
-            if writes is None and len(ref.write_steps) >= 3:
-                writes = [s for s in ref.write_steps[1:-1] if s in steps]
+            # The kills are placed from the reference's writes (each the step printed
+            # before its checkpoint dir changed). A kill inside a write is aimed at one,
+            # neither the first (a complete checkpoint must exist to fall back on) nor the
+            # last (a plain kill after it must still land, should that write be torn).
+            # No write seen: no write to land a kill in, all kills plain.
+            done = ref.write_steps if target.has_checkpoint(ref_snapshot) else []
+            writes = [s for s in done[1:-1] if s in steps]
+            first = done[0] if done else None
             rng = random.Random(seed)
-            plan = draw_kills(rng, kills, steps, ref.first_ckpt_step, writes)
+            plan = draw_kills(rng, kills, steps, first, writes, checkpoints=done)
+            gaps = plan_gaps(plan, kills, first, done, writes)
             if preempt:
-                plan = preempt_plan(rng, plan, preempt, grace)
+                plan, gaps = preempt_gaps(plan, preempt_plan(rng, plan, preempt, grace), gaps)
             crashed = run_crashed(target, crash_dir, plan)
         final = None
         if compare_files and crashed and crashed[-1].exit_code == 0 and not crashed[-1].killed:
@@ -262,7 +268,8 @@ def verify_command(
 
         look = CheckpointLook(target.checkpoint_root(crash_dir))  # read only if a finding asks
         evidence = Evidence(target, ref, ref_snapshot, crashed, plan, final, checkpoint=look)
-        return _finish(target, "command", seed, kills, plan, evidence, t0)  # before the cleanup
+        # before the cleanup
+        return _finish(target, "command", seed, kills, plan, evidence, t0, None, gaps)
 
 
 def _finish(
@@ -274,6 +281,7 @@ def _finish(
     evidence: Evidence,
     t0: float,
     marks: dict[str, float] | None = None,
+    gaps: dict[str, str] | None = None,
 ) -> DrillResult:
     analysis = analyse(evidence)
     stops = judge_stops(evidence, analysis)
@@ -284,7 +292,9 @@ def _finish(
             analysis.verdict, analysis.exit_code = "fail", 1
     wall = time.monotonic() - t0
     phases = {**(marks or {}), "analysed": wall}
-    return DrillResult(target, mode, seed, kills, plan, evidence, analysis, t0, wall, stops, phases)
+    return DrillResult(
+        target, mode, seed, kills, plan, evidence, analysis, t0, wall, stops, phases, gaps or {}
+    )
 
 
 def compare_bytes(ref_dir: Path, crash_dir: Path, names: list[str]) -> FinalParams:

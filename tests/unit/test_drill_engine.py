@@ -179,7 +179,10 @@ def test_a_torn_write_whose_restart_fails_is_followed_by_a_plain_kill_from_a_cop
     assert [s.killed for s in segs] == [True, True, False, True, False], segs
     assert segs[1].last_step == 20 and segs[2].crashed  # the torn ckpt.json fails to load
     replay, recovery = segs[3], segs[3].kill_point
-    assert replay.restored_from == 1 and replay.first_step == 1  # the copy held nothing yet
+    # The copy was taken at a step line before the torn write (after the write of step
+    # 10), not as segment 1 started (an empty dir then): the replay resumes from step 10.
+    assert segs[1].copy_step is not None and 10 < segs[1].copy_step < 18, segs[1]
+    assert replay.restored_from == 1 and replay.first_step == 11
     assert recovery is not None and recovery.recovery and recovery.step == 21
     assert replay.last_step is not None and replay.last_step >= 21
     assert segs[4].exit_code == 0 and segs[4].first_step == 21  # resumed from the write of 20
