@@ -60,9 +60,12 @@ def to_xml(result: DrillResult) -> ET.Element:
         where = "inside a checkpoint write" if r.kill_in_write else f"at step {r.killed_at_step}"
         name = f"resume {r.index} ({TRIAL_KINDS.get(r.trial, r.trial)}: killed {where})"
         if r.replay_of is not None:
+            at = segs[r.replay_of].copy_step
             name = (
-                f"resume {r.index} (started again from the copy of the dir at step "
-                f"{r.killed_at_step} of resume {r.replay_of}, before the torn write)"
+                f"resume {r.index} (started again from the copy of the dir at step {at} of "
+                f"resume {r.replay_of}, before the torn write)"
+                if at is not None
+                else f"resume {r.index} (started again from the copy before resume {r.replay_of})"
             )
         elif r.kill is None:
             name = f"resume {r.index} (a restart after a crash)"

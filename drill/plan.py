@@ -148,9 +148,11 @@ def draw_kills(
     if len(pool) < remaining:  # more kills than plain steps after a checkpoint: any step
         pool = [s for s in cands if s not in used]
     remaining = min(remaining, len(pool))
+    none = checkpoints is not None and not writes  # known to write no checkpoint at all
     for i in range(remaining):  # one kill per equal slice of the steps after a checkpoint
         lo, hi = i * len(pool) // remaining, (i + 1) * len(pool) // remaining
-        points.append(KillPoint(_pick(pool[lo:hi], u[2 + i])))
+        step = _pick(pool[lo:hi], u[2 + i])
+        points.append(KillPoint(step, before_first=none or (first is not None and step < first)))
     return sorted(points, key=lambda p: p.step)
 
 

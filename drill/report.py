@@ -82,8 +82,8 @@ def unexercised(result: DrillResult) -> list[dict[str, str]]:
     """The trial kinds that no resume of this drill tested, each with why: the plan had
     no room for it (`plan_gaps`), or the kill planned as one tested another kind or
     never landed."""
-    if not result.plan and not result.plan_gaps:
-        return []  # no plan was drawn: the reference failed
+    if not result.analysis.resumes:
+        return []  # no kill landed (the reference failed, the run ended first): findings say
     tested = {r.trial for r in result.analysis.resumes}
     kinds = [k for k in TRIAL_KINDS if k != "preemption" or any(p.preempt for p in result.plan)]
     out = []
@@ -262,11 +262,17 @@ def table(result: DrillResult) -> str:
             )
     for r in an.resumes:
         if r.replay_of is not None:
+            at = ev.crashed[r.replay_of].copy_step
+            found = (
+                f"as it was at step {at} of resume {r.replay_of}, before the write the kill "
+                "landed in,"
+                if at is not None
+                else f"as resume {r.replay_of} found it"
+            )
             lines.append(
                 f"  resume {r.index}: the restart after a damaging kill failed, so the "
-                f"checkpoint dir was put back as it was at step {_opt(r.killed_at_step)} of "
-                f"resume {r.replay_of}, before the write the kill landed in, and the run "
-                "started again from there (the kills after it land on undamaged state)"
+                f"checkpoint dir was put back {found} and the run started again from there "
+                "(the kills after it land on undamaged state)"
             )
     groups = trials(result)
     if groups:

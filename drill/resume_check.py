@@ -116,9 +116,9 @@ def check_resume(
         prev = segs[k - 1]
     killed_at = prev.last_step if prev is not None else None
     if replay_of is not None and segs[replay_of].copy_step is not None:
-        # It started from the dir as the torn write found it: as if segment `replay_of`
-        # had been killed plainly at the step line where the copy was taken.
-        killed_at = segs[replay_of].copy_step
+        # It started from the dir as the torn write found it (the write before it holds
+        # the newest checkpoint): it recomputes what segment `replay_of` printed from there.
+        killed_at = segs[replay_of].last_step
     from_step = target.resumed_from(seg)
     from_start = seg.first_step is not None and seg.first_step <= (ref.first_step or 0)
     if from_step is None and seg.first_step is not None and not from_start:
