@@ -52,15 +52,15 @@ class PauseWatch(WriteWatch):
         self.tmp = root / temp_dir_name(step)
         self.seen: float | None = None
         self.before: Snapshot | None = None
-        self.before_line: int | None = None  # the step line it was taken at
 
     def on_step(self, step: int) -> None:
         if self.before is None and self.after_previous < step <= self.step:
             self.before = scan(self.root)
-            self.before_line = step
 
     def shows_state_before(self, step: int) -> bool:
-        return step == self.before_line
+        # Between the previous checkpoint and the write: the engine copies at the first of
+        # these lines and again only when the dir changed (an async write that finished).
+        return self.after_previous < step < self.step
 
     def snapshot_before(self) -> Snapshot | None:
         return self.before

@@ -218,3 +218,19 @@ for step in range(1, 31):
     assert seg.first_ckpt_step is not None and seg.first_ckpt_step <= 2, seg.write_steps
     # A write per line: at most two lines make one write, so most writes stay apart.
     assert len(seg.write_steps) >= 10, seg.write_steps
+
+
+def test_only_a_kill_armed_inside_a_write_copies_the_dir_once_after_the_write_before(
+    tmp_path: Path,
+) -> None:
+    ckpt = tmp_path / "crashed"
+    ckpt.mkdir()
+    plain = run_crashed(target(TORN_ON_RESUME), ckpt, [KillPoint(14)])
+    assert all(s.state_copy is None for s in plain), plain  # a plain kill copies nothing
+    for p in ckpt.iterdir():
+        p.unlink()
+    # Armed at 18 with the reference's write before it at 10: one copy, at the first step
+    # line after 10 (the dir does not change again before the write), not at the start.
+    segs = run_crashed(target(TORN_ON_RESUME), ckpt, [KillPoint(18, True, after_write=10)])
+    assert segs[0].copy_step == 11 and segs[0].copy_snapshot is not None, segs[0]
+    assert "ckpt.json" in segs[0].copy_snapshot
