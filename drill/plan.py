@@ -194,7 +194,7 @@ def plan_gaps(
             gaps["after-checkpoint"] = f"{_NONE}: there is nothing to resume from"
         elif len(plan) >= kills:
             gaps["after-checkpoint"] = (
-                f"{kills} kill(s) went to the other trials: --kills {max(kills + 1, 3)} adds "
+                f"the {kills} kill(s) went to the other trials: --kills {max(kills + 1, 3)} adds "
                 "a plain kill after a complete checkpoint"
             )
         else:

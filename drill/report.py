@@ -101,8 +101,23 @@ def unexercised(result: DrillResult) -> list[dict[str, str]]:
                 if k["planned"] == kind
             ]
             why = "; ".join(went) or "no kill of this kind landed"
+        if kind == "after-checkpoint":
+            why += _plain_resume_seen(result.analysis.resumes)
         out.append({"kind": kind, "reason": why})
     return out
+
+
+def _plain_resume_seen(resumes: list[ResumeVerdict]) -> str:
+    """What a resume after a kill inside a write showed of a plain resume: it loaded the
+    complete checkpoint before the write and recomputed steps from it."""
+    for r in resumes:
+        if r.trial == "inside-write" and r.from_step and r.recomputed and _held(r):
+            return (
+                f" (the restart after the kill inside a write, resume {r.index}, resumed from "
+                f"the complete checkpoint at step {r.from_step} and recomputed "
+                f"{r.recomputed_steps} steps exactly, as a plain resume does)"
+            )
+    return ""
 
 
 def _resume(r: ResumeVerdict) -> dict[str, Any]:

@@ -76,6 +76,11 @@ def test_json_report_has_the_documented_fields(tmp_path: Path) -> None:
     assert [k["kind"] for k in data["kills"]] == ["before-first-checkpoint", "inside-write"]
     assert [u["kind"] for u in data["unexercised"]] == ["after-checkpoint"]
     assert all(set(u) == UNEXERCISED_KEYS for u in data["unexercised"])
+    # what the resume after the kill inside a write showed of a plain resume is said too
+    assert (
+        "resume 2, resumed from the complete checkpoint at step 15 and recomputed 7"
+        in (data["unexercised"][0]["reason"])
+    )
     assert (
         "kill 1 (planned at step 3) tested a kill before the first checkpoint"
         in (data["unexercised"][0]["reason"])
