@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from crashdrill.drill.divergence import Divergence
-from crashdrill.drill.plan import KillPoint, draw_kills
+from crashdrill.drill.plan import KillPoint, draw_kills, plan_gaps
 from crashdrill.drill.snapshot import Snapshot, scan
 from crashdrill.drill.target import Child, Segment, Target, WriteWatch
 from crashdrill.drill.trace import LossParser
@@ -56,6 +56,11 @@ class PauseWatch(WriteWatch):
     def on_step(self, step: int) -> None:
         if self.before is None and self.after_previous < step <= self.step:
             self.before = scan(self.root)
+
+    def shows_state_before(self, step: int) -> bool:
+        # Between the previous checkpoint and the write: the engine copies at the first of
+        # these lines and again only when the dir changed (an async write that finished).
+        return self.after_previous < step < self.step
 
     def snapshot_before(self) -> Snapshot | None:
         return self.before
@@ -172,16 +177,28 @@ class PresetTarget(Target):
 
     def plan(self, rng: random.Random, kills: int) -> list[KillPoint]:
         """First kill before the first checkpoint after step 0; one inside the write of a
-        checkpoint the trainer will write (a multiple of ckpt_every, or the last step)."""
+        checkpoint the trainer will write (a multiple of ckpt_every before the last step);
+        the others between two writes."""
+        first, writes, checkpoints = self._cadence()
+        return draw_kills(rng, kills, self._candidates(), first, writes, checkpoints=checkpoints)
+
+    def plan_gaps(self, plan: list[KillPoint], kills: int) -> dict[str, str]:
+        """The trial kinds `plan` cannot exercise, and why (drill/plan.py, `plan_gaps`)."""
+        first, writes, checkpoints = self._cadence()
+        return plan_gaps(plan, kills, first, checkpoints, writes)
+
+    def _cadence(self) -> tuple[int, list[int], list[int]]:
+        """The first checkpoint after step 0, the writes a kill may land in, every write."""
         if self.ckpt_policy == "every":
-            first = min(self.ckpt_every, self.steps)
+            checkpoints = sorted({*range(self.ckpt_every, self.steps, self.ckpt_every), self.steps})
             writes = list(range(self.ckpt_every, self.steps, self.ckpt_every)) or [self.steps]
-        else:  # "end": the only write is the last one
-            first, writes = self.steps, [self.steps]
+            return checkpoints[0], writes, checkpoints
+        return self.steps, [self.steps], [self.steps]  # "end": the only write is the last one
+
+    def _candidates(self) -> range:
         # Plain kills stay out of the last tenth: a kill decided on reading step N must
         # land before the run ends, even when the drill reads its output late.
-        last = max(2, self.steps - max(1, self.steps // 10))
-        return draw_kills(rng, kills, range(1, last), first, writes)
+        return range(1, max(2, self.steps - max(1, self.steps // 10)))
 
     def describe(self) -> dict[str, object]:
         return {

@@ -32,10 +32,13 @@ class DirChangeWatch(WriteWatch):
     one: a script that starts its write right after printing the step has often begun
     it by the time the drill reads the line, and that write is the one to land in."""
 
-    def __init__(self, root: Path, step: int, files: CheckpointFiles) -> None:
+    def __init__(
+        self, root: Path, step: int, files: CheckpointFiles, after_write: int | None = None
+    ) -> None:
         self.root = root
         self.files = files
         self.step = step
+        self.after_write = after_write  # the reference's write before the one aimed at
         self.before: Snapshot | None = None  # at the last step line before `step`
         self.armed: Snapshot | None = None
         self.interval = 0.05
@@ -49,6 +52,11 @@ class DirChangeWatch(WriteWatch):
 
     def poll(self) -> bool:
         return self.armed is not None and self.files.scan(self.root) != self.armed
+
+    def shows_state_before(self, step: int) -> bool:
+        # The lines after the write before the aimed one and before the armed line: the
+        # armed snapshot is the last of them (the engine copies again only on a change).
+        return step < self.step and (self.after_write is None or step > self.after_write)
 
     def snapshot_before(self) -> Snapshot | None:
         return self.armed
@@ -109,7 +117,9 @@ class CommandTarget(Target):
         return {ENV_VAR: str(ckpt_dir), "PYTHONUNBUFFERED": "1"}
 
     def write_watch(self, ckpt_dir: Path, kill: KillPoint) -> WriteWatch:
-        return DirChangeWatch(self.checkpoint_root(ckpt_dir), kill.step, self.files)
+        return DirChangeWatch(
+            self.checkpoint_root(ckpt_dir), kill.step, self.files, kill.after_write
+        )
 
     def describe(self) -> dict[str, object]:
         return {

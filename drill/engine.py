@@ -65,10 +65,12 @@ def run_segment(
     *,
     observe_checkpoints: bool = False,
     nice: int = 0,
+    copy_to: Path | None = None,
 ) -> Segment:
     """Start the target once and follow it until it exits, is killed by the plan, or
     runs out of time. `nice` lowers its CPU priority (for a process off the critical
-    path); its children inherit it."""
+    path); its children inherit it. `copy_to`, with a kill inside a write: copy the
+    checkpoint dir there as that write will find it (`Segment.state_copy`)."""
     resume_args = target.gets_resume_args(ckpt_dir, restart=index > 0)
     argv = target.command(ckpt_dir, restart=index > 0)
     marker = f"{os.getpid()}-{next(_MARKERS)}"
@@ -87,7 +89,7 @@ def run_segment(
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, proc.pid, nice)
     try:
-        _follow(proc, seg, target, ckpt_dir, kill, observe_checkpoints)
+        _follow(proc, seg, target, ckpt_dir, kill, observe_checkpoints, copy_to)
     except DrillInterrupted as e:
         seg.ended = time.monotonic()
         e.running = seg  # what the drill saw of it, for the report
@@ -115,6 +117,7 @@ def _follow(
     ckpt_dir: Path,
     kill: KillPoint | None,
     observe_checkpoints: bool,
+    copy_to: Path | None = None,
 ) -> None:
     watch = target.write_watch(ckpt_dir, kill) if kill and kill.during_write else None
     tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
@@ -187,6 +190,8 @@ def _follow(
             return
         if watch:
             watch.on_step(point.step)
+            if copy_to is not None and watch.shows_state_before(point.step):
+                _copy_before_write(target, ckpt_dir, copy_to, seg, point.step)
         elif point.step >= kill.step:
             if kill.preempt:
                 do_term(now)
@@ -279,13 +284,16 @@ def run_crashed(
     after `max_restarts` restarts (default restart_cap) and at the target's deadline. Why
     it ended is the last segment's `chain_end` (None: the run finished or a kill ended it).
 
-    Trials stay independent: before a kill that may damage the checkpoint dir (inside a
-    write, a preemption) the dir is copied (under `copies`, default beside `ckpt_dir`).
-    When the restart after that kill fails (crashes, hangs), the damage would hide every
-    trial after it: the copy is put back, the segment is started again from it, and a
-    plain kill lands at the first step line after that write (a complete checkpoint), so
-    a plain resume is judged too; the kills left in the plan follow. Once per damaging
-    kill; a passing drill never pays more than the copies."""
+    Trials stay independent: before a kill that may damage the checkpoint dir the dir is
+    copied (under `copies`, default beside `ckpt_dir`): for a kill inside a write, at the
+    step line before that write (where its write watch says the dir stands as the write
+    will find it: the last write before it complete, so the copy holds it), for a
+    preemption as the segment starts. When the restart after that kill fails (crashes,
+    hangs), the damage would hide every trial after it: the copy is put back, the run is
+    started again from it (it resumes from the write before the torn one and recomputes
+    only the steps since), and a plain kill lands at the first step line after that write
+    (a complete checkpoint), so a plain resume is judged too; the kills left in the plan
+    follow. Once per damaging kill; a passing drill never pays more than the copies."""
     copies = copies if copies is not None else ckpt_dir.with_name(ckpt_dir.name + "-copies")
     segments = segments if segments is not None else []
     cap = max_restarts if max_restarts is not None else restart_cap(len(plan))
@@ -300,16 +308,19 @@ def run_crashed(
             segments[-1].chain_end = "deadline"
             break
         kill = left.pop(0) if left else None
-        copy = None
+        copy, copy_to = None, None
         if restore is not None:
             assert restore.state_copy is not None
             put_back(target, ckpt_dir, restore.state_copy)
             copy = restore.state_copy
-        elif kill is not None and (kill.during_write or kill.preempt):
+        elif kill is not None and kill.preempt:
             copy = copy_state(target, ckpt_dir, copies / f"before-segment-{i}")
+        elif kill is not None and kill.during_write:
+            copy_to = copies / f"before-segment-{i}"  # taken at the step line before the write
         before = target.snapshot(ckpt_dir)
-        seg = run_segment(target, ckpt_dir, i, kill)
-        seg.state_copy = copy
+        seg = run_segment(target, ckpt_dir, i, kill, copy_to=copy_to)
+        if copy is not None:
+            seg.state_copy = copy
         seg.snapshot_start = before
         if restore is not None:
             seg.restored_from = restore.index
@@ -367,9 +378,27 @@ def run_crashed(
     return segments
 
 
+def _copy_before_write(target: Target, ckpt_dir: Path, dest: Path, seg: Segment, step: int) -> None:
+    """Copy the checkpoint dir of a running process at step line `step`, as the write a
+    kill is aimed at will find it, unless the last copy holds it already. A copy during
+    which the dir changed (a write under way) is dropped: the last good one stays, and the
+    next line before the write tries again."""
+    now = target.snapshot(ckpt_dir)
+    if seg.state_copy is not None and now == seg.copy_snapshot:
+        return
+    fresh = copy_state(target, ckpt_dir, dest.with_name(dest.name + "-taking"))
+    if target.snapshot(ckpt_dir) != now:
+        shutil.rmtree(fresh, ignore_errors=True)
+        return
+    if dest.exists():
+        shutil.rmtree(dest)
+    fresh.rename(dest)
+    seg.state_copy, seg.copy_step, seg.copy_snapshot = dest, step, now
+
+
 def copy_state(target: Target, ckpt_dir: Path, dest: Path) -> Path:
-    """A copy of the checkpoint dir as it is now (no process of the run is alive): real
-    bytes, not hard links, since an in-place writer would change a linked copy too."""
+    """A copy of the checkpoint dir as it is now: real bytes, not hard links, since an
+    in-place writer would change a linked copy too."""
     root = target.checkpoint_root(ckpt_dir)
     if dest.exists():
         shutil.rmtree(dest)

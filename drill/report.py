@@ -42,7 +42,9 @@ def kills(result: DrillResult) -> list[dict[str, Any]]:
             {
                 "index": n,
                 "planned_step": kp.step,
-                "kind": kp.kind,
+                # what it tested, from the evidence (the resume after it); else the plan's
+                "kind": r.trial if landed and r is not None else kp.kind,
+                "planned": kp.kind,
                 "recovery": kp.recovery,
                 "during_write": kp.during_write,
                 "preempt": kp.preempt,
@@ -74,6 +76,48 @@ def trials(result: DrillResult) -> list[dict[str, Any]]:
         passed = all(_held(r) for r in rs) and not codes
         out.append({"kind": kind, "resumes": sorted(idx), "passed": passed, "codes": codes})
     return out
+
+
+def unexercised(result: DrillResult) -> list[dict[str, str]]:
+    """The trial kinds that no resume of this drill tested, each with why: the plan had
+    no room for it (`plan_gaps`), or the kill planned as one tested another kind or
+    never landed."""
+    if not result.analysis.resumes:
+        return []  # no kill landed (the reference failed, the run ended first): findings say
+    tested = {r.trial for r in result.analysis.resumes}
+    kinds = [k for k in TRIAL_KINDS if k != "preemption" or any(p.preempt for p in result.plan)]
+    out = []
+    for kind in kinds:
+        if kind in tested:
+            continue
+        why = result.plan_gaps.get(kind)
+        if why is None:
+            went = [
+                f"kill {k['index']} (planned at step {k['planned_step']}) "
+                + (f"tested {_KIND_TEXT.get(k['kind'], k['kind'])}" if k["landed"] else "")
+                + (f": {k['where']}" if k["landed"] and k["where"] else "")
+                + ("" if k["landed"] else "never landed: the run finished first")
+                for k in kills(result)
+                if k["planned"] == kind
+            ]
+            why = "; ".join(went) or "no kill of this kind landed"
+        if kind == "after-checkpoint":
+            why += _plain_resume_seen(result.analysis.resumes)
+        out.append({"kind": kind, "reason": why})
+    return out
+
+
+def _plain_resume_seen(resumes: list[ResumeVerdict]) -> str:
+    """What a resume after a kill inside a write showed of a plain resume: it loaded the
+    complete checkpoint before the write and recomputed steps from it."""
+    for r in resumes:
+        if r.trial == "inside-write" and r.from_step and r.recomputed and _held(r):
+            return (
+                f" (the restart after the kill inside a write, resume {r.index}, resumed from "
+                f"the complete checkpoint at step {r.from_step} and recomputed "
+                f"{r.recomputed_steps} steps exactly, as a plain resume does)"
+            )
+    return ""
 
 
 def _resume(r: ResumeVerdict) -> dict[str, Any]:
@@ -120,6 +164,7 @@ def to_json(result: DrillResult) -> dict[str, Any]:
         "kills_requested": result.kills_requested,
         "kills": kills(result),
         "trials": trials(result),
+        "unexercised": unexercised(result),
         "resumes": [_resume(r) for r in an.resumes],
         "stops": [s.to_json() for s in result.stops],  # --preempt: one per SIGTERM that landed
         "reference": {
@@ -210,7 +255,8 @@ def table(result: DrillResult) -> str:
             where = f"a SIGTERM, the process ended at step {k['step']}"
         if k["landed"]:
             took = f", {k['processes']} processes" if (k["processes"] or 1) > 1 else ""
-            lines.append(f"  kill {k['index']:<6} {where} (t {k['t']:.2f} s{took})")
+            tested = f": {_KIND_TEXT[k['kind']]}" if k["kind"] in TRIAL_KINDS else ""
+            lines.append(f"  kill {k['index']:<6} {where} (t {k['t']:.2f} s{took}){tested}")
         else:
             lines.append(f"  kill {k['index']:<6} planned {k['planned_step']}: never landed")
     if an.resumes:
@@ -233,22 +279,32 @@ def table(result: DrillResult) -> str:
             )
     for r in an.resumes:
         if r.replay_of is not None:
+            at = ev.crashed[r.replay_of].copy_step
+            found = (
+                f"as it was at step {at} of resume {r.replay_of}, before the write the kill "
+                "landed in,"
+                if at is not None
+                else f"as resume {r.replay_of} found it"
+            )
             lines.append(
                 f"  resume {r.index}: the restart after a damaging kill failed, so the "
-                f"checkpoint dir was put back as resume {r.replay_of} found it and the run "
-                "started again from there (the kills after it land on undamaged state)"
+                f"checkpoint dir was put back {found} and the run started again from there "
+                "(the kills after it land on undamaged state)"
             )
     groups = trials(result)
     if groups:
         lines.append(
             "  trials: "
             + "; ".join(
-                f"{_KIND_TEXT.get(g['kind'], g['kind'])}: resume(s) "
+                f"{_group_text(g['kind'], [r for r in an.resumes if r.index in g['resumes']])}"
+                ": resume(s) "
                 f"{', '.join(map(str, g['resumes']))} "
                 + ("passed" if g["passed"] else f"FAILED ({', '.join(g['codes']) or 'differ'})")
                 for g in groups
             )
         )
+    for gap in unexercised(result):
+        lines.append(f"  not exercised: {_KIND_TEXT[gap['kind']]}: {gap['reason']}")
     for stop in result.stops:
         lines.append(f"  {stop.text}")
     for r in an.resumes:
@@ -364,11 +420,24 @@ def _held(r: ResumeVerdict) -> bool:
     return r.verdict in ("bit-identical", NOTHING_LEFT) or r.verdict.startswith("equal at")
 
 
-_KIND_TEXT = {
+_KIND_TEXT: dict[str, str] = {
     **TRIAL_KINDS,
     "restart-after-crash": "a restart after a crash that had saved",
     "replay": "a start again from a copy of the state",
 }
+
+
+def _group_text(kind: str, resumes: list[ResumeVerdict]) -> str:
+    """A trial kind as the table names it, saying what the restarts resumed from where
+    the kind alone would leave it open (a kill before the first checkpoint after the
+    start, resumed from the step-0 checkpoint)."""
+    text = _KIND_TEXT.get(kind, kind)
+    froms = {r.from_step for r in resumes}
+    if kind == "before-first-checkpoint" and froms == {0}:
+        text += " (it resumes from the step-0 checkpoint)"
+    elif kind == "before-first-checkpoint" and froms == {None} and resumes[0].first_step:
+        text += f" (it starts again at step {resumes[0].first_step}: nothing to resume from)"
+    return text
 
 
 def _opt(x: int | None) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from crashdrill.drill.divergence import resume_diverged_text, same_divergence
 from crashdrill.drill.landing import Landing, judge_landing
 from crashdrill.drill.record_fields import field_verdict
-from crashdrill.drill.target import Segment, Target, last_step_trained
+from crashdrill.drill.target import Segment, last_step_trained
 from crashdrill.drill.trace import Precision
 from crashdrill.drill.verdicts import (
     NOTHING_LEFT,
@@ -63,8 +63,19 @@ def _lineage_divergence(k: int, segs: list[Segment], earlier: list[ResumeVerdict
     return None
 
 
-def _trial(prev: Segment | None, seg: Segment, landing: Landing, saved: bool, t: Target) -> str:
-    """What resume `seg` tested, from what happened (not only what was planned)."""
+def _trial(
+    prev: Segment | None,
+    seg: Segment,
+    landing: Landing,
+    saved: bool,
+    from_step: int | None,
+    writes: list[int],
+) -> str:
+    """What resume `seg` tested, from what happened, not what was planned: a plain kill
+    is after a checkpoint only with evidence that a complete one newer than the start
+    existed when it landed: the restart resumed from a later step than the start, or a
+    checkpoint newer than the start was in the dir and (when the reference's writes are
+    known) the killed process had printed a step line after the first of them."""
     if seg.restored_from is not None:
         return "replay"
     if prev is None or not prev.killed:
@@ -74,11 +85,13 @@ def _trial(prev: Segment | None, seg: Segment, landing: Landing, saved: bool, t:
         return "preemption"
     if landing.in_write:
         return "inside-write"
-    if not saved and not t.has_checkpoint(prev.snapshot_before_kill):
-        return "before-first-checkpoint"
-    if kp is not None and kp.before_first and not saved:
-        return "before-first-checkpoint"
-    return "after-checkpoint"
+    resumed_later = from_step is not None and from_step > 0
+    past_first = not writes or (prev.last_step is not None and prev.last_step > writes[0])
+    return (
+        "after-checkpoint"
+        if resumed_later or (saved and past_first)
+        else ("before-first-checkpoint")
+    )
 
 
 def check_resume(
@@ -102,6 +115,10 @@ def check_resume(
     else:
         prev = segs[k - 1]
     killed_at = prev.last_step if prev is not None else None
+    if replay_of is not None and segs[replay_of].copy_step is not None:
+        # It started from the dir as the torn write found it (the write before it holds
+        # the newest checkpoint): it recomputes what segment `replay_of` printed from there.
+        killed_at = segs[replay_of].last_step
     from_step = target.resumed_from(seg)
     from_start = seg.first_step is not None and seg.first_step <= (ref.first_step or 0)
     if from_step is None and seg.first_step is not None and not from_start:
@@ -112,9 +129,10 @@ def check_resume(
     if first is not None and killed_at is not None and killed_at >= first:
         recomputed = (first, killed_at)
         n_recomputed = killed_at - first + 1
-    saved = prev is not None and target.progress_saved(
-        segs[0].snapshot_first_step, prev.snapshot_before_kill
-    )
+    state = prev.snapshot_before_kill if prev is not None else None
+    if replay_of is not None and segs[replay_of].copy_step is not None:
+        state = segs[replay_of].copy_snapshot
+    saved = prev is not None and target.progress_saved(segs[0].snapshot_first_step, state)
     landing = (
         judge_landing(prev, seg, from_step, target, ref.write_steps)
         if prev is not None and prev.killed and replay_of is None
@@ -310,7 +328,7 @@ def check_resume(
         verdict=verdict,
         resume_args=seg.resume_args,
         fields=fields,
-        trial=_trial(prev, seg, landing, saved, target),
+        trial=_trial(prev, seg, landing, saved, from_step, ref.write_steps),
         kill=kill_numbers.get(prev.index) if prev is not None and replay_of is None else None,
         kill_where=landing.where if prev is not None and prev.killed else "",
         kill_evidence=tuple(landing.evidence),

@@ -105,6 +105,11 @@ class WriteWatch:
         """The checkpoint dir as it was before the write began (None: take it at the kill)."""
         return None
 
+    def shows_state_before(self, step: int) -> bool:
+        """The step line `step` (just read) shows the dir as the write the kill is aimed
+        at will find it: a copy taken now is what a recovery puts back (drill/engine.py)."""
+        return False
+
 
 class Target:
     """What the drill runs: a command, where its checkpoints go, how it prints losses."""
@@ -203,11 +208,15 @@ class Segment:
     processes_killed: int | None = None  # by the plan's kill: the process and its tree
     term_time: float | None = None  # a preemption: when its SIGTERM went out
     grace_expired: bool = False  # a preemption that the SIGKILL after its grace ended
-    # A copy of the checkpoint dir as it was before this segment started (taken before a
-    # kill that may damage it: inside a write, a preemption), for a recovery restart.
+    # A copy of the checkpoint dir from before a kill that may damage it, for a recovery
+    # restart: before a kill inside a write, the dir as that write found it, at the step
+    # line `copy_step` (its snapshot `copy_snapshot`); before a preemption, as the segment
+    # started (`copy_step` None).
     state_copy: Path | None = None
-    # This segment started from the copy taken before segment `restored_from`: it replays
-    # that segment's start after the restart that followed a damaging kill failed.
+    copy_step: int | None = None
+    copy_snapshot: Snapshot | None = None
+    # This segment started from the copy taken in segment `restored_from`: it replays that
+    # segment from the copy's step on, after the restart that followed a damaging kill failed.
     restored_from: int | None = None
     snapshot_start: Snapshot | None = None  # the checkpoint dir when it started (crashed run)
     out_of_drill_time: bool = False  # stopped by the whole drill's deadline (also `hung`)

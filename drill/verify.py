@@ -40,7 +40,7 @@ from crashdrill.drill.drill_end import (
 from crashdrill.drill.engine import kill_all, run_crashed, run_segment
 from crashdrill.drill.final_state import compare_final_params, compare_final_params_forked
 from crashdrill.drill.interrupt import DrillInterrupted, exit_code
-from crashdrill.drill.plan import KillPoint, draw_kills, preempt_plan
+from crashdrill.drill.plan import KillPoint, draw_kills, plan_gaps, preempt_gaps, preempt_plan
 from crashdrill.drill.preempt import StopVerdict, judge_stops, stop_findings
 from crashdrill.drill.record_fields import RunRecords
 from crashdrill.drill.target import Segment, Target
@@ -69,6 +69,8 @@ class DrillResult:
     phases: dict[str, float] = field(default_factory=dict)
     # The drill's own bounds (restart cap, deadline) and whether it ran to its end
     limits: DrillLimits | None = None
+    # The trial kinds the plan holds no kill of, each with why (drill/plan.py, plan_gaps).
+    plan_gaps: dict[str, str] = field(default_factory=dict)
 
 
 @contextmanager
@@ -184,8 +186,9 @@ def _verify_preset(
 
     rng = random.Random(seed)
     plan = target.plan(rng, kills)
+    gaps = target.plan_gaps(plan, kills)
     if preempt:
-        plan = preempt_plan(rng, plan, preempt, grace)
+        plan, gaps = preempt_gaps(plan, preempt_plan(rng, plan, preempt, grace), gaps)
     mark("plan drawn")
     with _work_dirs(work_dir) as (ref_dir, crash_dir):
         box: dict[str, Segment] = {}
@@ -222,7 +225,9 @@ def _verify_preset(
                 limits.running = describe_running(ref, "the reference run") or limits.running
                 ref = None
             evidence = Evidence(target, ref or _nothing(t0), {}, crashed, plan)
-            return _finish(target, "preset", seed, kills, plan, evidence, t0, marks, limits, e)
+            return _finish(
+                target, "preset", seed, kills, plan, evidence, t0, marks, limits, e, gaps=gaps
+            )
         except BaseException:  # a bug: the reference must not outlive the drill
             kill_all()
             raise
@@ -246,7 +251,7 @@ def _verify_preset(
         mark("records compared")
         evidence = Evidence(target, ref, target.snapshot(ref_dir), crashed, plan, final, records)
     mark("work dirs removed")
-    return _finish(target, "preset", seed, kills, plan, evidence, t0, marks, limits)
+    return _finish(target, "preset", seed, kills, plan, evidence, t0, marks, limits, gaps=gaps)
 
 
 def verify_command(
@@ -292,23 +297,26 @@ def verify_command(
     with _work_dirs(work_dir) as (ref_dir, crash_dir):
         ref: Segment | None = None
         plan: list[KillPoint] = []
+        gaps: dict[str, str] = {}
         crashed: list[Segment] = []
         try:
             ref = run_segment(target, ref_dir, 0, None, observe_checkpoints=True)
             ref_snapshot = target.snapshot(ref_dir)
             if ref.exit_code == 0 and ref.points and not ref.out_of_drill_time:
                 steps = [p.step for p in ref.points][:-1]  # a kill must land before the end
-                # No write seen in the reference: no write to land a kill in, all plain.
-                writes: list[int] | None = None if target.has_checkpoint(ref_snapshot) else []
-                # A kill inside a write is aimed at a write the reference made, neither
-                # the first (a complete checkpoint must exist to fall back on) nor the last
-                # (a plain kill after it must still land, should that write be torn).
-                if writes is None and len(ref.write_steps) >= 3:
-                    writes = [s for s in ref.write_steps[1:-1] if s in steps]
+                # The kills are placed from the reference's writes (each the step printed
+                # before its checkpoint dir changed). A kill inside a write is aimed at
+                # one, neither the first (a complete checkpoint must exist to fall back
+                # on) nor the last (a plain kill after it must still land, should that
+                # write be torn). No write seen: no write to land a kill in, all plain.
+                done = ref.write_steps if target.has_checkpoint(ref_snapshot) else []
+                writes = [s for s in done[1:-1] if s in steps]
+                first = done[0] if done else None
                 rng = random.Random(seed)
-                plan = draw_kills(rng, kills, steps, ref.first_ckpt_step, writes)
+                plan = draw_kills(rng, kills, steps, first, writes, checkpoints=done)
+                gaps = plan_gaps(plan, kills, first, done, writes)
                 if preempt:
-                    plan = preempt_plan(rng, plan, preempt, grace)
+                    plan, gaps = preempt_gaps(plan, preempt_plan(rng, plan, preempt, grace), gaps)
                 if deadline is None:  # the default, from the reference's time
                     spent = time.monotonic() - t0
                     limits.deadline_s = spent + default_deadline(ref.ended - ref.started, kills)
@@ -323,7 +331,9 @@ def verify_command(
             what = f"process {len(crashed)} of the crashed run" if ref else "the reference run"
             limits.running = describe_running(e.running, what)
             evidence = Evidence(target, ref or _nothing(t0), {}, crashed, plan)
-            return _finish(target, "command", seed, kills, plan, evidence, t0, None, limits, e)
+            return _finish(
+                target, "command", seed, kills, plan, evidence, t0, None, limits, e, gaps=gaps
+            )
         final = None
         if compare_files and crashed and crashed[-1].exit_code == 0 and not crashed[-1].killed:
             final = compare_bytes(ref_dir, crash_dir, compare_files)
@@ -331,7 +341,7 @@ def verify_command(
 
         look = CheckpointLook(target.checkpoint_root(crash_dir))  # read only if a finding asks
         evidence = Evidence(target, ref, ref_snapshot, crashed, plan, final, checkpoint=look)
-        return _finish(target, "command", seed, kills, plan, evidence, t0, None, limits)
+        return _finish(target, "command", seed, kills, plan, evidence, t0, None, limits, gaps=gaps)
 
 
 def _nothing(t0: float) -> Segment:
@@ -350,6 +360,8 @@ def _finish(
     marks: dict[str, float] | None,
     limits: DrillLimits,
     interrupt: DrillInterrupted | None = None,
+    *,
+    gaps: dict[str, str] | None = None,
 ) -> DrillResult:
     segs = evidence.crashed
     if evidence.reference.out_of_drill_time:  # the deadline ran out in the reference
@@ -381,7 +393,19 @@ def _finish(
     wall = time.monotonic() - t0
     phases = {**(marks or {}), "analysed": wall}
     return DrillResult(
-        target, mode, seed, kills, plan, evidence, analysis, t0, wall, stops, phases, limits
+        target,
+        mode,
+        seed,
+        kills,
+        plan,
+        evidence,
+        analysis,
+        t0,
+        wall,
+        stops,
+        phases,
+        limits,
+        gaps or {},
     )
 
 

@@ -75,7 +75,8 @@ def test_junit_shows_each_resume_as_a_test_case(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite is not None and suite.get("name") == "crashdrill verify"
-    cases = suite.findall("testcase")
+    # a trial kind the drill could not exercise is a skipped case of its own
+    cases = [c for c in suite.findall("testcase") if c.find("skipped") is None]
     assert [c.get("name", "").split(" (")[0] for c in cases] == ["resume 1", "resume 2"]
     failed = [c for c in cases if c.find("failure") is not None]
     assert failed and suite.get("failures") == str(len(failed))

@@ -179,7 +179,10 @@ def test_a_torn_write_whose_restart_fails_is_followed_by_a_plain_kill_from_a_cop
     assert [s.killed for s in segs] == [True, True, False, True, False], segs
     assert segs[1].last_step == 20 and segs[2].crashed  # the torn ckpt.json fails to load
     replay, recovery = segs[3], segs[3].kill_point
-    assert replay.restored_from == 1 and replay.first_step == 1  # the copy held nothing yet
+    # The copy was taken at a step line before the torn write (after the write of step
+    # 10), not as segment 1 started (an empty dir then): the replay resumes from step 10.
+    assert segs[1].copy_step is not None and 10 < segs[1].copy_step < 18, segs[1]
+    assert replay.restored_from == 1 and replay.first_step == 11
     assert recovery is not None and recovery.recovery and recovery.step == 21
     assert replay.last_step is not None and replay.last_step >= 21
     assert segs[4].exit_code == 0 and segs[4].first_step == 21  # resumed from the write of 20
@@ -288,3 +291,19 @@ def test_the_drill_s_deadline_stops_the_running_process_and_the_chain(tmp_path: 
     segs = run_crashed(t, tmp_path, [KillPoint(100)])
     assert len(segs) == 1 and segs[0].out_of_drill_time and segs[0].chain_end == "deadline"
     assert time.monotonic() - t0 < 8
+
+
+def test_only_a_kill_armed_inside_a_write_copies_the_dir_once_after_the_write_before(
+    tmp_path: Path,
+) -> None:
+    ckpt = tmp_path / "crashed"
+    ckpt.mkdir()
+    plain = run_crashed(target(TORN_ON_RESUME), ckpt, [KillPoint(14)])
+    assert all(s.state_copy is None for s in plain), plain  # a plain kill copies nothing
+    for p in ckpt.iterdir():
+        p.unlink()
+    # Armed at 18 with the reference's write before it at 10: one copy, at the first step
+    # line after 10 (the dir does not change again before the write), not at the start.
+    segs = run_crashed(target(TORN_ON_RESUME), ckpt, [KillPoint(18, True, after_write=10)])
+    assert segs[0].copy_step == 11 and segs[0].copy_snapshot is not None, segs[0]
+    assert "ckpt.json" in segs[0].copy_snapshot

@@ -5,9 +5,12 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from crashdrill.drill.builtin import PresetTarget
-from crashdrill.drill.plan import KillPoint, draw_kills, preempt_plan
+from crashdrill.drill.plan import KillPoint, draw_kills, plan_gaps, preempt_gaps, preempt_plan
 
 
 def _draw(seed: int, kills: int, **kw: object) -> list[KillPoint]:
@@ -102,3 +105,103 @@ def test_a_mixed_schedule_has_both_kinds_and_the_seed_replays_it(seed: int) -> N
 def test_a_single_kill_in_a_mixed_schedule_is_a_preemption() -> None:
     plan = [KillPoint(7)]
     assert preempt_plan(random.Random(0), plan, "mixed", 5.0)[0].preempt
+
+
+# Plans from the reference's observed writes (issue 33 §4): each trial kind lands where
+# its name says, however late or irregular the checkpoints are.
+
+
+@st.composite
+def _runs(draw: st.DrawFn) -> tuple[int, list[int], int, int]:
+    """(steps printed, the steps after which a checkpoint was written, kills, seed)."""
+    steps = draw(st.integers(min_value=8, max_value=400))
+    writes = draw(st.lists(st.integers(2, steps - 1), min_size=1, max_size=12, unique=True))
+    return steps, sorted(writes), draw(st.integers(1, 6)), draw(st.integers(0, 2**32))
+
+
+def _observed(steps: int, writes: list[int], kills: int, seed: int) -> list[KillPoint]:
+    cands = list(range(1, steps))  # as verify_command: every printed step but the last
+    aimed = [w for w in writes[1:-1] if w in cands]
+    return draw_kills(random.Random(seed), kills, cands, writes[0], aimed, checkpoints=writes)
+
+
+@given(_runs())
+@hypothesis_settings(max_examples=300, deadline=None)
+def test_each_planned_trial_lands_in_the_window_its_kind_names(
+    run: tuple[int, list[int], int, int],
+) -> None:
+    steps, writes, kills, seed = run
+    plan = _observed(steps, writes, kills, seed)
+    plain_room = [s for s in range(writes[0] + 1, steps) if s not in writes]
+    for k in plan:
+        if k.kind == "before-first-checkpoint":
+            assert k.step < writes[0], (k, writes)
+        elif k.kind == "inside-write":
+            # neither the first write nor the last; the copy starts after the one before it
+            assert k.step in writes[1:-1], (k, writes)
+            assert k.after_write == max(w for w in writes if w < k.step)
+        elif len(plain_room) >= kills:  # room for every plain kill after a checkpoint
+            # after a complete write, before the next one, with steps to recompute
+            assert k.step > writes[0] and k.step not in writes, (k, writes)
+    gaps = plan_gaps(plan, kills, writes[0], writes, writes[1:-1])
+    kinds = {k.kind for k in plan}
+    # every trial kind is either planned or said to be impossible, never both
+    assert kinds.isdisjoint(gaps), (plan, gaps)
+    assert kinds | set(gaps) == {"before-first-checkpoint", "after-checkpoint", "inside-write"}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_late_first_checkpoint_still_gets_a_plain_kill_after_it(seed: int) -> None:
+    # The reference of tests/integration/research/plan_late_ckpt.py: 60 steps, checkpoints
+    # after 36, 44 and 53. The spread plan put the third kill anywhere in the run, before
+    # the first checkpoint on 18 of these 40 seeds.
+    plan = _observed(60, [36, 44, 53], 3, seed)
+    assert [k.kind for k in plan].count("after-checkpoint") == 1, plan
+    (plain,) = [k for k in plan if k.kind == "after-checkpoint"]
+    assert plain.step > 36 and plain.step not in (44, 53)
+    assert plan_gaps(plan, 3, 36, [36, 44, 53], [44]) == {}
+
+
+def test_a_script_with_fewer_than_three_writes_has_no_write_to_land_a_kill_in() -> None:
+    for writes in ([30], [30, 50]):
+        plan = _observed(60, writes, 2, 4)
+        assert not any(k.during_write for k in plan), plan
+        gaps = plan_gaps(plan, 2, writes[0], writes, [])
+        assert "neither the first" in gaps["inside-write"], gaps
+        assert f"{len(writes)} checkpoint(s)" in gaps["inside-write"]
+        assert [k.kind for k in plan] == ["before-first-checkpoint", "after-checkpoint"]
+
+
+def test_a_plan_says_which_trials_it_cannot_hold_and_why() -> None:
+    none = draw_kills(random.Random(0), 2, range(1, 50), None, [], checkpoints=[])
+    assert {k.kind for k in none} == {"before-first-checkpoint"}  # no checkpoint at all
+    never = plan_gaps(none, 2, None, [], [])
+    assert set(never) == {"after-checkpoint", "inside-write"}
+    assert all("no checkpoint" in why for why in never.values()), never
+    one = _observed(60, [20, 40, 50], 1, 0)
+    assert "--kills 2" in plan_gaps(one, 1, 20, [20, 40, 50], [40])["inside-write"]
+    two = _observed(60, [20, 40, 50], 2, 0)
+    assert "--kills 3" in plan_gaps(two, 2, 20, [20, 40, 50], [40])["after-checkpoint"]
+    first = plan_gaps(_observed(60, [1, 40, 50], 3, 0), 3, 1, [1, 40, 50], [40])
+    assert "no step line comes before the first checkpoint" in first["before-first-checkpoint"]
+
+
+def test_the_quick_preset_s_plain_kills_fall_between_its_writes() -> None:
+    target = PresetTarget("quick", "A")
+    for seed in range(20):
+        plan = target.plan(random.Random(seed), 5)
+        plain = [k.step for k in plan if k.kind == "after-checkpoint"]
+        assert len(plain) == 3 and all(
+            s > target.ckpt_every and s % target.ckpt_every for s in plain
+        ), plan
+        assert target.plan_gaps(plan, 5) == {}
+    gaps = target.plan_gaps(target.plan(random.Random(1), 2), 2)
+    assert list(gaps) == ["after-checkpoint"], gaps
+
+
+def test_a_preemption_that_replaced_a_trial_s_only_kill_says_so() -> None:
+    plan = _observed(60, [20, 40, 50], 2, 3)
+    stops = preempt_plan(random.Random(3), plan, "all", 5.0)
+    _, gaps = preempt_gaps(plan, stops, plan_gaps(plan, 2, 20, [20, 40, 50], [40]))
+    assert gaps["inside-write"] == gaps["before-first-checkpoint"]
+    assert "--preempt" in gaps["inside-write"]

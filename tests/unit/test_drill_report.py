@@ -33,7 +33,7 @@ def _result() -> DrillResult:
 SCHEMA_KEYS = {
     "schema", "mode", "target", "seed", "kills_requested", "kills", "resumes", "stops", "reference",
     "crashed", "precision", "final_state", "verdict", "exit_code", "diagnosis", "wall_seconds",
-    "trials", "drill", "checkpoint_files",
+    "trials", "drill", "checkpoint_files", "unexercised",
 }  # fmt: skip
 DRILL_KEYS = {
     "complete", "restarts", "max_restarts", "deadline_s", "deadline_default", "deadline_hit",
@@ -53,9 +53,10 @@ FIELD_KEYS = {
 }  # fmt: skip
 KILL_KEYS = {
     "index", "planned_step", "during_write", "preempt", "landed", "t", "step",
-    "in_checkpoint_write", "processes", "kind", "recovery", "where", "evidence",
+    "in_checkpoint_write", "processes", "kind", "recovery", "where", "evidence", "planned",
 }  # fmt: skip
 TRIAL_KEYS = {"kind", "resumes", "passed", "codes"}
+UNEXERCISED_KEYS = {"kind", "reason"}
 DIAGNOSIS_KEYS = {"code", "fails", "resume", "text", "evidence"}
 STOP_KEYS = {
     "index", "planned_step", "sigterm_step", "last_step", "exit_code", "stop_s", "grace_s",
@@ -76,7 +77,21 @@ def test_json_report_has_the_documented_fields(tmp_path: Path) -> None:
     assert all(set(f) == FIELD_KEYS for r in data["resumes"] for f in r["fields"])
     assert [f["field"] for f in data["resumes"][1]["fields"]] == ["step.loss"]  # stdout only
     assert data["final_state"]["method"] == "bytes"
-    assert [k["kind"] for k in data["kills"]] == ["after-checkpoint", "inside-write"]
+    # Labelled by what happened: kill 1 was planned as a plain kill, but no checkpoint
+    # existed when it landed, so it tested a kill before the first checkpoint.
+    assert [k["planned"] for k in data["kills"]] == ["after-checkpoint", "inside-write"]
+    assert [k["kind"] for k in data["kills"]] == ["before-first-checkpoint", "inside-write"]
+    assert [u["kind"] for u in data["unexercised"]] == ["after-checkpoint"]
+    assert all(set(u) == UNEXERCISED_KEYS for u in data["unexercised"])
+    # what the resume after the kill inside a write showed of a plain resume is said too
+    assert (
+        "resume 2, resumed from the complete checkpoint at step 15 and recomputed 7"
+        in (data["unexercised"][0]["reason"])
+    )
+    assert (
+        "kill 1 (planned at step 3) tested a kill before the first checkpoint"
+        in (data["unexercised"][0]["reason"])
+    )
     assert any("older than the step being written (22)" in e for e in data["kills"][1]["evidence"])
     assert all(set(t) == TRIAL_KEYS for t in data["trials"])
     assert [(t["kind"], t["resumes"], t["passed"]) for t in data["trials"]] == [
@@ -88,7 +103,7 @@ def test_json_report_has_the_documented_fields(tmp_path: Path) -> None:
 def test_every_json_field_is_documented() -> None:
     text = DOCS.read_text(encoding="utf-8")
     keys = SCHEMA_KEYS | RESUME_KEYS | KILL_KEYS | FIELD_KEYS | STOP_KEYS | TRIAL_KEYS
-    keys |= DRILL_KEYS | CHECKPOINT_FILES_KEYS
+    keys |= DRILL_KEYS | CHECKPOINT_FILES_KEYS | UNEXERCISED_KEYS
     for key in keys | DIAGNOSIS_KEYS:
         assert f"`{key}`" in text, f"docs/verify.md does not document {key}"
 
@@ -106,7 +121,8 @@ def test_table_names_each_resume_and_the_verdict() -> None:
     assert "inside a checkpoint write after step 22" in text
     assert "bit-identical" in text and text.splitlines()[-1].startswith("PASS")
     assert "--seed 7" in text
-    assert "trials: a kill before the first checkpoint: resume(s) 1 passed" in text
+    assert "trials: a kill before the first checkpoint after the start (it starts again at " in text
+    assert "not exercised: a plain kill after a complete checkpoint: kill 1" in text
     assert "--seed 7 replays this plan" in text and "depends on timing" in text
 
 
