@@ -83,6 +83,7 @@ def _json(line: str) -> Reading | None:
     return Reading(obj["step"], obj["loss"], bits)
 
 
+_NON_FINITE = re.compile(r"(?<![\w'\"])-?(nan|inf)(?![\w'\"])")
 _HF_LOSS = re.compile(rf"['\"]loss['\"]\s*:\s*(?P<loss>{NUM})(?=\s*[,}}])")
 _HF_EPOCH = re.compile(rf"['\"]epoch['\"]\s*:\s*(?P<epoch>{NUM})(?=\s*[,}}])")
 
@@ -92,7 +93,8 @@ def _hf_dict(line: str) -> dict[object, object] | None:
     if not (line.startswith("{") and line.endswith("}")) or "loss" not in line:
         return None
     try:
-        obj = ast.literal_eval(line)  # literals only: no name is looked up, nothing called
+        # literals only: no name is looked up, nothing called; nan/inf are no literals
+        obj = ast.literal_eval(_NON_FINITE.sub("0", line))
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return None
     return obj if isinstance(obj, dict) and "loss" in obj else None

@@ -138,6 +138,7 @@ def test_step_spacing_is_the_usual_gap() -> None:
         (" 4%|▍         | 12/300 [00:01<00:20, 10.5it/s, loss=2.31]", "progress", 12, "2.31"),
         ("epoch 1 step=12 lr=0.001 loss=2.3100", "progress", 12, "2.3100"),
         ("iter 7: loss nan, time 1.0ms", "nanogpt", 7, "nan"),
+        ("{'loss': nan, 'grad_norm': inf, 'epoch': 0.5, 'step': 9}", "huggingface", 9, "nan"),
     ],
 )  # fmt: skip
 def test_each_common_loss_line_shape_is_read_without_a_regex(
