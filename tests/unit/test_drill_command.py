@@ -82,3 +82,37 @@ def test_a_reference_that_dies_at_an_import_gets_the_interpreter_in_its_finding(
     assert result.analysis.exit_code == 1 and crashed
     assert "likely cause" in crashed[0].text and str(other) in crashed[0].text
     assert "{python}" in crashed[0].text
+
+
+def test_no_steps_quotes_the_first_lines_and_names_loss_lines_found_on_stderr() -> None:
+    code = (
+        "import sys\n"
+        "print('Epoch 1/1 starting')\n"
+        "for i in range(1, 6):\n"
+        "    print(f'{i}/5 [00:00<00:00, loss={1 + i / 10}]', file=sys.stderr)\n"
+        "print('done')\n"
+    )
+    result = verify_command([sys.executable, "-c", code], parser=LossParser(), kills=0)
+    (finding,) = result.analysis.findings
+    assert result.analysis.exit_code == 2 and finding.code == "no-steps"
+    assert "'Epoch 1/1 starting'; 'done'" in finding.text
+    assert "Its stderr has loss lines ('1/5 [00:00<00:00, loss=1.1]')" in finding.text
+    assert "file=sys.stdout" in finding.text
+
+
+def test_a_progress_bar_redrawn_with_carriage_returns_is_read_at_every_redraw(
+    tmp_path: Path,
+) -> None:
+    from crashdrill.drill.engine import run_segment
+
+    code = (
+        "import sys, time\n"
+        "for i in range(1, 6):\n"
+        "    sys.stdout.write(f'\\r{i * 20}%|##| {i}/5 [00:01<00:02, loss={1 / i!r}]')\n"
+        "    sys.stdout.flush(); time.sleep(0.01)\n"
+        "sys.stdout.write('\\n')\n"
+    )
+    target = CommandTarget([sys.executable, "-c", code], parser=LossParser(), timeout=30)
+    seg = run_segment(target, tmp_path, 0, None)
+    assert [p.step for p in seg.points] == [1, 2, 3, 4, 5]
+    assert target.parser.matched == "progress" and seg.points[-1].text == "0.2"
