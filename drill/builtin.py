@@ -108,7 +108,7 @@ class PresetTarget(Target):
         self.steps = cfg.steps
         self.ckpt_every = cfg.ckpt_every
         self.ckpt_policy = cfg.ckpt_policy
-        self.parser = LossParser()
+        self.parser = LossParser(shape="json")
         self.timeout = timeout
         self.fork_server = fork_server  # None: every trainer start is a plain exec
 

@@ -11,7 +11,8 @@ never by unpickling code: `torch.load(weights_only=True)`, safetensors and DCP h
 JSON. What it holds is recognised from contents (drill/checkpoint_parts.py).
 
 Exit codes: 0 read (whatever it lacks, unless --require), 1 --require named a part it
-lacks, 2 bad usage, a path that does not exist, or nothing in it could be read.
+lacks, 2 bad usage, a path that does not exist, a file that is not a checkpoint (named for
+what its first bytes say it might be: drill/file_sniff.py), or nothing in it could be read.
 """
 
 from __future__ import annotations
@@ -43,6 +44,13 @@ PARTS = {
 }
 NEEDED = ("model", "optimizer", "rng", "data", "step")
 STREAMS = {"python": "Python", "numpy": "numpy", "torch": "torch CPU", "cuda": "CUDA"}
+# When a loop needs an RNG stream that its checkpoint does not hold.
+STREAM_USE = {
+    "python": "needed only when the loop calls Python's random module",
+    "numpy": "needed only when the loop draws from numpy's global random state",
+    "torch": "needed only when the loop draws random numbers on the CPU with torch",
+    "cuda": "needed only when the loop draws random numbers on the GPU",
+}
 WHEN_USED = {
     "scheduler": "needed only if the LR changes on a schedule",
     "amp": "needed only when training in float16 with a GradScaler",
@@ -167,6 +175,8 @@ def inventory(desc: dict[str, Any]) -> Inventory:
                 "their names are known"
             )
         files.append(entry)
+    if len(files) == 1 and desc["files"][0].get("sniffed"):  # one file, and not a checkpoint
+        raise InspectError(f"{desc['path']}: {files[0]['error']}")
     if files and not any(f["read"] for f in files):
         first = files[0].get("error", "not read")
         if files[0].get("unsafe_globals"):
@@ -205,9 +215,9 @@ def inventory(desc: dict[str, Any]) -> Inventory:
         )
     rng = parts["rng"]
     streams = {s: sum(f.count for f in rng.found if f.stream == s) for s in STREAMS}
-    absent = [STREAMS[s] for s, n in streams.items() if not n]
+    absent = [s for s, n in streams.items() if not n]
     if rng.found and absent:
-        rng.note = f"none saved: {', '.join(absent)} (needed only if the loop draws from them)"
+        rng.note = "; ".join(f"{STREAMS[s]} RNG: not saved ({STREAM_USE[s]})" for s in absent)
     for p in parts.values():
         named = [f for f in p.found if f.by_name]
         if named and len(named) == len(p.found):
@@ -257,8 +267,8 @@ def table(inv: Inventory) -> str:
                 lines.append(f"  {'':<18} {found.where} — {found.detail}")
             if more:
                 lines.append(f"  {'':<18}{more}")
-            if p.note:
-                lines.append(f"  {'':<18} ({p.note})")
+            for note in p.note.split("; ") if p.note else []:
+                lines.append(f"  {'':<18} {note}")
         else:
             lines.append(f"{head} {p.status}" + (f" — {p.note}" if p.note else ""))
     lines.append("")

@@ -16,7 +16,10 @@ length, anything else as its type name. Loading rules:
 - PyTorch Distributed Checkpoint (`.metadata`): unpickled with only DCP's own metadata
   classes and torch's dtype constants allowed; the `.distcp` data files are not read.
 - JSON files (`trainer_state.json`, a script's own JSON checkpoint): parsed.
-- Anything else: named, not read.
+- Anything else: named, not read, with what its first bytes say it might be (a numpy
+  .npy, GGUF, HDF5, text, a raw float32 array of N values: drill/file_sniff.py).
+
+A file's format comes from its first bytes unless its name says `.safetensors` / `.json`.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from crashdrill.drill.file_sniff import not_a_checkpoint, sniff
 from crashdrill.trainer.exit_codes import EXIT_OK, EXIT_USAGE
 
 MAX_FILES = 64  # files of one checkpoint described at most
@@ -227,18 +231,24 @@ def open_dcp(path: Path) -> dict[str, Any]:
 
 
 def open_file(path: Path) -> dict[str, Any]:
+    """By its name where the name says the format, else by its first bytes
+    (drill/file_sniff.py): a `.bin` that is no torch.save file is named for what it might
+    be, never handed to torch's unpickler."""
     name = path.name
-    with open(path, "rb") as f:
-        magic = f.read(8)
     if name.endswith(".safetensors"):
         return open_safetensors(path)
     if name.endswith(".json"):
         return open_json(path)
-    if magic.startswith(b"PK") or name.endswith(TORCH_EXT) or magic[:1] == b"\x80":
+    found = sniff(path)
+    if found.kind in ("torch-zip", "pickle"):
         return open_torch(path)
-    if magic[:1] in (b"{", b"["):
+    if found.kind == "safetensors":
+        return open_safetensors(path)
+    if found.kind == "json":
         return open_json(path)
-    return {"error": "not a format crashdrill inspect reads"}
+    if found.kind == "torn-zip":  # a checkpoint, cut short
+        return {"error": found.what}
+    return {"error": not_a_checkpoint(found), "sniffed": found.kind}
 
 
 # ---------------------------------------------------------------- finding the files
@@ -260,21 +270,37 @@ def _numbered(paths: list[Path]) -> tuple[list[Path], list[str]]:
         nums = tuple(int(n) for n in _NUM.findall(p.name))
         groups.setdefault(_NUM.sub("#", p.name), []).append((nums, p))
     out, notes = [], []
-    for pattern, members in groups.items():
+    for members in groups.values():
         if len(members) == 1:
             out.append(members[0][1])
             continue
         firsts = sorted(m[0][0] for m in members if m[0])
+        where = _in_dir(members[0][1])
         if firsts in (list(range(len(firsts))), list(range(1, len(firsts) + 1))):
             out += [m[1] for m in members]
-            notes.append(f"{len(members)} files {pattern} read as parts (per rank or shard)")
+            notes.append(
+                f"{len(members)} files{where} ({_names(members)}) read together as the parts "
+                "of one checkpoint (one per rank or shard)"
+            )
             continue
         members.sort(key=lambda m: (m[0], m[1].stat().st_mtime))
         out.append(members[-1][1])
         notes.append(
-            f"{len(members)} checkpoints {pattern}: the newest, {members[-1][1].name}, read"
+            f"{len(members)} checkpoints{where} ({_names(members)}); reading the newest, "
+            f"{members[-1][1].name}"
         )
     return sorted(out), notes
+
+
+def _in_dir(path: Path) -> str:
+    return f" in {path.parent.name}/" if path.parent.name else ""
+
+
+def _names(members: list[tuple[tuple[int, ...], Path]], most: int = 4) -> str:
+    names = [m[1].name for m in sorted(members, key=lambda m: m[0])]
+    if len(names) > most:
+        return ", ".join(names[: most - 1]) + f", … {names[-1]}"
+    return ", ".join(names)
 
 
 def _file_format(path: Path) -> str:
@@ -308,7 +334,9 @@ def choose(path: Path, depth: int = 0) -> tuple[Path, str, list[Path], list[str]
     if len(whole) > 1:
         last = [p for p in whole if p.name == "last.ckpt"]
         pick = last[0] if last else max(whole, key=lambda p: p.stat().st_mtime)
-        return pick, "torch.save", [pick], [f"{len(whole)} .ckpt files: {pick.name} read"]
+        why = "last.ckpt, Lightning's newest" if last else "the newest"
+        note = f"{len(whole)} .ckpt files{_in_dir(pick)}; reading {why}, {pick.name}"
+        return pick, "torch.save", [pick], [note]
     if files:
         chosen, notes = _numbered(files)
         hf = {"trainer_state.json", "optimizer.pt", "scheduler.pt"} & names

@@ -2,9 +2,11 @@
 unless the resumed trace equals an uninterrupted reference bit for bit.
 
     crashdrill verify --preset quick --kills 2                 the built-in trainer
-    crashdrill verify --kills 3 --seed 7 -- python train.py --out {ckpt_dir}
-    crashdrill verify --loss-regex 'iter (?P<step>\\d+): loss (?P<loss>\\S+)' \\
-        --resume-args=--resume -- python train.py
+    crashdrill verify --kills 3 --seed 7 -- {python} train.py --out {ckpt_dir}
+    crashdrill verify --resume-args=--resume -- python train.py   `iter N: loss X` read as is
+    crashdrill verify --loss-regex 'it=(?P<step>\\d+) L=(?P<loss>\\S+)' -- python train.py
+    crashdrill verify                        the options of [tool.crashdrill] in pyproject.toml
+    crashdrill verify --print-config         … the options in effect and where each came from
     crashdrill verify --preempt --grace 30 -- python train.py    SIGTERM, SIGKILL after 30 s
     python -m crashdrill.drill …                                the same, standalone
 
@@ -27,12 +29,23 @@ from crashdrill.closed_output import quiet_when_output_closed
 from crashdrill.drill.checkpoint_files import check_globs
 from crashdrill.drill.interrupt import DrillInterrupted, exit_code, stop_on_signals
 from crashdrill.drill.plan import PREEMPT_MODES
+from crashdrill.drill.project_config import ConfigFileError, mark_defaults
 from crashdrill.drill.target import StartError
 from crashdrill.drill.trace import TraceError
 from crashdrill.processes.process_tree import become_subreaper
 from crashdrill.trainer.exit_codes import EXIT_USAGE
 
 MAX_KILLS = 100
+# Options that apply to one kind of target only (a table's are dropped for the other).
+COMMAND_ONLY = (
+    "loss_regex",
+    "resume_args",
+    "resume_args_always",
+    "compare_file",
+    "rank",
+    "checkpoint_glob",
+)
+PRESET_ONLY = ("run", "no_fork_server")
 
 
 def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -50,7 +63,8 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument(
         "--loss-regex",
         metavar="RE",
-        help="read losses with this regex (named groups step and loss) instead of JSON lines",
+        help="read losses with this regex (named groups step and loss) instead of the loss-line "
+        "shapes recognised without it (JSON, nanoGPT's iter N: loss X, step N | loss X, …)",
     )
     p.add_argument(
         "--resume-args",
@@ -125,12 +139,19 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "imported torch (presets only; also CRASHDRILL_FORK_SERVER=0)",
     )
     p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the options in effect (the command line over [tool.crashdrill] in the "
+        "nearest pyproject.toml, over the defaults) with where each came from, and exit 0",
+    )
+    p.add_argument(
         "script",
         nargs="*",
         metavar="-- COMMAND",
         help="any training script; {ckpt_dir} in it (and $CRASHDRILL_CKPT_DIR) is its "
-        "checkpoint dir",
+        "checkpoint dir, {python} the interpreter crashdrill runs in",
     )
+    mark_defaults(p)  # a flag given on the command line is told apart from the table's
     return p
 
 
@@ -155,13 +176,29 @@ def _usage(message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run the drill; the exit code is the verdict (0 pass, 1 fail, 2 usage, 128 + the
     signal when SIGINT/SIGTERM stopped it: 130, 143)."""
-    from crashdrill.drill import report
+    from crashdrill.drill import project_config, report
 
+    known = project_config.options(configure(argparse.ArgumentParser(add_help=False)))
+    try:
+        config = project_config.load(known)
+    except ConfigFileError as e:
+        return _usage(str(e))
+    source = project_config.resolve(args, config, known, COMMAND_ONLY, PRESET_ONLY)
+    if args.print_config:
+        where = config.where if config.path else "no pyproject.toml with [tool.crashdrill]"
+        print(f"crashdrill verify: the options in effect ({where}; the command line wins)")
+        print(project_config.effective(args, known, source))
+        return 0
+    # A command from the table runs where the table is: the project's root.
+    cwd = str(config.path.parent) if config.path and source["script"] == config.where else None
     script = list(args.script or [])
     if script and script[0] == "--":
         script = script[1:]
     if bool(args.preset) == bool(script):
-        return _usage("give either --preset NAME or -- COMMAND… (one of them)")
+        return _usage(
+            "give either --preset NAME or -- COMMAND… (one of them; or `command` / `preset` in"
+            " [tool.crashdrill] of the project's pyproject.toml)"
+        )
     if not 0 <= args.kills <= MAX_KILLS:
         return _usage(f"--kills {args.kills}: a whole number in [0, {MAX_KILLS}]")
     if args.rank < 0:
@@ -193,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
     become_subreaper()
     try:
         with stop_on_signals():
-            result = _drill(args, script, seed, globs)
+            result = _drill(args, script, seed, globs, cwd)
     except DrillInterrupted as e:  # before the drill had anything to report, or after it
         print(f"crashdrill verify: {e.name}: stopped, no report", file=sys.stderr)
         return exit_code(e.signum)
@@ -215,17 +252,9 @@ def run(args: argparse.Namespace) -> int:
     return int(result.analysis.exit_code)
 
 
-COMMAND_ONLY = (
-    "loss_regex",
-    "resume_args",
-    "resume_args_always",
-    "compare_file",
-    "rank",
-    "checkpoint_glob",
-)
-
-
-def _drill(args: argparse.Namespace, script: list[str], seed: int, globs: list[str]) -> Any:
+def _drill(
+    args: argparse.Namespace, script: list[str], seed: int, globs: list[str], cwd: str | None
+) -> Any:
     """The drill the arguments ask for: its DrillResult, or an exit code (a bad preset)."""
     from crashdrill.drill.trace import LossParser
     from crashdrill.drill.verify import verify_command, verify_preset
@@ -260,6 +289,7 @@ def _drill(args: argparse.Namespace, script: list[str], seed: int, globs: list[s
         timeout=args.timeout,
         work_dir=args.work_dir,
         compare_files=args.compare_file,
+        cwd=cwd,
         preempt=args.preempt,
         grace=args.grace,
         checkpoint_globs=globs,

@@ -2,7 +2,11 @@
 
 The script learns where to checkpoint from `{ckpt_dir}` in its arguments or from the
 environment variable CRASHDRILL_CKPT_DIR; the reference and the crashed run each get a
-fresh directory. The resume arguments are added on a restart only when that directory
+fresh directory. `{python}` in the command (and the resume arguments) is the interpreter
+crashdrill itself runs in (sys.executable): `-- {python} train.py` runs the script with
+the packages of crashdrill's venv, whatever `python` the PATH finds first. A first run
+that dies at an import is told which interpreter ran and which one crashdrill uses
+(`interpreter_hint`). The resume arguments are added on a restart only when that directory
 holds a checkpoint file, not a temp file or a log (on every restart with
 `resume_args_always`).
 A kill "during a checkpoint write" is armed at a step and lands the moment a checkpoint
@@ -13,15 +17,21 @@ at every step is neither progress nor a write.
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import sys
+from importlib.util import find_spec
 from pathlib import Path
 
 from crashdrill.drill.checkpoint_files import CheckpointFiles
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.snapshot import Snapshot, final_names
-from crashdrill.drill.target import Target, WriteWatch
+from crashdrill.drill.target import Segment, Target, WriteWatch
 from crashdrill.drill.trace import LossParser
 
 PLACEHOLDER = "{ckpt_dir}"
+PYTHON = "{python}"  # → sys.executable
 ENV_VAR = "CRASHDRILL_CKPT_DIR"
 
 
@@ -109,7 +119,7 @@ class CommandTarget(Target):
     def command(self, ckpt_dir: Path, restart: bool) -> list[str]:
         resume = self.gets_resume_args(ckpt_dir, restart)
         args = self.argv + (self.resume_args if resume else [])
-        return [a.replace(PLACEHOLDER, str(ckpt_dir)) for a in args]
+        return [a.replace(PLACEHOLDER, str(ckpt_dir)).replace(PYTHON, sys.executable) for a in args]
 
     def environ(self, ckpt_dir: Path, kill: KillPoint | None) -> dict[str, str]:
         # Unbuffered stdout for Python scripts: a kill must not eat lines still in a buffer,
@@ -121,6 +131,9 @@ class CommandTarget(Target):
             self.checkpoint_root(ckpt_dir), kill.step, self.files, kill.after_write
         )
 
+    def failure_hint(self, segment: Segment) -> str | None:
+        return interpreter_hint(segment.argv, os.environ.get("PATH"), segment.stderr_tail)
+
     def describe(self) -> dict[str, object]:
         return {
             "command": self.argv,
@@ -128,4 +141,69 @@ class CommandTarget(Target):
             "resume_args_always": self.resume_args_always,
             "rank": self.rank,
             "checkpoint_globs": self.files.globs,
+            "loss_lines": self.parser.matched,  # the shape the reference's lines matched
+            "loss_lines_text": self.parser.describe(),
         }
+
+
+_IMPORT_ERROR = re.compile(
+    r"\b(?:ModuleNotFoundError: No module named '(?P<module>[\w.]+)'"
+    r"|(?:ModuleNotFoundError|ImportError): .+)"
+)
+
+
+def interpreter_of(argv0: str, path: str | None) -> tuple[str | None, str | None]:
+    """(the program argv[0] resolves to on `path`, the Python interpreter that runs it: the
+    program itself, or the one its `#!` line names), None where it cannot tell."""
+    program = shutil.which(argv0, path=path) if os.sep not in argv0 else argv0
+    if program is None:
+        return None, None
+    if re.match(r"python[\d.]*$", os.path.basename(program)):
+        return program, program
+    try:
+        with open(program, "rb") as f:
+            first = f.readline(256).decode("utf-8", "replace").strip()
+    except OSError:
+        return program, None
+    words = first[2:].split() if first.startswith("#!") else []
+    if words and os.path.basename(words[0]) == "env" and len(words) > 1:
+        words = words[1:]
+        found = shutil.which(words[0], path=path)
+        words = [found, *words[1:]] if found else []
+    if words and re.match(r"python[\d.]*$", os.path.basename(words[0])):
+        return program, words[0]
+    return program, None
+
+
+def environment_of(python: str) -> str:
+    """Which installation an interpreter belongs to: its venv (the dir with pyvenv.cfg;
+    a venv's python is often a symlink to the system one), else the real file."""
+    venv = os.path.dirname(os.path.dirname(os.path.abspath(python)))
+    if os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
+        return venv
+    return os.path.realpath(python)
+
+
+def interpreter_hint(argv: list[str], path: str | None, stderr: list[str]) -> str | None:
+    """When a process died at an import: which interpreter ran the command (argv[0]
+    resolved on the PATH the child got) and which one crashdrill uses, with the fix."""
+    m = next((m for m in map(_IMPORT_ERROR.search, reversed(stderr)) if m), None)
+    if m is None or not argv:
+        return None
+    program, python = interpreter_of(argv[0], path)
+    if python is not None and environment_of(python) == environment_of(sys.executable):
+        return None  # the same interpreter: the import fails for crashdrill's venv too
+    module = m.group("module")
+    have = ""
+    if module:
+        top = module.split(".")[0]
+        if find_spec(top) is not None:
+            have = f"; {top} is installed for crashdrill's interpreter"
+    via = f" (Python {python})" if python and python != program else ""
+    ran = f"{argv[0]!r} is {program}{via}" if program else f"{argv[0]!r} is not on the PATH"
+    return (
+        f"the script died at an import ({m.group(0).strip()}): {ran}, found on the PATH the "
+        f"script got, while crashdrill runs in {sys.executable}{have}. Write "
+        f"`{{python}}` for the interpreter in COMMAND (-- {{python}} {' '.join(argv[1:2])}…) "
+        "to run the script with crashdrill's, or install the script's packages there"
+    )

@@ -78,7 +78,7 @@ def analyse(ev: Evidence) -> Analysis:
             Finding(
                 "hung" if segs[0].hung else "crashed",
                 f"the crashed run's first process {how} before any kill. stderr tail:"
-                f"{stderr_tail(segs[0])}",
+                f"{stderr_tail(segs[0])}{_hint(target, segs[0])}",
             )
         )
 
@@ -171,6 +171,11 @@ def _never_checkpoints(ev: Evidence) -> str | None:
     return None
 
 
+def _hint(target: Target, seg: Segment) -> str:
+    hint = target.failure_hint(seg) if seg.crashed else None
+    return f"\n  likely cause: {hint}" if hint else ""
+
+
 def _reference_problem(ref: Segment, target: Target) -> Finding:
     if ref.hung:
         return Finding(
@@ -182,12 +187,20 @@ def _reference_problem(ref: Segment, target: Target) -> Finding:
         return Finding(
             "crashed",
             f"the reference run (no kills) exited with status {ref.exit_code} by itself. "
-            f"stderr tail:{stderr_tail(ref)}",
+            f"stderr tail:{stderr_tail(ref)}{_hint(target, ref)}",
         )
-    seen = "; ".join(repr(s) for s in ref.other_stdout[:3]) or "nothing"
+    seen = "; ".join(repr(s) for s in ref.other_stdout[:5]) or "nothing"
+    on_stderr = next((x for x in ref.stderr_head if target.parser.shape_of(x)), None)
+    hint = (
+        f" Its stderr has loss lines ({on_stderr[:120]!r}): the drill reads stdout; print "
+        "them there (tqdm: `tqdm(..., file=sys.stdout)`)."
+        if on_stderr
+        else ""
+    )
     return Finding(
         "no-steps",
-        f"no step lines found in the script's stdout ({target.parser.describe()}); it printed "
-        f"{seen}. Print JSON lines with step and loss, or pass --loss-regex with the named "
-        "groups step and loss, e.g. --loss-regex 'iter (?P<step>\\d+): loss (?P<loss>\\S+)'",
+        f"no step lines found in the script's stdout ({target.parser.describe()}); its first "
+        f"lines were: {seen}.{hint} Print one of those shapes or JSON lines with step and "
+        "loss, or pass --loss-regex with the named groups step and loss, e.g. "
+        "--loss-regex 'iter (?P<step>\\d+): loss (?P<loss>\\S+)'",
     )

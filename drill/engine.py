@@ -120,6 +120,7 @@ def _follow(
     copy_to: Path | None = None,
 ) -> None:
     watch = target.write_watch(ckpt_dir, kill) if kill and kill.during_write else None
+    reader = target.parser.for_process()  # a counted loss-line shape counts per process
     tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
     deadline = seg.started + target.timeout
     drill_deadline = target.deadline  # the whole drill's: it ends the drill, not a hang
@@ -161,7 +162,7 @@ def _follow(
         ranked = line_of_rank(line, target.rank)
         if ranked is None:
             return  # another rank's line
-        point = target.parser.parse(ranked, now)
+        point = reader.parse(ranked, now)
         if point is None:
             if len(seg.other_stdout) < 5 and line.strip():
                 seg.other_stdout.append(line[:200])
@@ -233,6 +234,8 @@ def _follow(
                 bufs[name] = b""
                 continue
             data = bufs[name] + chunk
+            if name == "out":  # a progress bar (tqdm) redraws its line with "\r"
+                data = data.replace(b"\r", b"\n")
             *lines, bufs[name] = data.split(b"\n")
             for raw in lines:
                 on_line(name, raw, now)

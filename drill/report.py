@@ -318,6 +318,8 @@ def table(result: DrillResult) -> str:
             + (f"; not to {', '.join(without)} (checkpoint dir still empty)" if without else "")
         )
     lines.append("")
+    if what.get("loss_lines"):  # the shape (or regex) the reference's lines matched
+        lines.append(f"  loss lines: {what['loss_lines_text']}")
     lines.append(f"  losses: {an.precision.describe()}")
     fp = ev.final_params
     if fp is not None:

@@ -171,6 +171,11 @@ class Target:
         when the target documents such an exit (drill/divergence.py)."""
         return None
 
+    def failure_hint(self, segment: Segment) -> str | None:
+        """A likely cause of a process that failed by itself, when the target sees one
+        (a command run by another interpreter than crashdrill's: drill/command.py)."""
+        return None
+
     @property
     def cwd(self) -> str | None:
         return None

@@ -1,12 +1,17 @@
 """Losses from a training script's stdout, and how precisely the script prints them.
 
-A step line is either a JSON object with `step` and `loss` (and optionally `loss_bits`,
-the float32's IEEE-754 bits, which the built-in trainer prints), or whatever a regex with
-the named groups `step` and `loss` matches:
+A step line is a line of one of the common shapes (drill/loss_lines.py: JSON lines with
+`step` and `loss`, and optionally `loss_bits`, the float32's IEEE-754 bits, which the
+built-in trainer prints; nanoGPT's `iter N: loss X`; `step N | loss X`; `N | loss X`;
+Hugging Face's log dicts; `loss=X` progress lines), or whatever a regex with the named
+groups `step` and `loss` matches:
 
-    {"step": 120, "loss": 2.3411216735839844}   the default: JSON lines
+    {"step": 120, "loss": 2.3411216735839844}   JSON lines
     {"step": 9, "loss": null, "loss_bits": 2143289344}   a NaN loss (a diverged step)
-    iter 120: loss 2.3411     --loss-regex 'iter (?P<step>\\d+): loss (?P<loss>\\S+)'
+    iter 120: loss 2.3411     nanoGPT; or --loss-regex 'iter (?P<step>\\d+): loss (?P<loss>\\S+)'
+
+Without a regex the shape is decided once, from the first line the reference run prints
+that any shape reads, and the crashed run is read with the same shape.
 
 The loss is kept as the text the script printed: comparing two runs "at the precision the
 script prints" means comparing what it printed, and the digits tell whether that is
@@ -16,12 +21,13 @@ enough to prove bit-identity.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import re
+import threading
 from collections import Counter
 from dataclasses import dataclass
 
+from crashdrill.drill.loss_lines import SHAPES, LineShape, first_shape, shape_names
 from crashdrill.trainer.record_contract import bits_to_float32, round_to_float32
 from crashdrill.trainer.resume_compare import Reading
 
@@ -61,10 +67,25 @@ class StepPoint:
 
 
 class LossParser:
-    """Turns one stdout line into a StepPoint, or None when the line is not a step."""
+    """Turns one stdout line into a StepPoint, or None when the line is not a step.
 
-    def __init__(self, regex: str | None = None) -> None:
+    With a regex, the lines it matches. Without one, the common shapes of a loss line
+    (drill/loss_lines.py): the shape is decided once, by the first line any shape reads
+    (the reference run's, which runs first), and every later line, of every process of the
+    drill, is read with that shape alone. `shape=` fixes it from the start (the built-in
+    trainer prints JSON lines). Counted shapes (a line with no step) are numbered per
+    process: `for_process()` gives each process its own count."""
+
+    def __init__(self, regex: str | None = None, *, shape: str | None = None) -> None:
         self.regex: re.Pattern[str] | None = None
+        self.shape: LineShape | None = None
+        self._lock = threading.Lock()
+        self._epochs: dict[str, int] = {}  # counted shapes: epoch text → step (reference)
+        self._default: LineReader | None = None
+        if shape is not None:
+            if shape not in SHAPES:
+                raise TraceError(f"unknown loss-line shape {shape!r}; known: {shape_names()}")
+            self.shape = SHAPES[shape]
         if regex is not None:
             try:
                 self.regex = re.compile(regex)
@@ -77,33 +98,80 @@ class LossParser:
                     f" missing: {', '.join(sorted(missing))}. Example: {EXAMPLE_REGEXES[0]!r}"
                 )
 
+    @property
+    def matched(self) -> str | None:
+        """How the lines were read: "regex", a shape's name, or None (nothing read yet)."""
+        if self.regex is not None:
+            return "regex"
+        return self.shape.name if self.shape else None
+
     def describe(self) -> str:
-        return f"regex {self.regex.pattern!r}" if self.regex else "JSON lines with step and loss"
+        if self.regex is not None:
+            return f"--loss-regex {self.regex.pattern!r}"
+        if self.shape is not None:
+            return self.shape.describe()
+        return f"none of the loss-line shapes matched: {shape_names()}"
+
+    def shape_of(self, line: str) -> LineShape | None:
+        """The shape that would read this line (without deciding anything)."""
+        return first_shape(line) if self.regex is None else None
+
+    def for_process(self) -> LineReader:
+        """A reader for one process's stdout (its own count of a counted shape)."""
+        return LineReader(self)
 
     def parse(self, line: str, t: float) -> StepPoint | None:
-        if self.regex is not None:
-            m = self.regex.search(line)
-            if not m:
-                return None
-            return _point(m.group("step"), m.group("loss"), None, t)
-        line = line.strip()
-        if not line.startswith("{"):
+        if self._default is None:
+            self._default = self.for_process()
+        return self._default.parse(line, t)
+
+    def _decide(self, line: str) -> LineShape | None:
+        with self._lock:
+            if self.shape is None:
+                self.shape = first_shape(line)
+            return self.shape
+
+
+class LineReader:
+    """One process's lines, read by its drill's LossParser."""
+
+    def __init__(self, parser: LossParser) -> None:
+        self.parser = parser
+        self.count = 0  # counted shapes: the step of the last line read
+
+    def parse(self, line: str, t: float) -> StepPoint | None:
+        p = self.parser
+        if p.regex is not None:
+            m = p.regex.search(line)
+            return _point(m.group("step"), m.group("loss"), None, t) if m else None
+        shape = p.shape or p._decide(line)
+        if shape is None:
             return None
-        try:
-            # parse_float=str keeps the printed digits: "2.3411" stays "2.3411"
-            obj = json.loads(line, parse_float=str)
-        except ValueError:
+        r = shape.read(line)
+        if r is None:
             return None
-        if not isinstance(obj, dict) or "step" not in obj or "loss" not in obj:
-            return None
-        bits = obj.get("loss_bits")
-        bits = bits if isinstance(bits, int) and not isinstance(bits, bool) else None
-        loss = obj["loss"]
-        if loss is None and bits is not None:
+        step = r.step
+        if shape.counted:
+            step = self._count(r.epoch)
+        loss = r.loss
+        if loss is None and r.bits is not None:
             # A non-finite loss is null in JSON (docs/run-contract.md), its bits exact:
             # the step a run diverged at is a point too, compared by its bits.
-            loss = repr(bits_to_float32(bits))
-        return _point(obj["step"], loss, bits, t)
+            loss = repr(bits_to_float32(r.bits))
+        return _point(step, loss, r.bits, t)
+
+    def _count(self, epoch: str | None) -> int:
+        epochs = self.parser._epochs
+        if self.count == 0 and epoch is not None and epochs.get(epoch, 0) > 0:
+            self.count = epochs[epoch]  # a restart: where the reference printed this epoch
+        else:
+            self.count += 1
+        if epoch is not None:
+            if epochs.get(epoch, self.count) != self.count:
+                epochs[epoch] = 0  # printed at two steps: says nothing about where a line is
+            else:
+                epochs.setdefault(epoch, self.count)
+        return self.count
 
 
 def _point(step: object, loss: object, bits: int | None, t: float) -> StepPoint | None:

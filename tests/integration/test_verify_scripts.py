@@ -90,6 +90,8 @@ while step < STEPS:
         print(f"iter {step}: loss {loss:.4f}", flush=True)
     elif FLAW == "pipe":
         print(f"step {step} | loss {loss!r}", flush=True)
+    elif FLAW == "unreadable":  # a shape the drill does not know: --loss-regex needed
+        print(f"it={step} L={loss!r}", flush=True)
     else:
         print(json.dumps({"step": step, "loss": loss}), flush=True)
     if FLAW != "never" and step % EVERY == 0:
@@ -228,9 +230,24 @@ def test_after_a_restart_that_crashed_having_saved_the_next_kills_still_count(
 
 
 def test_steps_the_parser_cannot_read_are_bad_input(toy: Path, tmp_path: Path) -> None:
-    rc, rep, out = verify(toy, tmp_path, "digits", "--seed", "1")  # no --loss-regex
+    rc, rep, out = verify(toy, tmp_path, "unreadable", "--seed", "1")  # no --loss-regex
     assert rc == 2 and codes(rep) == ["no-steps"], out
-    assert "iter 1: loss" in rep["diagnosis"][0]["text"]
+    text = rep["diagnosis"][0]["text"]
+    assert "it=1 L=" in text and "none of the loss-line shapes matched" in text
+    assert "iter 120: loss 2.3411" in text  # the shapes it tried
+    rc, rep, _ = verify(
+        toy, tmp_path, "unreadable", "--seed", "1", "--kills", "0",
+        "--loss-regex", r"it=(?P<step>\d+) L=(?P<loss>\S+)",
+    )  # fmt: skip
+    assert rc == 0 and rep["target"]["loss_lines"] == "regex"
+
+
+def test_iter_lines_are_read_with_no_loss_regex_and_their_rounding_is_named(
+    toy: Path, tmp_path: Path
+) -> None:
+    rc, rep, out = verify(toy, tmp_path, "digits", "--seed", "1")
+    assert rc == 1 and codes(rep) == ["too-few-digits"], out
+    assert rep["target"]["loss_lines"] == "nanogpt" and "loss lines: nanoGPT" in out
 
 
 def test_resume_args_are_appended_on_restarts_only(toy: Path, tmp_path: Path) -> None:

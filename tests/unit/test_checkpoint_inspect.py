@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,6 +23,7 @@ from crashdrill.drill.checkpoint_inspect import (
     missing_words,
 )
 from crashdrill.drill.checkpoint_open import describe
+from crashdrill.drill.file_sniff import sniff
 
 
 def read(path: Path) -> Inventory:
@@ -218,3 +221,77 @@ def test_the_cli_exit_codes_say_read_lacking_and_bad_input(tmp_path: Path) -> No
 def test_inspect_runs_the_reader_in_a_child_with_a_timeout(tmp_path: Path) -> None:
     torch.save({"w": torch.ones(2)}, tmp_path / "a.pt")
     assert inspect(tmp_path / "a.pt", timeout=60).parts["model"].status == "present"
+
+
+# ---------------------------------------------------------------- files that are not checkpoints
+
+
+def _not_a_checkpoint(path: Path) -> str:
+    with pytest.raises(InspectError) as e:
+        read(path)
+    text = str(e.value)
+    assert "not a checkpoint" in text and "not a torch.save file" in text
+    return text
+
+
+def test_a_raw_weights_export_is_named_for_what_it_might_be_not_torch_s_error(
+    tmp_path: Path,
+) -> None:
+    np.arange(1024, dtype=np.float32).tofile(tmp_path / "model.bin")
+    text = _not_a_checkpoint(tmp_path / "model.bin")
+    assert "raw float32 array of 1,024 values?" in text and "weights_only" not in text
+
+
+@pytest.mark.parametrize(
+    ("name", "write", "words"),
+    [
+        ("a.bin", lambda p: p.write_bytes(_npy_bytes()), "numpy .npy array"),
+        ("b.bin", lambda p: p.write_bytes(b"GGUF\x03\x00\x00\x00" + bytes(64)), "GGUF"),
+        ("c.bin", lambda p: p.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(64)), "HDF5"),
+        ("d.bin", lambda p: p.write_text("hello weights\n"), "plain text"),
+        ("e.bin", lambda p: p.write_bytes(b"\x01\x02\x03"), "raw bytes (3 bytes)"),
+        ("f.bin", lambda p: p.write_bytes(b""), "an empty file"),
+    ],
+)
+def test_inspect_sniffs_the_magic_bytes_of_a_file_that_is_not_a_checkpoint(
+    tmp_path: Path, name: str, write: Any, words: str
+) -> None:
+    write(tmp_path / name)
+    assert words in _not_a_checkpoint(tmp_path / name)
+
+
+def test_checkpoints_are_recognised_by_their_bytes_whatever_their_name(tmp_path: Path) -> None:
+    model, _, _ = trained()
+    torch.save(model.state_dict(), tmp_path / "weights.data")  # a zip with data.pkl
+    torch.save(model.state_dict(), tmp_path / "old.bin", _use_new_zipfile_serialization=False)
+    assert sniff(tmp_path / "weights.data").kind == "torch-zip"
+    assert sniff(tmp_path / "old.bin").kind == "pickle"
+    assert read(tmp_path / "old.bin").parts["model"].status == "present"
+    (tmp_path / "st.bin").write_bytes(_safetensors_bytes())
+    assert sniff(tmp_path / "st.bin").kind == "safetensors"
+    assert read(tmp_path / "st.bin").parts["model"].status == "present"
+
+
+def _npy_bytes() -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.ones(3))
+    return buf.getvalue()
+
+
+def _safetensors_bytes() -> bytes:
+    header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    return len(header).to_bytes(8, "little") + header + bytes(8)
+
+
+def test_notes_say_which_checkpoints_were_found_and_which_is_read(tmp_path: Path) -> None:
+    for step in (200, 300):
+        d = tmp_path / "ckpt" / f"step-{step:08d}"
+        d.mkdir(parents=True)
+        torch.save({"w": torch.ones(2), "rng": torch.get_rng_state()}, d / "state.pt")
+    inv = read(tmp_path / "ckpt")
+    assert inv.notes == [
+        "2 checkpoints in ckpt/ (step-00000200, step-00000300); reading the newest, step-00000300"
+    ]
+    assert inv.parts["rng"].note.split("; ")[-1] == (
+        "CUDA RNG: not saved (needed only when the loop draws random numbers on the GPU)"
+    )

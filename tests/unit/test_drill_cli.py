@@ -69,3 +69,26 @@ def test_every_option_is_documented() -> None:
     assert "--no-fork-server" in options
     for opt in options:
         assert f"`{opt}" in text, f"docs/verify.md does not document {opt}"
+
+
+def test_every_command_of_the_github_actions_recipe_works_today() -> None:
+    """The recipe in docs/verify.md: a YAML workflow whose `crashdrill verify` options all
+    exist, that never installs crashdrill by a bare name (it is not on PyPI), and whose
+    torch comes as a CPU build."""
+    import shlex
+
+    import yaml
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "verify.md").read_text()
+    block = text.split("### GitHub Actions", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    steps = yaml.safe_load(block)["jobs"]["drill"]["steps"]
+    runs = [s["run"] for s in steps if "run" in s]
+    installs = [shlex.split(r) for r in runs if r.startswith("pip install")]
+    assert any("https://download.pytorch.org/whl/cpu" in words for words in installs)
+    for words in installs:
+        assert "crashdrill" not in words, "crashdrill is not on PyPI: a git URL or a wheel"
+    drill = next(r for r in runs if r.startswith("crashdrill verify"))
+    words = shlex.split(drill.replace("${{ github.run_number }}", "7"))
+    args = cli.configure(argparse.ArgumentParser()).parse_args(words[2:])
+    assert (args.kills, args.json, args.junit) == (3, "drill.json", "drill.xml")
+    assert args.script[0] == "{python}"
