@@ -145,6 +145,9 @@ class CheckpointLook:
             )
         if missing:
             what = "the RNG state is" if at == "batch" else "the optimizer state is"
+            if held == ["model"]:  # weights only: the optimizer first, the trace shows it least
+                what = f"a weights-only checkpoint: the {WORDS['optimizer']}"
+                what += " and the RNG state are" if at == "batch" else " is"
             return STATE_MISSING, f"{head} — {what} not saved{position}.{self.lacks_sentence()}"
         # It holds what explains this step (or the run needs none of it): the restore is
         # the suspect, or a data position that is not recognisable.

@@ -25,7 +25,7 @@ def test_a_weights_only_checkpoint_gets_its_missing_optimizer_named(tmp_path: Pa
     an = _analyse(diverged_at_once(), checkpoint=CheckpointLook(tmp_path))
     assert _codes(an) == ["state-missing"]
     text = an.findings[0].text
-    assert "the batch or the weights differ — the RNG state is not saved" in text, text
+    assert "the batch or the weights differ — a weights-only checkpoint: the optimizer" in text
     # The optimizer first; no data position: a key name would be all that could show one
     lacks = "it lacks optimizer state (momentum or Adam moments, step counts), RNG states."
     assert f"(ckpt.pt, torch.save): {lacks}" in text, text

@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from crashdrill.drill.checkpoint_evidence import CheckpointLook
+from crashdrill.drill.checkpoint_inspect import inventory
 from crashdrill.drill.compare import analyse
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.snapshot import Snapshot
@@ -185,3 +187,30 @@ def test_a_drill_that_passed_without_a_kill_inside_an_in_place_write_says_which_
     ]
     an = _passed_with_writes_in_place([KillPoint(22, during_write=True)])
     assert "rerun with another --seed, or with --kills 10" in an.findings[0].text
+
+
+def _look(tree: dict) -> CheckpointLook:  # type: ignore[type-arg]
+    """A CheckpointLook whose inspect already ran on a checkpoint of this skeleton."""
+    look = CheckpointLook(Path("/ckpt"))
+    desc = {"path": "/ckpt", "format": "torch.save", "files": [{"name": "m.pt", "tree": tree}]}
+    look._done, look._inv = True, inventory(desc)
+    return look
+
+
+WEIGHTS = {"dict": {"w": {"tensor": "float32", "shape": [3]}}}
+
+
+def test_a_weights_only_checkpoint_names_the_optimizer_first_at_either_step() -> None:
+    code, text = _look(WEIGHTS).explain("update")
+    assert code == "state-missing", text
+    assert text.startswith("the update differs — a weights-only checkpoint: the optimizer state")
+    code, text = _look(WEIGHTS).explain("batch")
+    assert "(momentum or Adam moments, step counts) and the RNG state are not saved" in text
+
+
+def test_a_key_named_like_a_data_position_is_no_evidence_either_way() -> None:
+    tree = {"dict": {"model": WEIGHTS, "data": {"v": 12}, "sampler": {"dict": {"i": {"v": 3}}}}}
+    look = _look(tree)
+    assert "data" not in look.lacking() and "data" not in look.holding()
+    _, text = look.explain("batch")
+    assert "data position is not recognisable by its content" in text, text
