@@ -20,7 +20,7 @@ from pathlib import Path
 
 from crashdrill.drill.snapshot import Snapshot, final_names, modified_in_place, scan
 
-POLL_SECONDS = 0.01  # a write of a small checkpoint dir lasts tens of milliseconds
+POLL_SECONDS = 0.02  # a write of a small checkpoint dir lasts tens of milliseconds
 SHOWN = 3  # sentences kept: the first writes tell the pattern
 ZIP, SAFETENSORS_MAX_HEADER = b"PK\x03\x04", 100 << 20
 
@@ -76,7 +76,7 @@ class WriteObserver:
         self._last = now
         snap = scan(self.root)
         prev, self._prev = self._prev, snap
-        if prev is None:
+        if prev is None or snap == prev:  # most polls: nothing changed, nothing to read
             return
         for rel in modified_in_place(prev, snap):
             if _top(rel) in self._first_seen:
