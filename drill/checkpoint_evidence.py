@@ -124,19 +124,23 @@ class CheckpointLook:
         """The code and the text of a finding about a resume that diverged at its first
         step (`at` "batch") or its second ("update"): saved but not restored when the
         checkpoint holds, by content, the state that explains it; missing when it lacks
-        it; the trace's words, hedged, when the checkpoint could not be read."""
+        it; the trace's words, hedged, when the checkpoint could not be read, or holds no
+        tensors (then only what it is found to hold is evidence, never what it lacks)."""
         inv = self.inventory()
         head = TRACE[at]
-        if inv is None or not self._tensors(inv):
-            return STATE_MISSING, head + HEDGED[at] + ("." + self.lacks_sentence() if inv else "")
+        if inv is None:
+            return STATE_MISSING, head + HEDGED[at]
         held, lacking = self.holding(), self.lacking()
         saved = [p for p in EXPLAINS[at] if p in held]
         missing = [p for p in EXPLAINS[at] if p in lacking]
         position = NO_POSITION if at == "batch" else ""
+        tensors = self._tensors(inv)
+        if not saved and not tensors:
+            return STATE_MISSING, head + HEDGED[at] + "." + self.lacks_sentence()
         if saved:
             rest = [p for p in held if p not in saved and p != "model"]
             holds = ", ".join(self._detail(inv, p) for p in [*saved, *rest])
-            also = f"; it lacks {_words(lacking)}" if lacking else ""
+            also = f"; it lacks {_words(lacking)}" if lacking and tensors else ""
             what = "the RNG state" if at == "batch" else "the optimizer state"
             return SAVED_NOT_RESTORED, (
                 f"{head}, although the checkpoint holds that state: saved but not restored. "
