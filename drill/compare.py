@@ -15,6 +15,19 @@ data (Evidence, Finding, ResumeVerdict, Analysis) is in drill/verdicts.py.
 from __future__ import annotations
 
 from crashdrill.drill.divergence import reference_diverged_text
+from crashdrill.drill.finding_codes import (
+    CRASHED,
+    FINAL_STATE_DIFFERS,
+    HUNG,
+    INCOMPLETE,
+    KILL_MISSED,
+    NEVER_CHECKPOINTS,
+    NO_STEPS,
+    NON_ATOMIC_WRITE,
+    NONDETERMINISTIC,
+    REFERENCE_DIVERGED,
+    TOO_FEW_DIGITS,
+)
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.resume_check import check_resume
 from crashdrill.drill.target import Segment, Target, last_step_trained
@@ -43,14 +56,14 @@ def analyse(ev: Evidence) -> Analysis:
     ref_div = target.diverged(ref)
     if ref.hung or (ref.crashed and ref_div is None) or not ref.points:
         findings.append(_reference_problem(ref, target))
-        code = EXIT_USAGE if findings[0].code == "no-steps" else EXIT_FAILED
+        code = EXIT_USAGE if findings[0].code == NO_STEPS else EXIT_FAILED
         return Analysis([], findings, precision, "fail", code)
     # A reference that diverged is compared with only where a resume reached its end.
     judged = 0
     if ref_div is not None:
         judged = sum(1 for s in segs[1:] if s.points and s.points[0].step <= ref_div.step)
         if not judged:  # a run that does not train: nothing to judge a resume against
-            findings.append(Finding("reference-diverged", reference_diverged_text(ref_div, 0)))
+            findings.append(Finding(REFERENCE_DIVERGED, reference_diverged_text(ref_div, 0)))
             return Analysis([], findings, precision, "fail", EXIT_USAGE)
 
     spacing = step_spacing(ref.points)
@@ -61,7 +74,7 @@ def analyse(ev: Evidence) -> Analysis:
         a, b = seg0_pairs[i0]
         findings.append(
             Finding(
-                "nondeterministic",
+                NONDETERMINISTIC,
                 f"the crashed run differs from the reference at step {a.step} before any "
                 f"kill (|Δ| {delta_text(a.delta(b))}): the script is not reproducible even "
                 "without a crash — nondeterministic kernels, a different thread count, or an "
@@ -71,12 +84,12 @@ def analyse(ev: Evidence) -> Analysis:
 
     never = _never_checkpoints(ev)
     if never:
-        findings.append(Finding("never-checkpoints", never))
+        findings.append(Finding(NEVER_CHECKPOINTS, never))
     if segs and not segs[0].killed and (segs[0].hung or segs[0].crashed):
         how = "hung" if segs[0].hung else f"exited with status {segs[0].exit_code} by itself"
         findings.append(
             Finding(
-                "hung" if segs[0].hung else "crashed",
+                HUNG if segs[0].hung else CRASHED,
                 f"the crashed run's first process {how} before any kill. stderr tail:"
                 f"{stderr_tail(segs[0])}{_hint(target, segs[0])}",
             )
@@ -91,40 +104,54 @@ def analyse(ev: Evidence) -> Analysis:
             check_resume(k, ev, spacing, precision, unrepeatable, findings, resumes, kill_numbers)
         )
 
+    untested = _untested_writes(ev, resumes)
+    if untested is not None:
+        findings.append(untested)
     if ref_div is not None:
         text = reference_diverged_text(ref_div, judged)
-        findings.append(Finding("reference-diverged", text, fails=False))
+        findings.append(Finding(REFERENCE_DIVERGED, text, fails=False))
     last = segs[-1] if segs else None
     if last is not None and last.exit_code == 0 and not last.killed:
         end = last_step_trained(segs)
         if end is None or end < (ref.last_step or 0):
             findings.append(
                 Finding(
-                    "incomplete",
+                    INCOMPLETE,
                     f"the crashed run finished at step {end}, the reference at "
                     f"{ref.last_step}: the resumed run did not train to the end",
                 )
             )
-        missed = [k for k, seg in executed_kills(ev.plan, segs) if seg is None or not seg.killed]
+        # A kill that never landed because the process armed with it finished first (exit
+        # 0 before its step): one armed in a restart that crashed is not "missed" — the
+        # crash is the finding, and a re-planned kill is listed where it landed.
+        missed = [
+            (k, seg)
+            for k, seg in executed_kills(ev.plan, segs)
+            if seg is not None and not seg.killed and seg.exit_code == 0
+        ]
         if missed:
             findings.append(
                 Finding(
-                    "kill-missed",
+                    KILL_MISSED,
                     f"{len(missed)} planned kill(s) never landed ("
-                    + ", ".join(k.describe() for k in missed)
+                    + ", ".join(k.describe() for k, _ in missed)
                     + "): the run finished first",
-                    fails=False,
+                    evidence=[
+                        f"the process armed with the kill {k.describe()} exited 0 at step "
+                        f"{step_text(seg.last_step)}"
+                        for k, seg in missed
+                    ],
                 )
             )
     if not precision.exact and precision.kind != "none":
-        findings.append(Finding("too-few-digits", precision.describe()))
+        findings.append(Finding(TOO_FEW_DIGITS, precision.describe()))
     fp = ev.final_params
     if fp is not None and (fp.error or not fp.equal):
         what = fp.error or (
             f"{len(fp.mismatched)} of {fp.items} differ ({fp.method}): "
             + ", ".join(fp.mismatched[:5])
         )
-        findings.append(Finding("final-state-differs", f"final state: {what}"))
+        findings.append(Finding(FINAL_STATE_DIFFERS, f"final state: {what}"))
 
     failed = any(f.fails for f in findings) or any(
         not r.bit_identical and r.verdict != NOTHING_LEFT for r in resumes
@@ -136,17 +163,52 @@ def analyse(ev: Evidence) -> Analysis:
 def executed_kills(
     plan: list[KillPoint], segs: list[Segment]
 ) -> list[tuple[KillPoint, Segment | None]]:
-    """Every kill in the order the crashed run met it, with the segment it was meant to
-    end (None: the chain ended before that kill was tried): the plan's kills and any
-    recovery kill the engine added. Segments that carry no kill point (made by hand)
-    are matched to the plan by position."""
+    """Every kill in the order the crashed run met it (recovery kills included), each
+    once, with the segment it ended or was last armed in (None: the chain ended before
+    that kill was tried). A kill armed in a restart that crashed and then re-planned for
+    a later one is listed with the later one. Segments that carry no kill point (made by
+    hand) are matched to the plan by position."""
     if not any(s.kill_point is not None for s in segs):
         return [(k, segs[i] if i < len(segs) else None) for i, k in enumerate(plan)]
-    out: list[tuple[KillPoint, Segment | None]] = [
-        (s.kill_point, s) for s in segs if s.kill_point is not None
-    ]
-    tried = {id(k) for k, _ in out}
-    return out + [(k, None) for k in plan if id(k) not in tried]
+    chosen: dict[int, tuple[KillPoint, Segment]] = {}
+    for s in segs:
+        if s.kill_point is None:
+            continue
+        had = chosen.get(id(s.kill_point))
+        if had is None or not had[1].killed:
+            chosen[id(s.kill_point)] = (s.kill_point, s)
+    landed = sorted(chosen.values(), key=lambda ks: ks[1].index)
+    out: list[tuple[KillPoint, Segment | None]] = [(k, s) for k, s in landed]
+    return out + [(k, None) for k in plan if id(k) not in chosen]
+
+
+def _untested_writes(ev: Evidence, resumes: list[ResumeVerdict]) -> Finding | None:
+    """A risk the reference showed and no kill exercised: checkpoints written under their
+    final names (drill/write_evidence.py), and no kill that landed inside a write."""
+    seen = ev.reference.writes_in_place
+    if not seen or any(r.kill_in_write for r in resumes):
+        return None
+    aimed = [k for k in ev.plan if k.during_write]
+    if aimed:
+        how = (
+            f"the kill aimed inside a write ({aimed[0].describe()}) did not land inside it (a "
+            "write that finished before the kill took effect): where it lands depends on "
+            "timing, so rerun with another --seed, or with --kills 10 (one kill in five is "
+            "aimed inside a write)"
+        )
+    else:
+        how = (
+            "no kill was aimed inside a write: rerun with --kills 2 or more (the second is "
+            "the inside-write trial)"
+        )
+    return Finding(
+        NON_ATOMIC_WRITE,
+        "the reference run wrote its checkpoints under their final names, not under a temp "
+        "name renamed when complete, and no kill of this drill landed inside such a write: "
+        f"a kill there would leave a torn checkpoint where the restart looks. The trial that "
+        f"catches it is a kill inside a checkpoint write; {how}",
+        evidence=[f"in the reference run, {s}" for s in seen],
+    )
 
 
 def _never_checkpoints(ev: Evidence) -> str | None:
@@ -179,13 +241,13 @@ def _hint(target: Target, seg: Segment) -> str:
 def _reference_problem(ref: Segment, target: Target) -> Finding:
     if ref.hung:
         return Finding(
-            "hung",
+            HUNG,
             f"the reference run (no kills) did not finish within {target.timeout:g} s; last "
             f"step printed: {step_text(ref.last_step)}. stderr tail:{stderr_tail(ref)}",
         )
     if ref.crashed:
         return Finding(
-            "crashed",
+            CRASHED,
             f"the reference run (no kills) exited with status {ref.exit_code} by itself. "
             f"stderr tail:{stderr_tail(ref)}{_hint(target, ref)}",
         )
@@ -198,7 +260,7 @@ def _reference_problem(ref: Segment, target: Target) -> Finding:
         else ""
     )
     return Finding(
-        "no-steps",
+        NO_STEPS,
         f"no step lines found in the script's stdout ({target.parser.describe()}); its first "
         f"lines were: {seen}.{hint} Print one of those shapes or JSON lines with step and "
         "loss, or pass --loss-regex with the named groups step and loss, e.g. "

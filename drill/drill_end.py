@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from crashdrill.drill.finding_codes import DEADLINE, INTERRUPTED, RESTART_CAP, RESTART_LOOP
 from crashdrill.drill.target import Segment
 from crashdrill.drill.verdicts import Evidence, Finding, stderr_tail, step_text
 
@@ -105,7 +106,7 @@ def end_findings(ev: Evidence, limits: DrillLimits) -> list[Finding]:
         prev = segs[-2]
         out.append(
             Finding(
-                "restart-loop",
+                RESTART_LOOP,
                 f"restarts {prev.index} and {last.index} failed the same way, exit status "
                 f"{last.exit_code} with {failure_line(last)!r}, the second getting no further "
                 f"(step {step_text(last.last_step)}): another restart would fail again, so the "
@@ -116,7 +117,7 @@ def end_findings(ev: Evidence, limits: DrillLimits) -> list[Finding]:
     elif last is not None and why is not None and why.startswith("restart-cap"):
         out.append(
             Finding(
-                "restart-cap",
+                RESTART_CAP,
                 f"the drill made {limits.restarts} restarts, its cap (--max-restarts "
                 f"{limits.max_restarts}), and stopped before the run finished (the last "
                 f"process reached step {step_text(last.last_step)}): the script keeps "
@@ -127,7 +128,7 @@ def end_findings(ev: Evidence, limits: DrillLimits) -> list[Finding]:
         how = " (the default: from the reference run's time)" if limits.deadline_default else ""
         out.append(
             Finding(
-                "deadline",
+                DEADLINE,
                 f"the drill's deadline of {limits.deadline_s:g} s{how} ran out "
                 + (
                     f"during {limits.running}: it was stopped"
@@ -141,7 +142,7 @@ def end_findings(ev: Evidence, limits: DrillLimits) -> list[Finding]:
     if limits.signal is not None:
         out.append(
             Finding(
-                "interrupted",
+                INTERRUPTED,
                 f"{limits.signal} stopped the drill during "
                 f"{limits.running or 'the start of its first processes'}: "
                 f"every process it started was killed and {limits.evidence_left()}; the "

@@ -33,6 +33,7 @@ from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.ranks import line_of_rank
 from crashdrill.drill.snapshot import Snapshot, appeared_incomplete, modified_in_place
 from crashdrill.drill.target import Child, Segment, Target, finals
+from crashdrill.drill.write_evidence import POLL_SECONDS, WriteObserver
 from crashdrill.processes.process_tree import kill_tree, tree_marker
 from crashdrill.trainer.checkpoint_pause import ENV as PAUSE_ENV
 
@@ -130,6 +131,8 @@ def _follow(
     seen: dict[str, Snapshot] = {}  # observe_checkpoints: the dir at the last change
     changed_at: list[int] = []  # observe_checkpoints: how many lines were read at each change
     two_lines = {"last write": False}  # observe_checkpoints: the last write showed at two
+    # observe_checkpoints: how the writes look while they happen (in place or renamed)
+    writes = WriteObserver(target.checkpoint_root(ckpt_dir)) if observe_checkpoints else None
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ, "out")
     sel.register(proc.stderr, selectors.EVENT_READ, "err")
@@ -219,6 +222,9 @@ def _follow(
                 seg.snapshot_before_kill = at_term  # the stop is judged from its SIGTERM
                 seg.grace_expired = True
         interval = watch.interval if watch and stopped is None else 0.05
+        if writes is not None:
+            writes.poll(now)
+            interval = min(interval, POLL_SECONDS)
         if stopped is None:
             interval = min(interval, max(0.001, deadline - now))
         if seg.term_time is not None and not seg.killed and kill is not None:
@@ -250,6 +256,8 @@ def _follow(
         stream.close()
     seg.ended = time.monotonic()
     seg.stderr_tail = list(tail)
+    if writes is not None:
+        seg.writes_in_place = writes.sentences()
 
 
 def _reap(proc: Child, seg: Segment, deadline: float) -> bool:

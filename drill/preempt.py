@@ -25,6 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from crashdrill.drill.compare import executed_kills
+from crashdrill.drill.finding_codes import (
+    EXITS_WITHOUT_SAVING,
+    IGNORES_SIGTERM,
+    SAVES_TOO_SLOWLY,
+    TORN_CHECKPOINT,
+)
 from crashdrill.drill.target import Segment, Target
 from crashdrill.drill.verdicts import Analysis, Evidence, Finding
 
@@ -123,20 +129,20 @@ def _judge(
     if lost == 0 and not seg.grace_expired:
         text = f"{head}; it saved step {last} and resumed there: 0 steps lost"
     elif seg.grace_expired and changed and not _trained_on(sigterm_step, last):
-        diagnosis = "saves-too-slowly"
+        diagnosis = SAVES_TOO_SLOWLY
         text = (
             f"{head} in the middle of a checkpoint write that began after the SIGTERM: it saves"
             f" too slowly for the grace; {after}"
         )
     elif seg.grace_expired:
-        diagnosis = "ignores-sigterm"
+        diagnosis = IGNORES_SIGTERM
         went_on = f" (it trained on to step {last})" if last != sigterm_step else ""
         text = f"{head}; it ignores SIGTERM: nothing was saved after it{went_on}; {after}"
     elif not changed:
-        diagnosis = "exits-without-saving"
+        diagnosis = EXITS_WITHOUT_SAVING
         text = f"{head} without writing a checkpoint: it exits without saving; {after}"
     else:
-        diagnosis = "torn-checkpoint"
+        diagnosis = TORN_CHECKPOINT
         text = (
             f"{head}, having written to its checkpoint dir, but the restart did not resume from"
             f" step {last}: the checkpoint it saved was torn or unusable; {after}"

@@ -16,6 +16,12 @@ from crashdrill.drill.verify import DrillResult
 from crashdrill.trainer.resume_compare import differing
 
 SCHEMA = "crashdrill.verify/1"
+# What the table's `compared` column counts (`points` in the JSON)
+COMPARED = (
+    "compared: the steps of each resumed process whose loss was paired with the reference's "
+    "(by step; after a divergence, with the killed process's): the recomputed ones and every "
+    "step after them, to the end or the next kill"
+)
 
 
 def _num(x: float | None, digits: int = 6) -> float | str | None:
@@ -262,7 +268,7 @@ def table(result: DrillResult) -> str:
     if an.resumes:
         lines.append("")
         head = (
-            f"  {'resume':>6}  {'killed at':>9}  {'from':>5}  {'recomputed':<16}  {'points':>6}  "
+            f"  {'resume':>6}  {'killed at':>9}  {'from':>5}  {'recomputed':<16}  {'compared':>8}  "
             f"{'max|Δ|':>8}  {'mean|Δ|':>8}  {'first div':>9}  {'latency':>7}  verdict"
         )
         lines.append(head)
@@ -274,9 +280,10 @@ def table(result: DrillResult) -> str:
             div = str(r.first_divergent_step) if r.first_divergent_step is not None else "—"
             lines.append(
                 f"  {r.index:>6}  {_opt(r.killed_at_step):>9}  {_opt(r.from_step):>5}  "
-                f"{rec:<16}  {r.points:>6}  {_delta(r.max_abs_delta):>8}  "
+                f"{rec:<16}  {r.points:>8}  {_delta(r.max_abs_delta):>8}  "
                 f"{_delta(r.mean_abs_delta):>8}  {div:>9}  {lat:>7}  {r.verdict}"
             )
+        lines.append(f"  {COMPARED}")
     for r in an.resumes:
         if r.replay_of is not None:
             at = ev.crashed[r.replay_of].copy_step

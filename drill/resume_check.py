@@ -11,6 +11,19 @@ process's own losses (`_lineage_divergence`).
 from __future__ import annotations
 
 from crashdrill.drill.divergence import resume_diverged_text, same_divergence
+from crashdrill.drill.finding_codes import (
+    CRASHED,
+    FIELDS_DIFFER,
+    HUNG,
+    IN_PLACE_WRITE,
+    INCOMPLETE_SKIPPED,
+    NONDETERMINISTIC,
+    RESUME_DIVERGED,
+    SILENT_FRESH_START,
+    STATE_MISSING,
+    STEPS_RESTARTED,
+    TORN_CHECKPOINT,
+)
 from crashdrill.drill.landing import Landing, judge_landing
 from crashdrill.drill.record_fields import field_verdict
 from crashdrill.drill.target import Segment, last_step_trained
@@ -26,6 +39,7 @@ from crashdrill.drill.verdicts import (
     stderr_tail,
     step_text,
 )
+from crashdrill.drill.write_evidence import incomplete_proof
 
 TINY_RELATIVE = 1e-4  # a first difference this small is rounding, not a different batch
 TORN = "write checkpoints atomically: a temp file, fsync, then os.replace"
@@ -43,10 +57,15 @@ def _outcome(seg: Segment) -> str:
     return "finished" if seg.exit_code == 0 else f"crashed (exit {seg.exit_code})"
 
 
-def _inspected(ev: Evidence) -> str:
-    """What the checkpoint holds and lacks, as one more sentence of evidence (or "")."""
-    said = ev.checkpoint.sentence() if ev.checkpoint is not None else ""
-    return f".{said}" if said else ""
+def _explain(ev: Evidence, at: str) -> tuple[str, str]:
+    """The code and the cause of a divergence at the first resumed step (`at` "batch") or
+    the second ("update"), from what the checkpoint holds (drill/checkpoint_evidence.py);
+    the built-in trainer's drill reads no checkpoint: the trace's words alone."""
+    if ev.checkpoint is not None:
+        return ev.checkpoint.explain(at)
+    from crashdrill.drill.checkpoint_evidence import HEDGED, TRACE
+
+    return STATE_MISSING, TRACE[at] + HEDGED[at]
 
 
 def _lineage_divergence(k: int, segs: list[Segment], earlier: list[ResumeVerdict]) -> int | None:
@@ -152,8 +171,8 @@ def check_resume(
         latency = seg.points[0].t - prev.kill_time
     evidence = list(landing.evidence)
 
-    def add(code: str, text: str, fails: bool = True) -> None:
-        findings.append(Finding(code, f"resume {k}: {text}", fails, k, list(evidence)))
+    def add(code: str, text: str, fails: bool | None = None, more: tuple[str, ...] = ()) -> None:
+        findings.append(Finding(code, f"resume {k}: {text}", fails, k, [*evidence, *more]))
 
     torn_note = ""
     if landing.torn and landing.in_place:
@@ -179,19 +198,27 @@ def check_resume(
         and landing.writing_step is not None
         and from_step < landing.writing_step
     )
+    # Said only when something shows the skipped one was incomplete: a kill between a new
+    # checkpoint's write and the update of the one a restart loads (Lightning's last.ckpt)
+    # leaves a complete new file that the restart had no reason to load.
+    proof: tuple[str, ...] = ()
+    if skipped and prev is not None:
+        was = (prev.snapshot_before_kill, prev.snapshot_after_kill, ev.reference_snapshot)
+        proof = tuple(incomplete_proof(landing.partial, *was))
     if skipped:
         torn_note = ""
+    if proof:
         add(
-            "incomplete-skipped",
+            INCOMPLETE_SKIPPED,
             f"the kill left {', '.join(landing.partial[:3])} incomplete under its final name; "
             f"the restart skipped it and resumed from the older complete checkpoint (step "
             f"{from_step}), so nothing torn was loaded. A script that did not skip it would "
             f"load a torn checkpoint — {TORN_DIR}",
-            fails=False,
+            more=proof,
         )
     if landing.in_place and not landing.in_write:
         add(
-            "in-place-write",
+            IN_PLACE_WRITE,
             f"{', '.join(landing.in_place[:3])} {'were' if len(landing.in_place) > 1 else 'was'}"
             " rewritten in place (the same file), not "
             "written under a temp name and renamed. This kill landed after that write had "
@@ -205,41 +232,60 @@ def check_resume(
         diverged_at = div.step
     if seg.hung:
         add(
-            "hung",
+            HUNG,
             f"the restarted script did not finish within {target.timeout:g} s (last "
             f"step printed: {step_text(seg.last_step)}).{torn_note} stderr tail:{stderr_tail(seg)}",
         )
         verdict = "hung"
     elif diverged_at is not None and div is not None and not torn_note:
-        add("resume-diverged", resume_diverged_text(div, seg.points, ref.points, ref_div))
+        add(RESUME_DIVERGED, resume_diverged_text(div, seg.points, ref.points, ref_div))
         verdict = f"diverged at step {diverged_at}"
     elif seg.crashed and div is None:
         meaning = target.exit_meaning(seg.exit_code)
         what = meaning or f"crashed by itself with exit status {seg.exit_code}"
         if torn_note:
             add(
-                "torn-checkpoint",
+                TORN_CHECKPOINT,
                 f"the restarted script {what}.{torn_note} stderr tail:{stderr_tail(seg)}",
             )
         else:
-            add("crashed", f"the restarted script {what}. stderr tail:{stderr_tail(seg)}")
+            add(CRASHED, f"the restarted script {what}. stderr tail:{stderr_tail(seg)}")
         verdict = "refused" if meaning else "crashed"
     elif seg.crashed and torn_note:  # it diverged after loading a torn checkpoint
         add(
-            "torn-checkpoint",
+            TORN_CHECKPOINT,
             f"the restarted script {target.exit_meaning(seg.exit_code)}."
             f"{torn_note} stderr tail:{stderr_tail(seg)}",
         )
         verdict = "diverged"
     if from_start and saved:
+        # A fresh start prints the reference's first loss; one that loaded the weights and
+        # counted from 0 again prints another (the script is deterministic: `unrepeatable`)
+        loaded = i == 0 and not unrepeatable and pairs[0][1].step == seg.first_step
         if torn_note:
-            add("torn-checkpoint", f"restarted from the start.{torn_note}")
+            add(TORN_CHECKPOINT, f"restarted from the start.{torn_note}")
+        elif loaded:
+            a, b = pairs[0]
+            evidence.append(
+                f"the resumed process printed step {b.step} again with loss {b.text}, a fresh "
+                f"start (the reference) {a.text} there: it did not start from the initial "
+                "weights"
+            )
+            lacks = ev.checkpoint.lacks_sentence() if ev.checkpoint is not None else ""
+            add(
+                STEPS_RESTARTED,
+                f"it loaded the weights and started counting steps from {b.step} again: the "
+                "step counter is not restored (a checkpoint existed at the kill), so whatever "
+                "follows the step (an LR schedule, a data position) starts over too." + lacks,
+            )
+            verdict = verdict or f"steps restarted from {b.step}"
         else:
             add(
-                "silent-fresh-start",
+                SILENT_FRESH_START,
                 f"the step counter went back to {seg.first_step} although "
-                "a checkpoint existed: the script started fresh without saying so (it does not "
-                "load its checkpoint, or loads it and throws it away)",
+                "a checkpoint existed, and its first loss is a fresh start's (the reference's):"
+                " the script started fresh without saying so (it does not load its checkpoint,"
+                " or loads it and throws it away)",
             )
         verdict = verdict or "silent fresh start"
     if inherited is not None and not pairs and not verdict:
@@ -266,26 +312,22 @@ def check_resume(
             if a.step == diverged_at:
                 pass  # the divergence is the finding: resume-diverged above
             elif torn_note:
-                add("torn-checkpoint", f"diverges from step {a.step}.{torn_note}")
-            elif i == 0 and rel > TINY_RELATIVE:
-                add(
-                    "state-missing",
-                    f"{where} differs by {delta_text(a.delta(b))}: the batch or the weights "
-                    "differ — the checkpoint lacks (or the script does not restore) the RNG "
-                    "state or the data position" + _inspected(ev),
-                )
-            elif i == 1 and rel > TINY_RELATIVE:
-                matched = "first recomputed loss" if was_recomputed else "first loss after it"
-                add(
-                    "state-missing",
-                    f"the {matched} matches (the weights came back) but step {a.step} differs "
-                    f"by {delta_text(a.delta(b))}: the update differs — optimizer state (momentum, "
-                    "Adam moments, step count) or the LR-schedule position is missing from the "
-                    "checkpoint" + _inspected(ev),
-                )
+                add(TORN_CHECKPOINT, f"diverges from step {a.step}.{torn_note}")
+            elif i in (0, 1) and rel > TINY_RELATIVE:
+                at = "batch" if i == 0 else "update"
+                if at == "batch":
+                    said = f"{where} differs by {delta_text(a.delta(b))}: "
+                else:
+                    matched = "first recomputed loss" if was_recomputed else "first loss after it"
+                    said = (
+                        f"the {matched} matches (the weights came back) but step {a.step} "
+                        f"differs by {delta_text(a.delta(b))}: "
+                    )
+                code, why = _explain(ev, at)
+                add(code, said + why)
             else:
                 add(
-                    "nondeterministic",
+                    NONDETERMINISTIC,
                     f"diverges {i} printed step(s) after the resume, at "
                     f"step {a.step}, by {delta_text(a.delta(b))}, growing to {delta_text(worst)}: "
                     "nondeterministic kernels or a different thread count (or state that "
@@ -298,7 +340,7 @@ def check_resume(
     other = field_verdict(fields) if i is None and not verdict else None
     if other is not None:
         verdict = other[0]
-        add("fields-differ", other[1])
+        add(FIELDS_DIFFER, other[1])
     exact = precision.exact
     if not verdict:
         verdict = "bit-identical" if exact else f"equal at {precision.digits} digits"

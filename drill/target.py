@@ -207,6 +207,8 @@ class Segment:
     snapshot_after_kill: Snapshot | None = None  # once the process is dead
     first_ckpt_step: int | None = None  # reference only: the step before the first write
     write_steps: list[int] = field(default_factory=list)  # reference: each step before a write
+    # reference: what showed checkpoints written under their final names (write_evidence.py)
+    writes_in_place: list[str] = field(default_factory=list)
     in_write: bool = False  # the kill landed inside a checkpoint write
     cpu_s: float | None = None  # user + system CPU seconds of the process
     resume_args: bool | None = None  # started with the target's resume arguments

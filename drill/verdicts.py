@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from crashdrill.drill.finding_codes import code_of
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.record_fields import RunRecords
 from crashdrill.drill.snapshot import Snapshot
@@ -30,11 +31,19 @@ class Finding:
     per fact the drill observed (where the kill landed, what the restart loaded, what a
     checkpoint lacks): a new kind of evidence is one more line, not a new finding."""
 
-    code: str
+    code: str  # a code of drill/finding_codes.py
     text: str
-    fails: bool = True
+    fails: bool | None = None  # None: what the code's registry entry says
     resume: int | None = None
     evidence: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        entry = code_of(self.code)  # a ValueError for a code that is not registered
+        if self.fails is None:
+            self.fails = entry.fails
+        elif self.fails != entry.fails and not entry.note_when:
+            what = "fails" if entry.fails else "is a note"
+            raise ValueError(f"finding {self.code!r} {what} (drill/finding_codes.py)")
 
 
 @dataclass
