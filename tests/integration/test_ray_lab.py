@@ -254,7 +254,10 @@ def test_lesson_1_15_on_the_cluster_moves_both_runs_and_only_the_mirrored_one_re
         events = client.get(f"/api/runs/{run_b}/events").json()["events"]
         moved = next(e for e in events if e["code"] == "crash")
         assert moved["text"].startswith(f"Crash test: lost host {before[1]['host']['name']}")
-        assert f"restarting on host {runs[1]['host']['name']} from the mirror's checkpoint" in moved["text"]
+        assert (
+            f"restarting on host {runs[1]['host']['name']} from the mirror's checkpoint"
+            in moved["text"]
+        )
         [check] = client.get(f"/api/runs/{run_b}/resume-checks").json()["checks"]
         assert check["bit_identical"] is True and check["complete"]
         events_a = client.get(f"/api/runs/{run_a}/events").json()["events"]
