@@ -139,7 +139,14 @@ def _refuse_to_start(run_dir: Path, rec: RecordWriter) -> int:
     """--require-checkpoint and none is left: say so and exit, never train from scratch."""
     root = layout.ckpt_root(run_dir)
     print(refused_line(root), file=sys.stderr)
-    rec.event(NO_CHECKPOINT_CODE, f"Refused to start: {refusal(root)}.")
+    rejected = len(layout.candidates(run_dir))  # each said so in its ckpt_corrupt event
+    why = (
+        f"no checkpoint in {root} passed its checks ({rejected} rejected)"
+        f" and --require-checkpoint is set; not training from scratch"
+        if rejected
+        else refusal(root)
+    )
+    rec.event(NO_CHECKPOINT_CODE, f"Refused to start: {why}.")
     rec.write("stage", stage="failed", progress=1.0)
     return EXIT_NO_CHECKPOINT
 

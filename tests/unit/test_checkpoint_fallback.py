@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from crashdrill.trainer import checkpoint_layout as layout
-from crashdrill.trainer.loop import _find_checkpoint
+from crashdrill.trainer.exit_codes import EXIT_NO_CHECKPOINT
+from crashdrill.trainer.loop import _find_checkpoint, _refuse_to_start
 from crashdrill.trainer.records import RecordWriter
 from crashdrill.trainer.run_files import read_records
 
@@ -46,3 +47,15 @@ def test_a_torn_newest_checkpoint_names_the_older_one_it_tries_next(tmp_path: Pa
     assert first["fallback_step"] == 100
     assert second["text"].endswith("There is no older checkpoint to fall back to.")
     assert second["fallback_step"] is None
+
+
+def test_a_refusal_after_rejected_checkpoints_says_they_failed_their_checks(
+    tmp_path: Path,
+) -> None:
+    torn(tmp_path, 200)
+    rec = RecordWriter(tmp_path, 1)
+    assert _refuse_to_start(tmp_path, rec) == EXIT_NO_CHECKPOINT
+    records, _ = read_records(tmp_path / "records.jsonl")
+    (event,) = [r for r in records if r.get("code") == "no_checkpoint"]
+    assert "passed its checks (1 rejected)" in event["text"]
+    assert "no checkpoint found" not in event["text"]  # one was found: it was torn
