@@ -1,7 +1,7 @@
 """A lesson's crash window: the steps in which it wants its Crash test, `[crash] window` in
 its preset. The page reads it from the preset (never from the "what to watch" text) and
-says where each run stands against it, naming the steps: "the lesson's crash window, steps
-100–600: opens in 14 steps", "crash test at step 150: inside the lesson's window, steps
+says where each run stands against it, naming the steps: "crash window, steps 100–600:
+opens in 14 steps", "crash test at step 150: inside the lesson's window, steps
 100–600 ✓".
 
     window = [250, 500]                             # both runs: steps 250 to 500

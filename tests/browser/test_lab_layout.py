@@ -232,7 +232,7 @@ def test_the_crash_window_and_the_event_groups_follow_the_lesson_s_preset(
     assert got["between"] == {"from": 250, "to": 500, "open": False}
     assert got["none"] is None
     assert got["own"] == {"from": 250, "to": 900, "open": True}
-    assert got["now"] == ["inside the lesson's crash window, steps 250–500: crash now", "now"]
+    assert got["now"] == ["crash window, steps 250–500: crash now", "now"]
     assert got["missed"][1] == "missed" and "run it again or lengthen it" in got["missed"][0]
     assert "window, steps 250–500" in got["missed"][0]
     assert got["hit"] == [

@@ -140,8 +140,8 @@ def test_the_crash_window_is_the_preset_s_key_and_its_text_is_free_to_change() -
         reworded=reworded,
     )
     assert out[0] == out[1] == {"from": 250, "to": 500, "open": False}
-    assert out[2] == ["the lesson's crash window, steps 250–500: opens in 14 steps", "wait"]
-    assert out[3] == ["inside the lesson's crash window, steps 250–500: crash now", "now"]
+    assert out[2] == ["crash window, steps 250–500: opens in 14 steps", "wait"]
+    assert out[3] == ["crash window, steps 250–500: crash now", "now"]
     assert out[4] == ["crash test at step 301: inside the lesson's window, steps 250–500 ✓", "hit"]
     assert out[5][1] == "missed" and "steps 250–500" in out[5][0]
     assert out[6] is None

@@ -1,6 +1,6 @@
 // The window in which a lesson wants its Crash test, and what the control bar says about
-// it, naming its steps: "the lesson's crash window, steps 100–600: opens in 14 steps",
-// "inside the lesson's crash window, steps 100–600: crash now", "crash test at step 150:
+// it, naming its steps: "crash window, steps 100–600: opens in 14 steps",
+// "crash window, steps 100–600: crash now", "crash test at step 150:
 // inside the lesson's window, steps 100–600 ✓", "missed … — run it again or lengthen it".
 //
 // The window is the preset's `[crash] window` (trainer/crash_window.py), served with the
@@ -37,7 +37,7 @@ export function windowText(win, step, crashSteps, live) {
   if (!live || at > to) return [`missed the lesson's crash window, ${steps} — run it again or lengthen it (steps)`, "missed"];
   const early = crashSteps.filter((s) => s < from);
   const again = early.length ? `crashed at step ${f.int(early[early.length - 1])}, before the window; ` : "";
-  if (at >= from) return [`${again}inside the lesson's crash window, ${steps}: crash now`, "now"];
+  if (at >= from) return [`${again}crash window, ${steps}: crash now`, "now"];
   const left = from - at;
-  return [`${again}the lesson's crash window, ${steps}: opens in ${f.int(left)} step${left === 1 ? "" : "s"}`, early.length ? "early" : "wait"];
+  return [`${again}crash window, ${steps}: opens in ${f.int(left)} step${left === 1 ? "" : "s"}`, early.length ? "early" : "wait"];
 }

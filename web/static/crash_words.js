@@ -10,17 +10,13 @@ import * as f from "./format.js";
  * waits_for_save, wipes_disk, moves_host); `cluster`: the lab has other machines to move
  * a run to. */
 export function crashHint(mode, cluster = false) {
-  if (mode?.waits_for_save) {
-    return "Arms a SIGKILL for the next checkpoint write: the run trains on until that write begins, then dies in the middle of it.";
-  }
+  if (mode?.waits_for_save) return "Arms a SIGKILL for the next checkpoint write: it lands in the middle of that write.";
   if (mode?.moves_host) {
     return cluster
-      ? "Takes the run's machine away: SIGKILL, its local checkpoints gone with the disk; it restarts on another machine from what the mirror kept."
-      : "Takes the run's disk away: SIGKILL, then its local checkpoints are deleted; with no other machine in this lab it restarts here, from what the mirror kept.";
+      ? "SIGKILL and its machine gone: it restarts on another machine from what the mirror kept."
+      : "SIGKILL and its disk deleted (no other machine here): it restarts from what the mirror kept.";
   }
-  if (mode?.wipes_disk) {
-    return "SIGKILL now, then the run's local checkpoints are deleted, like a disk gone with the session: it restarts from what the mirror kept.";
-  }
+  if (mode?.wipes_disk) return "SIGKILL now, then its local checkpoints are deleted: only the mirror's copies are left.";
   return "Kills the process with SIGKILL now: no chance to save.";
 }
 
