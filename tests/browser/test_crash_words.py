@@ -119,6 +119,7 @@ def test_lesson_1_10_the_hint_waits_for_the_write_and_b_s_log_has_nothing_to_fal
     b_rows = words(page, "B")
     refused = next(r for r in b_rows if "refused to start" in r[1])
     assert refused[1].startswith("Killed process") and "in the middle of writing" in refused[1]
+    assert "rejected its checkpoint (it failed its checks), found nothing older" in refused[1]
     assert_no_promise(page)
     for label in "AB":
         rows = words(page, label)

@@ -70,6 +70,7 @@ def test_a_kill_says_what_happened_and_the_restart_s_outcome_only_once_it_is_in(
         out.push(w.killText(16083, 200, crash, {segment: 1, from: 100}));
         out.push(w.killText(16083, 198, crash, {segment: 1, refused: true, from: null}));
         out.push(w.killText(16083, 198, crash, {segment: 1, fresh: true, from: 0}));
+        out.push(w.killText(16083, 200, crash, {segment: 1, refused: true, rejected: true}));
         """,
         crash=crash,
     )
@@ -83,6 +84,10 @@ def test_a_kill_says_what_happened_and_the_restart_s_outcome_only_once_it_is_in(
         "; its restart found no checkpoint to load and refused to start (exit 3)."
     )
     assert out[4].endswith("; its restart found no checkpoint and started over from step 0.")
+    assert out[5].endswith(  # 1.10's run B: its only checkpoint was torn by the kill
+        "; its restart rejected its checkpoint (it failed its checks), found nothing older and"
+        " refused to start (exit 3)."
+    )
     assert not any("resumes" in t for t in out)  # no promise, ever
 
 

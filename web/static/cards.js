@@ -358,7 +358,8 @@ export class RunCard {
       const k = this.kill;
       const e = run.events.find((x) => x.code === "crash" && (x.segment ?? 0) === k.segment);
       const next = e ? run.crashes().find((c) => c.segment === k.segment + 1) : null;
-      const after = next && (next.refused || next.fresh || f.isNum(next.from)) ? next : null;
+      const rejected = run.events.some((x) => x.code === "ckpt_corrupt" && x.segment === k.segment + 1);
+      const after = next && (next.refused || next.fresh || f.isNum(next.from)) ? { ...next, rejected } : null;
       const text = killText(k.pid, Number.isInteger(e?.at_step) ? e.at_step : k.step, e, after);
       if (e && text !== k.text) this.say(text);
       k.text = e ? text : k.text;

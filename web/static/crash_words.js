@@ -35,9 +35,13 @@ export function restartingText(e, started = false) {
 }
 
 /** What the restart after a kill did, from the run's crashes() entry of the segment it
- * started (`after`), or "" while its trainer has not said yet. */
+ * started (`after`, with `rejected`: its trainer rejected a checkpoint that failed its
+ * checks), or "" while its trainer has not said yet. */
 function outcome(after) {
   if (!after) return "";
+  if (after.refused && after.rejected) {
+    return "; its restart rejected its checkpoint (it failed its checks), found nothing older and refused to start (exit 3)";
+  }
   if (after.refused) return "; its restart found no checkpoint to load and refused to start (exit 3)";
   if (after.fresh) return "; its restart found no checkpoint and started over from step 0";
   if (f.isNum(after.from)) return `; resumed from the checkpoint at step ${f.int(after.from)}`;
