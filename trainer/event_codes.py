@@ -143,7 +143,14 @@ EVENT_CODES: tuple[EventCode, ...] = (
         "trainer",
         ("warn",),
         "key",
-        "a checkpoint failed its checks on load; the previous one is tried",
+        "a checkpoint failed its checks on load; an older one is tried, when there is one",
+        (
+            _f(
+                "fallback_step",
+                "int or null",
+                "the step of the older checkpoint tried next (null: none is left; -1: unreadable)",
+            ),
+        ),
     ),
     EventCode(
         "no_checkpoint",

@@ -115,21 +115,38 @@ def _startup_s() -> float | None:
 
 
 def _find_checkpoint(run_dir: Path, rec: RecordWriter) -> layout.CheckpointInfo | None:
-    """The newest checkpoint that verifies; loud about each corrupt newer one."""
-
-    def on_corrupt(msg: str) -> None:
-        text = f"Checkpoint rejected: {msg}. Falling back to the previous checkpoint."
-        print(f"crashdrill: WARNING {text}", file=sys.stderr)
-        rec.event("ckpt_corrupt", text)
-
-    return layout.find_latest(run_dir, on_corrupt=on_corrupt)
+    """The newest checkpoint that verifies; loud about each corrupt newer one, saying
+    whether an older one is left to try (the event's `fallback_step`, null: none)."""
+    found = layout.candidates(run_dir)
+    for i, (_step, path) in enumerate(found):
+        try:
+            return layout.read_checkpoint(path, "verified")
+        except layout.CorruptCheckpoint as e:
+            older = found[i + 1][0] if i + 1 < len(found) else None
+            at = f" at step {older}" if older is not None and older >= 0 else ""
+            then = (
+                f"Trying the older checkpoint{at}."
+                if older is not None
+                else "There is no older checkpoint to fall back to."
+            )
+            text = f"Checkpoint rejected: {e}. {then}"
+            print(f"crashdrill: WARNING {text}", file=sys.stderr)
+            rec.event("ckpt_corrupt", text, fallback_step=older)
+    return None
 
 
 def _refuse_to_start(run_dir: Path, rec: RecordWriter) -> int:
     """--require-checkpoint and none is left: say so and exit, never train from scratch."""
     root = layout.ckpt_root(run_dir)
     print(refused_line(root), file=sys.stderr)
-    rec.event(NO_CHECKPOINT_CODE, f"Refused to start: {refusal(root)}.")
+    rejected = len(layout.candidates(run_dir))  # each said so in its ckpt_corrupt event
+    why = (
+        f"no checkpoint in {root} passed its checks ({rejected} rejected)"
+        f" and --require-checkpoint is set; not training from scratch"
+        if rejected
+        else refusal(root)
+    )
+    rec.event(NO_CHECKPOINT_CODE, f"Refused to start: {why}.")
     rec.write("stage", stage="failed", progress=1.0)
     return EXIT_NO_CHECKPOINT
 

@@ -22,7 +22,10 @@ that differs between run A and run B.
                  (what a crash shows);
                  wall_step = N: the lab preempts each run once when it passes step N
                  (SIGTERM, then SIGKILL after the run's stop_grace), as a platform's
-                 session limit does (0, the default: no wall)
+                 session limit does (0, the default: no wall);
+                 window = [FROM, TO] (TO a step or "end"), or { A = [..], B = [..] }:
+                 the steps in which the lesson wants its Crash test (trainer/crash_window.py;
+                 none: any moment of training will do)
     [one_machine] whats_happening / what_to_watch / explanation as they read on a lab of
                  one machine (no Ray cluster), where they differ from the cluster's: the
                  lab shows the text that is true where it runs (`Preset.for_lab`)
@@ -53,6 +56,7 @@ from typing import Any
 
 from crashdrill.trainer import crash_modes
 from crashdrill.trainer.config import ConfigError, TrainConfig
+from crashdrill.trainer.crash_window import Window, parse_window, window_problems, window_toml
 from crashdrill.trainer.prediction import Prediction, parse_prediction
 from crashdrill.trainer.preset_toml import dump_toml
 
@@ -81,7 +85,7 @@ _TOP_LEVEL = (
 )
 _ONE_MACHINE_KEYS = ("whats_happening", "what_to_watch", "explanation")
 _KNOB_KEYS = ("name", "a", "b")
-_CRASH_KEYS = ("mode", "expect", "wall_step")
+_CRASH_KEYS = ("mode", "expect", "wall_step", "window")
 LABELS = ("A", "B")
 KNOB = "knob"
 SETTINGS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name != "extra")
@@ -111,6 +115,8 @@ class Crash:
     mode: str = crash_modes.DEFAULT
     expect: str = ""
     wall_step: int = 0  # the lab preempts each run once past this step (0: never)
+    # the steps in which the lesson wants its Crash test, by run ({}: any moment)
+    window: Window = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -252,6 +258,9 @@ def parse_preset(data: Mapping[str, Any], source: str = "<memory>") -> Preset:
     )
     if not problems:
         problems.extend(config_problems(preset, ""))
+    if not problems and crash.window:
+        steps = {label: preset.config_for(label).steps for label in LABELS}
+        problems.extend(window_problems(crash.window, steps))
     if problems:
         raise PresetError([f"{source}: {p}" for p in problems])
     return preset
@@ -332,7 +341,8 @@ def _parse_crash(value: Any, problems: list[str]) -> Crash:
     if not isinstance(wall, int) or isinstance(wall, bool) or wall < 0:
         problems.append(f"[crash] wall_step = {wall!r}: a step ≥ 1, or 0 for no wall")
         wall = 0
-    return Crash(mode, expect, wall)
+    window = parse_window(value.get("window"), problems)
+    return Crash(mode, expect, wall, window)
 
 
 def config_problems(preset: Preset, where: str) -> list[str]:
@@ -441,6 +451,8 @@ def dump_preset(preset: Preset) -> str:
         crash["expect"] = preset.crash.expect
     if preset.crash.wall_step:
         crash["wall_step"] = preset.crash.wall_step
+    if preset.crash.window:
+        crash["window"] = window_toml(preset.crash.window)
     top["crash"] = crash
     if preset.predict is not None:
         top["predict"] = preset.predict.file_table()

@@ -6,8 +6,11 @@
     text = diverged_text(records, step)       # a divergence: the trainer's own sentence
 
 Pure functions of what the supervisor found (workers/supervisor.py decides; these say it).
-The sentences are the lab's event log: a restart names the step it resumes from and how
-many steps are recomputed, or says loudly that the run starts over or must refuse.
+The sentences are the lab's event log, written when the old trainer is dead and before the
+new one has loaded anything: each says only what happened and what the supervisor does now
+(the newest checkpoint it found, how far back that is, that it restarts the trainer), or
+says loudly that the run starts over or must refuse. That it resumed is the trainer's own
+`resumed` event, written once the restart has loaded the checkpoint.
 """
 
 from __future__ import annotations
@@ -57,15 +60,18 @@ def restart_event(
     `save_step`: a crash test's kill came while this step's checkpoint was being written)."""
     lost_steps = None
     if ckpt is not None:
-        lost = ""
+        back = ""
         if step is not None and step > ckpt:
             lost_steps = step - ckpt
-            lost = f"; {lost_steps} steps to recompute"
-        text = f"{lead}. Resuming from the checkpoint at step {ckpt}{lost}."
+            back = f", {_steps(lost_steps)} back"
+        text = (
+            f"{lead}. The newest checkpoint on its disk is at step {ckpt}{back};"
+            " restarting the trainer to load it."
+        )
         if pulled is not None:
             text = (
-                f"{lead}. No checkpoint on this machine; pulled step {ckpt} from"
-                f" {pulled.url} (verified) and resumed from it{lost}."
+                f"{lead}. No checkpoint on this machine; pulled the checkpoint at step {ckpt}"
+                f" from {pulled.url} (verified){back}; restarting the trainer to load it."
             )
     elif fresh:
         lost_steps = step or 0
@@ -114,8 +120,8 @@ def moved_event(
     moved: bool,
     mode: str = HOST_LOSS,
 ) -> dict[str, Any]:
-    """The event of a restart on another machine: "Lost host NODE at step N; resumed on
-    host OTHER from the mirror at step M — K steps recomputed" (`moved`: a crash test of
+    """The event of a restart on another machine: "Lost host NODE at step N; restarting on
+    host OTHER from the mirror's checkpoint at step M, K steps back" (`moved`: a crash test of
     crash mode `mode`, one that moves_host, took the host away; else it vanished by itself,
     told as HOST_LOSS)."""
     if not mode_named(mode).moves_host:
@@ -126,10 +132,10 @@ def moved_event(
     if step is not None:
         lost_steps = max(step - ckpt, 0) if ckpt is not None else step
     if ckpt is not None:
-        source = "the mirror" if pulled is not None else "its disk"
-        text = f"{lead}{at}; resumed on {where} from {source} at step {ckpt}"
-        if lost_steps is not None:
-            text += f" — {lost_steps} steps recomputed"
+        source = "the mirror's" if pulled is not None else "its disk's"
+        text = f"{lead}{at}; restarting on {where} from {source} checkpoint at step {ckpt}"
+        if lost_steps:
+            text += f", {_steps(lost_steps)} back"
         text += "."
     else:
         text = (
@@ -148,6 +154,10 @@ def moved_event(
         lost_host=old.to_dict(),
         host=new.to_dict() if new is not None else None,
     )
+
+
+def _steps(n: int) -> str:
+    return f"{n} step{'' if n == 1 else 's'}"
 
 
 def failure_text(code: int | None) -> str:

@@ -90,9 +90,9 @@ def test_the_crash_test_buttons_stay_in_view_while_the_runs_train(
                 "(l) => !document.querySelector(`.run-${l} .crash`).disabled", arg=label
             )
             assert in_viewport(page, f".run-{label} .crash"), f"{label}'s Crash test is off screen"
-        # The window comes from the lesson's own words: A after step 120, B after 250.
-        assert "crash after step 120" in page.locator(".run-A .crash-window").inner_text()
-        assert "crash after step 250" in page.locator(".run-B .crash-window").inner_text()
+        # The window is the preset's [crash] window, named by its steps: A 120 on, B 250 on.
+        assert "window, steps 120–900" in page.locator(".run-A .crash-window").inner_text()
+        assert "window, steps 250–900" in page.locator(".run-B .crash-window").inner_text()
         # The answer is shut, and marked as the answer, until the outcome is in (#23: it
         # cannot be opened before; the lesson's [predict] answer_after_outcome = false lets it).
         assert page.locator("#answer").get_attribute("data-outcome") == "held"
@@ -183,11 +183,10 @@ def test_lesson_1_12_labels_b_s_restart_a_fresh_start_and_a_s_refusal(
         timeout=RUN_MS
     )
 
-    # Both crash tests landed in the lesson's window ("after step 150").
+    # Both crash tests landed in the lesson's window ([crash] window = [150, "end"]), named.
     for label in "AB":
-        assert (
-            "inside the lesson's window" in page.locator(f".run-{label} .crash-window").inner_text()
-        )
+        said = page.locator(f".run-{label} .crash-window").inner_text()
+        assert "inside the lesson's window, steps 150–600 ✓" in said, said
 
     # The outcome is in (A failed, B's check is complete): the answer may be opened.
     page.wait_for_function("() => document.querySelector('#answer').dataset.outcome === 'ready'")
@@ -200,7 +199,7 @@ def test_lesson_1_12_labels_b_s_restart_a_fresh_start_and_a_s_refusal(
     assert page.errors == []
 
 
-def test_the_crash_window_and_the_event_groups_follow_the_lesson_s_words(
+def test_the_crash_window_and_the_event_groups_follow_the_lesson_s_preset(
     lab_server: Any, page: Any
 ) -> None:
     page.goto(lab_server.url + "/?new=1")
@@ -210,16 +209,19 @@ def test_the_crash_window_and_the_event_groups_follow_the_lesson_s_words(
             const ev = await import('/static/events.js');
             const m = await import('/static/model.js');
             const contract = await (await fetch('/api/record-kinds')).json();
-            const text = 'Press Crash test between step 250 and step 500.';
-            const between = w.crashWindow(text, 600, 'A');
+            const presets = await (await fetch('/api/presets')).json();
+            const served = (presets.presets || presets).find((p) => p.id === 'browser');
+            // The "what to watch" text is free to change: the window is the preset's key.
+            const reworded = {...served, what_to_watch: 'Crash A when you like; B later.'};
+            const between = w.crashWindow({crash: {window: {A: [250, 500]}}}, 600, 'A');
             const pair = {eventCodes: m.eventCodes(contract), ordered: () => [{label: 'A', events: [
                 {id: 1, t: 1, code: 'checkpoint', step: 50, text: 'Checkpoint at step 50.'},
                 {id: 2, t: 2, code: 'mirror', step: 50, seconds: 0.0213, text: 'Copied.'},
                 {id: 3, t: 3, code: 'crash', at_step: 61, text: 'Crash test: killed the process.'},
             ]}]};
             return {
-                between, none: w.crashWindow('Wait for the mirror, then crash both.', 600, 'A'),
-                own: w.crashWindow('Crash test A after step 120 and B after step 250.', 900, 'B'),
+                between, none: w.crashWindow({crash: {mode: 'kill'}}, 600, 'A'),
+                own: w.crashWindow(reworded, 900, 'B'),
                 now: w.windowText(between, 300, [], true),
                 missed: w.windowText(between, 520, [], true),
                 hit: w.windowText(between, 520, [301], true),
@@ -227,13 +229,16 @@ def test_the_crash_window_and_the_event_groups_follow_the_lesson_s_words(
             };
         }"""
     )
-    assert got["between"] == {"from": 250, "to": 500}
+    assert got["between"] == {"from": 250, "to": 500, "open": False}
     assert got["none"] is None
     assert got["own"] == {"from": 250, "to": 900, "open": True}
-    assert got["now"] == ["crash after step 250: now (until step 500)", "now"]
+    assert got["now"] == ["crash window, steps 250–500: crash now", "now"]
     assert got["missed"][1] == "missed" and "run it again or lengthen it" in got["missed"][0]
-    assert got["hit"][1] == "hit"
-    # The mirror copy joins its checkpoint's line; the crash stands out.
+    assert "window, steps 250–500" in got["missed"][0]
+    assert got["hit"] == [
+        "crash test at step 301: inside the lesson's window, steps 250–500 ✓",
+        "hit",
+    ]
     assert got["rows"] == [
         [3, "key", ""],
         [1, "routine", "copied to the mirror in 0.02s, in the background"],

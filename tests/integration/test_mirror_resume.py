@@ -70,8 +70,9 @@ def test_a_wiped_run_resumes_from_the_mirror_bit_identically(
     prefix = str(tmp_path / "mirror") if kind == "local" else url
     (event,) = [r for r in records if r.get("code") == "lost"]
     assert (
-        f"No checkpoint on this machine; pulled step 100 from {prefix}/run1/step-00000100"
-        " (verified) and resumed from it; 50 steps to recompute." in event["text"]
+        "No checkpoint on this machine; pulled the checkpoint at step 100 from"
+        f" {prefix}/run1/step-00000100 (verified), 50 steps back;"
+        " restarting the trainer to load it." in event["text"]
     )
     resume = next(r for r in records if r["kind"] == "resume" and r["segment"] == 1)
     assert resume["from_step"] == 100

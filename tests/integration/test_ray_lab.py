@@ -254,7 +254,10 @@ def test_lesson_1_15_on_the_cluster_moves_both_runs_and_only_the_mirrored_one_re
         events = client.get(f"/api/runs/{run_b}/events").json()["events"]
         moved = next(e for e in events if e["code"] == "crash")
         assert moved["text"].startswith(f"Crash test: lost host {before[1]['host']['name']}")
-        assert f"resumed on host {runs[1]['host']['name']} from the mirror" in moved["text"]
+        assert (
+            f"restarting on host {runs[1]['host']['name']} from the mirror's checkpoint"
+            in moved["text"]
+        )
         [check] = client.get(f"/api/runs/{run_b}/resume-checks").json()["checks"]
         assert check["bit_identical"] is True and check["complete"]
         events_a = client.get(f"/api/runs/{run_a}/events").json()["events"]
@@ -294,9 +297,10 @@ def test_the_node_running_b_is_removed_and_b_resumes_on_another_from_the_mirror(
         ).json()["records"]
         data = next(r for r in records if r.get("code") == "lost_host")
         n, m = data["at_step"], data["resume_from"]
+        back = f", {n - m} step{'' if n - m == 1 else 's'} back" if n > m else ""
         assert event["text"] == (
-            f"Lost host {lost['name']} at step {n}; resumed on host {new['name']} from the"
-            f" mirror at step {m} — {n - m} steps recomputed."
+            f"Lost host {lost['name']} at step {n}; restarting on host {new['name']} from the"
+            f" mirror's checkpoint at step {m}{back}."
         )
         [check] = client.get(f"/api/runs/{run_b}/resume-checks").json()["checks"]
         assert check["from_step"] == m and check["bit_identical"] is True and check["complete"]

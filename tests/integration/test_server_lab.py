@@ -140,7 +140,7 @@ def test_a_quick_pair_survives_three_crash_tests_bit_identically(base_url: str) 
             for got, want in zip(story, expected, strict=True):
                 assert got.startswith(want), (got, want)
             for text, step in zip(story[0::2], resumes, strict=False):
-                assert f"Resuming from the checkpoint at step {step}" in text
+                assert f"The newest checkpoint on its disk is at step {step}" in text
 
         stored = {
             run: {

@@ -66,8 +66,8 @@ def test_a_restart_without_a_checkpoint_pulls_the_newest_copy_that_verifies(
     assert "step 20" in str(rejected["text"]) and "model.pt" in str(rejected["text"])
     (event,) = [r for r in recs if r.get("code") == "lost"]
     assert str(event["text"]).endswith(
-        f"No checkpoint on this machine; pulled step 10 from {root}/run/step-00000010"
-        " (verified) and resumed from it; 15 steps to recompute."
+        "No checkpoint on this machine; pulled the checkpoint at step 10 from"
+        f" {root}/run/step-00000010 (verified), 15 steps back; restarting the trainer to load it."
     )
     resume = next(r for r in recs if r["kind"] == "resume")
     assert resume["from_step"] == 10 and resume["segment"] == 1
@@ -83,7 +83,7 @@ def test_a_restart_with_a_checkpoint_on_disk_does_not_touch_the_mirror(
     (rd.path / "ckpt" / "step-00000020" / "MANIFEST.json").write_text('{"step": 20}')
     recs = restart(rd, str(root))
     (event,) = [r for r in recs if r.get("code") == "lost"]
-    assert "Resuming from the checkpoint at step 20; 5 steps to recompute." in str(event["text"])
+    assert "The newest checkpoint on its disk is at step 20, 5 steps back;" in str(event["text"])
     assert not (rd.path / "ckpt" / "step-00000010").exists()
 
 

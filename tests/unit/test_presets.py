@@ -189,3 +189,51 @@ def test_a_bad_one_machine_table_says_what_is_allowed(table, message) -> None:
     with pytest.raises(PresetError) as e:
         parse_preset(data)
     assert message in str(e.value)
+
+
+# ---------------------------------------------------------------- [crash] window
+
+
+def test_a_crash_window_is_read_for_both_runs_or_each_its_own() -> None:
+    both = parse_preset({**VALID, "crash": {"window": [2, "end"]}})
+    assert both.crash.window == {"A": (2, None), "B": (2, None)}
+    own = parse_preset({**VALID, "crash": {"window": {"A": [1, 4], "B": [3, "end"]}}})
+    assert own.crash.window == {"A": (1, 4), "B": (3, None)}
+    assert parse_preset(VALID).crash.window == {}  # none: any moment of training will do
+    for preset in (both, own):
+        assert parse_preset_text(dump_preset(preset)) == preset
+
+
+def test_a_crash_window_survives_any_what_to_watch_text() -> None:
+    preset = get_preset("lesson-1.8")
+    changed = parse_preset_text(
+        dump_preset(preset).replace(preset.what_to_watch, "Crash whenever you like.")
+    )
+    assert changed.what_to_watch == "Crash whenever you like."
+    assert changed.crash.window == preset.crash.window == {"A": (100, None), "B": (100, None)}
+
+
+@pytest.mark.parametrize(
+    ("window", "message"),
+    [
+        (
+            "soon",
+            r"\[crash\] window = 'soon': \[FROM, TO\] steps \(TO a step after FROM, or \"end\"",
+        ),
+        ([5], r"\[crash\] window = \[5\]: \[FROM, TO\]"),
+        ([-1, 5], r"\[crash\] window = \[-1, 5\]: its first step -1 must be a step ≥ 0"),
+        ([5, 5], r"\[crash\] window = \[5, 5\]: its last step 5 must be a step after 5 or \"end\""),
+        ([5, "later"], r"its last step 'later' must be a step after 5 or \"end\""),
+        ({"A": [1, 4]}, r"\[crash\] window: no window for run B; give both A and B"),
+        (
+            {"A": [1, 4], "B": [1, 4], "C": [1, 2]},
+            r"\[crash\] window: unknown run 'C'; allowed: A, B",
+        ),
+        ({"A": [1, 4], "B": "x"}, r"\[crash\] window.B = 'x'"),
+        ([10, "end"], r"run A's window starts at step 10, but the run trains 10 steps"),
+        ([2, 11], r"run A's window ends at step 11, past the run's 10 steps"),
+    ],
+)
+def test_a_bad_crash_window_names_the_field_the_value_and_what_is_allowed(window, message):
+    with pytest.raises(PresetError, match=message):
+        parse_preset({**VALID, "crash": {"window": window}})

@@ -32,9 +32,15 @@ def event(**kw: object) -> dict[str, object]:
     )
 
 
-def test_a_resume_names_its_checkpoint_and_the_steps_to_recompute() -> None:
+def test_a_restart_names_the_checkpoint_it_found_and_promises_no_resume() -> None:
     e = event(ckpt=100)
-    assert e["text"].endswith("Resuming from the checkpoint at step 100; 78 steps to recompute.")
+    # Written before the new trainer loaded anything: what was found and what is done now;
+    # "resumed" is the trainer's own event, once it has loaded the checkpoint.
+    assert e["text"].endswith(
+        "The newest checkpoint on its disk is at step 100, 78 steps back;"
+        " restarting the trainer to load it."
+    )
+    assert "resum" not in e["text"].lower()
     assert e["lost_steps"] == 78 and e["resume_from"] == 100
 
 

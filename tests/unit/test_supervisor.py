@@ -101,7 +101,7 @@ def test_sigkill_restarts_with_require_checkpoint_and_logs_the_crash(
     assert crash["segment"] == 0 and crash["level"] == "info"
     text = str(crash["text"])
     assert text.startswith("Crash test: killed the process with SIGKILL (no chance to save)")
-    assert f"Resuming from the checkpoint at step {crash['resume_from']}" in text
+    assert f"The newest checkpoint on its disk is at step {crash['resume_from']}" in text
     resume = next(r for r in recs if r["kind"] == "resume")
     assert resume["segment"] == 1 and resume["from_step"] == crash["resume_from"]
     assert recs.index(crash) < recs.index(resume)

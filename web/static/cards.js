@@ -3,7 +3,9 @@
 // position survive live updates.
 
 import { crashWindow, windowText } from "./crash_window.js";
+import { crashHint, killText, restartingText } from "./crash_words.js";
 import * as f from "./format.js";
+import { recentRates } from "./metric_series.js";
 
 export const STAGES = [
   ["queued", "Queued"],
@@ -77,7 +79,6 @@ export function studentState(run, starts = null, preset = null) {
   const last = crashes[crashes.length - 1];
   const usual = startsNote(starts);
   const note = usual && run.startPending() ? ` ${usual[0].toUpperCase()}${usual.slice(1)}.` : "";
-  const killed = "Killed with SIGKILL (no chance to save). Restarting from its newest complete checkpoint.";
   const wall = preset?.crash?.wall_step ?? 0;
   const ended = () => {
     const seg = run.newestStepSegment() ?? 0; // the segment whose trainer ended
@@ -85,7 +86,7 @@ export function studentState(run, starts = null, preset = null) {
     if (run.endedBy(seg, wall) === "preempt") {
       return ["preempted", (e ? e.text : "Preempted: SIGTERM, then SIGKILL if it is still alive after its grace. It resumes from what it saved.") + note];
     }
-    return ["crashed", killed + note];
+    return ["crashed", `Killed with SIGKILL (no chance to save). ${restartingText(e)}${note}`];
   };
   if (["starting", "running", "restarting"].includes(v.state) && trainerFinished(run)) {
     return ["done", `Finished ${f.int(v.steps)} steps.`]; // the supervisor's report is on its way
@@ -117,7 +118,7 @@ export function studentState(run, starts = null, preset = null) {
     case "restarting":
     case "running":
       if ((v.crashes ?? 0) > (v.segment ?? 0) && run.startPending()) {
-        return ["resuming", `Restarted after the crash: loading its newest complete checkpoint.${note}`];
+        return ["resuming", `Restarted after the crash: ${restartingText(run.newestRestart(v.segment ?? 0), true)}${note}`];
       }
       if (v.segment > 0 && last && (stagePhase(v.stage) !== "train" || (v.step ?? 0) < last.reached)) {
         if (last.fresh) {
@@ -248,12 +249,6 @@ const CONTROL_HTML = `
   </div>
   <p class="crash-why"></p>`;
 
-function killText(pid, step, event = null) {
-  const save = event?.save_step; // a crash event's field: the checkpoint being written
-  const where = Number.isInteger(save) ? `, in the middle of writing the checkpoint for step ${save}` : "";
-  return `Killed process ${pid ?? "?"} at step ${step ?? "?"}${where}. It resumes from its newest complete checkpoint.`;
-}
-
 /** Write `text` only when it changed: a text write costs a layout even when equal. */
 function setText(node, text) {
   if (node.textContent !== text) node.textContent = text;
@@ -322,7 +317,7 @@ export class RunCard {
   /** The answer to a Crash test. The server answers with the newest step it had read; the
    * trainer's crash event says where the kill really landed, and replaces it when it comes. */
   killed(res, segment) {
-    this.kill = { pid: res.killed_pid, segment, exact: false };
+    this.kill = { pid: res.killed_pid, step: res.at_step, segment, done: false, text: "" };
     if (res.armed) {
       // A mode that waits for a save: the kill lands at the next checkpoint write.
       this.run.armed = { segment, pid: res.killed_pid, step: res.at_step };
@@ -357,12 +352,18 @@ export class RunCard {
         this.say(`SIGTERM sent to process ${g.pid} at step ${g.step ?? "?"}: its grace is over, SIGKILL sent.`);
       }
     }
-    if (this.kill && !this.kill.exact) {
-      const e = run.events.find((x) => x.code === "crash" && (x.segment ?? 0) === this.kill.segment);
-      if (e && Number.isInteger(e.at_step)) {
-        this.kill.exact = true;
-        this.say(killText(this.kill.pid, e.at_step, e));
-      }
+    if (this.kill && !this.kill.done) {
+      // The crash event says where the kill landed; what the restart did comes from the
+      // trainer's own records (resumed, started over, refused), said once they are in.
+      const k = this.kill;
+      const e = run.events.find((x) => x.code === "crash" && (x.segment ?? 0) === k.segment);
+      const next = e ? run.crashes().find((c) => c.segment === k.segment + 1) : null;
+      const rejected = run.events.some((x) => x.code === "ckpt_corrupt" && x.segment === k.segment + 1);
+      const after = next && (next.refused || next.fresh || f.isNum(next.from)) ? { ...next, rejected } : null;
+      const text = killText(k.pid, Number.isInteger(e?.at_step) ? e.at_step : k.step, e, after);
+      if (e && text !== k.text) this.say(text);
+      k.text = e ? text : k.text;
+      k.done = after !== null;
     }
     const preset = pair.view.preset;
     const [state, line] = studentState(run, pair.view.start_times, preset);
@@ -386,8 +387,10 @@ export class RunCard {
     const m = this.metrics;
     setText(m.loss, f.loss(last?.loss));
     setText(m.val, f.loss(run.bestVal()));
-    setText(m.tps, f.compact(last?.tokens_per_s));
-    setText(m.mfu, f.pctOfFraction(last?.mfu));
+    const rates = recentRates(run); // this process's own steps only, never restored ones
+    setText(m.tps, f.compact(rates.tokensPerS));
+    setText(m.mfu, f.pctOfFraction(rates.mfu));
+    m.tps.title = m.mfu.title = rates.steps ? `over the last ${rates.steps} steps this trainer process trained` : "";
     setText(m.mem, f.bytes(run.peakMem()));
     m.mem.title = last?.mem_kind === "rss" ? "process RSS (CPU run)" : "peak CUDA memory allocated";
     setText(m.lr, f.sci(last?.lr));
@@ -400,7 +403,7 @@ export class RunCard {
     setText(this.cost, `${f.duration(elapsed)} · ${kwhText}${rent}`);
     this.cost.title = e.hasEnergy ? "this run's share of the machine's energy while this page watched"
       : "no energy counter on this machine (needs NVML on a GPU, or readable RAPL)";
-    const win = crashWindow(pair.view.preset?.what_to_watch, v.steps, run.label);
+    const win = crashWindow(preset, v.steps, run.label);
     const [winText, winKind] = windowText(win, step, run.crashSteps(), !done);
     setText(this.window, winText || "");
     this.window.hidden = !winText;
@@ -415,7 +418,9 @@ export class RunCard {
       setText(this.why, this.flash);
       return;
     }
-    const why = blocker || (state === "resuming" ? "" : "Kills the process with SIGKILL now: no chance to save.");
+    const mode = pair.crashModes?.get(preset?.crash?.mode);
+    const cluster = Boolean(pair.view.executor) && pair.view.executor !== "local";
+    const why = blocker || (state === "resuming" ? "" : crashHint(mode, cluster));
     setText(this.why, why);
     this.why.dataset.kind = blocker ? "blocked" : "default";
   }

@@ -2,6 +2,7 @@
 // samples and resume checks (the event log is events.js).
 
 import * as f from "./format.js";
+import { checkCost } from "./crash_words.js";
 import { fieldsDetails, measuredWords, otherFieldsVerdict } from "./resume_fields.js";
 
 // The questions behind the probe names (trainer/corpus.py PROBES); unknown names show as is.
@@ -170,12 +171,8 @@ export function renderResumeChecks(pair) {
         });
         li.append(fields);
       }
-      const lost = c.expected_points;
-      if (f.isNum(lost) && c.started_over) {
-        li.append(el("span", "check-cost", `The crash cost all ${f.int(lost)} steps trained before it: a fresh start from step 0, not a resume.`));
-      } else if (f.isNum(lost) && f.isNum(c.from_step)) {
-        li.append(el("span", "check-cost", `The crash cost ${f.int(lost)} step${lost === 1 ? "" : "s"} of work (since the checkpoint at step ${f.int(c.from_step)}).`));
-      }
+      const cost = checkCost(c, r.crashes().find((x) => x.segment === c.segment)?.kind);
+      if (cost) li.append(el("span", "check-cost", cost));
       list.append(li);
       n += 1;
     }

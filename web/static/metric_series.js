@@ -67,3 +67,28 @@ function aligned(lines) {
   });
   return { x: xs, series };
 }
+
+/** The run's throughput and MFU as the card shows them: over the last `n` step records of
+ * its newest segment, time-weighted (Σ value·dt / Σ dt, each record's dt its own steps'
+ * time). Only the work this process did counts: never a record of an earlier segment (the
+ * steps a resume restored or recomputes are not new work of this one), and not the
+ * process's first record (its `startup_s` says it is: written at start priority,
+ * trainer/priority.py, while the lab's other trainers yield). `{tokensPerS, mfu, steps}`,
+ * nulls until the segment has a step record after its first. */
+export function recentRates(run, n = 10) {
+  const seg = run.newestStepSegment();
+  const rows = seg === null ? [] : [...(run.steps.get(seg)?.values() || [])].sort((a, b) => a.step - b.step);
+  const own = rows.length && Object.hasOwn(rows[0], "startup_s") ? rows.slice(1) : rows;
+  const recent = own.slice(-n).filter((r) => isNum(r.dt) && r.dt > 0);
+  const mean = (field) => {
+    let num = 0;
+    let den = 0;
+    for (const r of recent) {
+      if (!isNum(r[field])) continue;
+      num += r[field] * r.dt;
+      den += r.dt;
+    }
+    return den > 0 ? num / den : null;
+  };
+  return { tokensPerS: mean("tokens_per_s"), mfu: mean("mfu"), steps: recent.length };
+}

@@ -308,6 +308,8 @@ export class PairModel {
     this.view = view;
     this.stepKeyed = stepKeyedKinds(contract);
     this.eventCodes = eventCodes(contract);
+    // The crash modes by name (GET /api/record-kinds `crash_modes`): what the lesson's does.
+    this.crashModes = new Map((contract?.crash_modes || []).map((m) => [m.name, m]));
     this.runs = new Map(view.runs.map((r) => [r.id, new RunModel(r, this.stepKeyed, this.eventCodes)]));
     this.checks = new Map(); // run id -> resume checks
     this.machine = null; // newest telemetry sample
