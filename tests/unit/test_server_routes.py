@@ -278,6 +278,9 @@ def test_a_405_names_in_allow_every_method_its_path_answers(client: TestClient) 
     for method, path, allow in (
         ("DELETE", "/api/instructor/presets", "GET, POST"),  # two routes, one path
         ("PATCH", "/api/instructor/presets/quick", "DELETE, GET, PUT"),
+        # A word of its own, not a preset id: /presets/{preset} does not claim it.
+        ("OPTIONS", "/api/instructor/presets/validate", "POST"),
+        ("GET", "/api/instructor/presets/validate", "POST"),
         ("PUT", "/api/pairs", "POST"),
         ("POST", "/static/app.js", "GET, HEAD"),
     ):
