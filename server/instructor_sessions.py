@@ -17,8 +17,9 @@ address has offered `max_wrong_tokens` wrong ones within GUESS_WINDOW_S, its wro
 get 429 with Retry-After after OVER_LIMIT_DELAY_S instead (a student behind the classroom's
 NAT cannot lock the instructor out). The delays hold however the token came — the login
 form, either header, on any route: `check_token` notes the delay in the request's scope and
-`WrongTokenDelay` (a middleware) holds the answer back by it, without holding a thread. With a 16-character token the slowing is a brake on
-noise, not the protection: the token's length is.
+`WrongTokenDelay` (a middleware) holds the answer back by it, without holding a thread.
+With a 16-character token the slowing is a brake on noise, not the protection: the
+token's length is.
 """
 
 from __future__ import annotations
