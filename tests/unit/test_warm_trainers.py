@@ -102,6 +102,7 @@ def test_a_forked_trainer_is_its_own_session_with_its_own_command_line(
     assert "--run-dir" in (run_dir / "stdout.log").read_text()
     assert warm.status() | {"pid": None} == {
         "mode": "fork",
+        "warm": "ready",
         "pid": None,
         "forked": 1,
         "exec": 0,
@@ -230,3 +231,27 @@ def test_a_command_too_long_to_show_execs_and_keeps_the_warm_process(
     assert proc.popen is not None and proc.wait(30) == 0  # exec'd: its argv shows in full
     status = warm.status()
     assert status["mode"] == "fork" and status["pid"] == pid and status["exec"] == 1
+
+
+def test_a_warm_process_says_warming_until_its_imports_are_done_then_ready(toy: Path) -> None:
+    (toy / "slowimport.py").write_text("import time\ntime.sleep(1.5)\n")  # torch, slowly
+    warm = WarmTrainers(
+        keep_children=True, preload=["slowimport"], command=["toytrainer"], enabled=True
+    )
+    try:
+        assert warm.status()["warm"] == "warming"  # about to start one
+        warm.prewarm()
+        assert warm.status()["warm"] == "warming"  # importing: a start now would wait
+        wait_for(lambda: warm.status()["warm"] == "ready", "the imports", within=20)
+        assert warm.status()["forked"] == 0  # ready before any start asked for it
+    finally:
+        warm.close()
+    assert warm.status()["warm"] == "none"  # closed: starts exec
+
+
+def test_a_warm_process_turned_off_says_none(toy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_SWITCH, "0")
+    warm = WarmTrainers(keep_children=True, preload=["json"], command=["toytrainer"])
+    warm.prewarm()
+    assert warm.status()["warm"] == "none"
+    warm.close()
