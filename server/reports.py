@@ -136,8 +136,10 @@ class SupervisorReports:
         if self.mirror is None or change.state in ("running", "restarting"):
             return True
         key = run_id  # a lab run's key in the mirror: its run dir's name, the run's id
-        since = self._last_copy.setdefault(run_id, time.monotonic())
-        self.mirror.release(key)
+        since = self._last_copy.get(run_id)
+        if since is None:  # once: each release wakes the mirror's scan, which hashes files
+            since = self._last_copy[run_id] = time.monotonic()
+            self.mirror.release(key)
         if self.mirror.settled(key) or time.monotonic() - since > LAST_COPY_WAIT_S:
             self._last_copy.pop(run_id, None)
             return True

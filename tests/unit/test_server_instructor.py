@@ -13,11 +13,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from crashdrill.server.app import create_app
 from crashdrill.server.catalog import set_top_level
 from crashdrill.server.settings import Settings
-from tests.support.lab import STAND_IN, stand_in_settings
-from tests.unit.test_server_routes import FakeSampler
+from tests.support.lab import STAND_IN, stand_in_app, stand_in_settings
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -48,13 +46,12 @@ b = 150
 
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    settings: Settings = stand_in_settings(tmp_path / "lab", monkeypatch, steps=400, token=TOKEN)
-    return settings
+    return stand_in_settings(tmp_path / "lab", monkeypatch, steps=400, token=TOKEN)
 
 
 @pytest.fixture
 def app(settings: Settings) -> FastAPI:
-    return create_app(settings, sampler_factory=FakeSampler)
+    return stand_in_app(settings)
 
 
 @pytest.fixture
@@ -188,12 +185,11 @@ def test_a_header_token_over_the_guess_limit_waits_the_longer_delay(
 def test_the_guess_limit_can_be_turned_off(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dataclasses
 
     import crashdrill.server.instructor_sessions as instructor_sessions
 
     monkeypatch.setattr(instructor_sessions, "WRONG_TOKEN_DELAY_S", 0.0)
-    app = create_app(dataclasses.replace(settings, max_wrong_tokens=0), sampler_factory=FakeSampler)
+    app = stand_in_app(settings, max_wrong_tokens=0)
     with TestClient(app) as c:
         codes = {
             c.post("/api/instructor/login", json={"token": f"g{i}"}).status_code for i in range(15)
@@ -226,7 +222,7 @@ def test_token_guesses_slide_out_of_the_window_and_addresses_are_bounded(
 
 def test_instructor_mode_is_off_without_a_token(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "lab", trainer_command=STAND_IN, telemetry=False)
-    with TestClient(create_app(settings, sampler_factory=FakeSampler)) as c:
+    with TestClient(stand_in_app(settings)) as c:
         r = c.post("/api/instructor/login", json={"token": "anything"})
         assert r.status_code == 403 and "CRASHDRILL_INSTRUCTOR_TOKEN" in r.json()["detail"]
         assert c.get("/api/instructor/class").status_code == 403
