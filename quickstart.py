@@ -285,11 +285,25 @@ def serve(argv: list[str]) -> None:
     os.execv(str(BIN / "crashdrill"), [str(BIN / "crashdrill"), "serve", *args])
 
 
+def eslint_step() -> list[list[str | Path]]:
+    """eslint over the page's modules (eslint.config.mjs; installed from npm at setup by
+    scripts/build_web.py); none, with the reason printed, where it cannot run."""
+    eslint = ROOT / "node_modules" / ".bin" / "eslint"
+    if shutil.which("node") is None:
+        say("skipped: eslint over web/static (Node.js is not installed: apt-get install -y npm)")
+        return []
+    if not eslint.exists():
+        say("skipped: eslint over web/static (npm could not install it: see build_web above)")
+        return []
+    return [[eslint, "web/static"]]
+
+
 def run_tests() -> int:
     status = 0
     steps: list[list[str | Path]] = [
         [BIN / "ruff", "check", "."],
         [BIN / "ruff", "format", "--check", "."],
+        *eslint_step(),  # the page's JS: web/static
         [PY, "scripts/typecheck.py"],  # mypy over the whole package, across modules
         [PY, "scripts/lint_imports.py"],  # the layers: import-linter contracts in pyproject
         [PY, "-m", "pytest", "tests", "-p", "no:cacheprovider"],

@@ -38,7 +38,7 @@ WORKDIR /src
 COPY package.json package-lock.json ./
 COPY docker/local/ /build-local/
 RUN if [ -f /build-local/ca.crt ]; then export NODE_EXTRA_CA_CERTS=/build-local/ca.crt; fi \
-    && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+    && npm ci --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error
 
 # ---- the virtual environment: CPU torch, crashdrill and its server extras ------------
 FROM ${BASE} AS build

@@ -3,8 +3,8 @@
 A run is a chain of segments. Segment 0 is the first process; each SIGKILL from the plan
 ends a segment and the next one is the same command started again (with the target's
 resume arguments). A kill takes down the process and every descendant, whatever session
-or process group each made for itself (workers/process_tree.py), and every process is
-bounded by the target's timeout. A preemption (KillPoint.preempt) sends SIGTERM to the
+or process group each made for itself (crashdrill/processes/process_tree.py), and every
+process is bounded by the target's timeout. A preemption (KillPoint.preempt) sends SIGTERM to the
 process group instead and follows the process through its grace: it ends the segment when
 the process exits, or SIGKILLs the tree when the grace runs out.
 

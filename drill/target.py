@@ -31,7 +31,7 @@ class StartError(RuntimeError):
 
 class Child(Protocol):
     """A started process, exec'd (ExecProcess) or forked by the fork server
-    (workers/forkserver.py): its pid leads its own process group."""
+    (crashdrill/processes/forkserver.py): its pid leads its own process group."""
 
     pid: int
     stdout: IO[bytes]

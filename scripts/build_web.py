@@ -1,5 +1,7 @@
 """Set up the lab page's third-party code from the npm registry: uPlot (the charts) and
-supabase-js (only loaded when the server has Supabase Realtime configured).
+supabase-js (only loaded when the server has Supabase Realtime configured), and the
+linter of the page's own modules, eslint (package.json's devDependencies; eslint.config.mjs;
+`python3 quickstart.py test` runs it).
 
     python scripts/build_web.py               # npm ci when needed, copy to web/static/vendor/
     python scripts/build_web.py --no-install  # copy only (node_modules/ already there)
@@ -32,10 +34,12 @@ VENDORED: dict[str, tuple[tuple[str, str], ...]] = {
     "@supabase/supabase-js": (("dist/umd/supabase.js", "supabase.js"),),
 }
 FILES = tuple(name for files in VENDORED.values() for _, name in files)
+TOOLS = ("eslint",)  # installed with the rest, never copied anywhere
 
 
 def pinned_version(package: str = "uplot") -> str:
-    deps = json.loads((ROOT / "package.json").read_text(encoding="utf-8"))["dependencies"]
+    meta = json.loads((ROOT / "package.json").read_text(encoding="utf-8"))
+    deps = {**meta.get("devDependencies", {}), **meta["dependencies"]}
     return str(deps[package])
 
 
@@ -61,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-install", action="store_true", help="copy only; never run npm")
     args = parser.parse_args(argv)
-    stale = [p for p in VENDORED if installed_version(p) != pinned_version(p)]
+    stale = [p for p in (*VENDORED, *TOOLS) if installed_version(p) != pinned_version(p)]
     if stale:
         if args.no_install:
             wanted = ", ".join(f"{p} {pinned_version(p)}" for p in stale)

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Check the import-linter contracts of pyproject.toml (the layers; docs/layers.md).
+"""Check the import-linter contracts of pyproject.toml (the layers: docs/development.md,
+"The layers, checked by import-linter").
 
     .venv/bin/python scripts/lint_imports.py            # exit 0: every contract kept
     .venv/bin/python scripts/lint_imports.py --verbose  # any lint-imports option passes through

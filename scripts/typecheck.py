@@ -10,7 +10,7 @@ import hook that mypy cannot follow, so every cross-module import was `Any` unde
 (e.g. a setting renamed in one module and still read in another). This lays the package
 out as an installed wheel would (scripts/installed_layout.py), checks `-p crashdrill`
 there with pyproject's [tool.mypy], and prints each error with its path in this repo
-(crashdrill/trainer/x.py → trainer/x.py). Exit codes are mypy's: 0 clean, 1 errors, 2
+(crashdrill/trainer/NAME.py → trainer/NAME.py). Exit codes are mypy's: 0 clean, 1 errors, 2
 a usage or crash.
 """
 

@@ -15,7 +15,8 @@ answers 400 unless it is
   (CRASHDRILL_ALLOWED_HOSTS: the names a class uses, like lab.example.org); `*` in it
   turns the check off, for a reverse proxy that checks names itself.
 
-A request without a Host header (HTTP/1.0 from a script) is not a browser's and passes.
+An HTTP/1.1 request without a Host header is malformed (RFC 9112, section 3.2) and gets
+400 too; one over HTTP/1.0 (a script) may go without and passes, as no browser sends it.
 """
 
 from __future__ import annotations
@@ -67,7 +68,12 @@ def host_refusal(scope: Scope, settings: Settings) -> str | None:
     """None when the request's host is one the lab answers to; else why not, for a 400."""
     host = request_host(scope, settings)
     if host is None:
-        return None  # not sent by a browser
+        if scope.get("http_version") == "1.1" and not _has_host_header(scope):
+            return (
+                "an HTTP/1.1 request needs a Host header (RFC 9112, section 3.2): the name"
+                " the lab was reached by, such as 127.0.0.1:8000"
+            )
+        return None  # HTTP/1.0, not sent by a browser
     name = name_of(host)
     if name is not None and host_allowed(name, settings):
         return None
@@ -78,6 +84,10 @@ def host_refusal(scope: Scope, settings: Settings) -> str | None:
         " addresses and the names in CRASHDRILL_ALLOWED_HOSTS (comma-separated, e.g."
         " lab.example.org)"
     )
+
+
+def _has_host_header(scope: Scope) -> bool:
+    return any(name == b"host" for name, _ in scope.get("headers", ()))
 
 
 def _is_address(name: str) -> bool:

@@ -92,6 +92,8 @@ def create_app(
     app.add_exception_handler(DatabaseUnavailable, _database_unavailable)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    # Innermost of ours: it sees the scope that check_token marks.
+    app.add_middleware(instructor_sessions.WrongTokenDelay)
     app.add_middleware(SessionMiddleware, secret_key=secret_key, settings=settings)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(BrowserGuardMiddleware, settings=settings)  # outermost

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import tomlkit
+from starlette.convertors import Convertor
 from tomlkit.exceptions import TOMLKitError
 
 from crashdrill.server.errors import BadInput, Conflict, Forbidden, NotFound
@@ -39,6 +40,9 @@ log = logging.getLogger(__name__)
 
 Origin = Literal["builtin", "instructor"]
 ID_RULE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+ID_ALLOWED = "1–64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+# Words after /api/instructor/presets/ that are routes of their own, never a preset's id.
+RESERVED_IDS = ("validate",)
 MAX_TEXT = 32 * 1024
 
 
@@ -76,12 +80,32 @@ def parse_text(text: str, source: str = "the preset") -> Preset:
     if len(text) > MAX_TEXT:
         raise PresetError(f"{source}: {len(text)} characters; at most {MAX_TEXT}")
     preset = parse_preset_text(text, source=source)
-    if not ID_RULE.match(preset.id):
-        raise PresetError(
-            f"{source}: id = {preset.id!r}: 1–64 letters, digits, '.', '_' or '-',"
-            " starting with a letter or digit"
-        )
+    problem = id_problem(preset.id)
+    if problem is not None:
+        raise PresetError(f"{source}: id = {preset.id!r}: {problem}")
     return preset
+
+
+def id_problem(preset_id: str) -> str | None:
+    """Why `preset_id` cannot be a preset's id; None when it can."""
+    if preset_id in RESERVED_IDS:
+        return f"reserved (POST /api/instructor/presets/{preset_id} is a route); choose another"
+    if not ID_RULE.match(preset_id):
+        return ID_ALLOWED
+    return None
+
+
+class PresetIdConvertor(Convertor[str]):
+    """`{preset:preset_id}` in a route: a path segment, but never a reserved word, so that
+    /api/instructor/presets/validate is its own route's alone (a 405 there names POST)."""
+
+    regex = "(?!(?:" + "|".join(map(re.escape, RESERVED_IDS)) + ")(?:/|$))[^/]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
 
 
 def corpus_problems(preset: Preset, corpora_dir: Path) -> list[str]:
@@ -223,11 +247,9 @@ class Catalog:
                 new_id, n = f"{preset_id}-copy{n}", n + 1
         elif new_id in taken:
             raise Conflict(f"a preset with id {new_id!r} exists already: choose another id")
-        if not ID_RULE.match(new_id):
-            raise BadInput(
-                f"new_id = {new_id!r}: 1–64 letters, digits, '.', '_' or '-', starting with a"
-                " letter or digit"
-            )
+        problem = id_problem(new_id)
+        if problem is not None:
+            raise BadInput(f"new_id = {new_id!r}: {problem}")
         header = f"# Duplicated from {preset_id!r} ({source.origin}).\n"
         text = set_top_level(source.text, "id", new_id)
         text = set_top_level(text, "published", False)

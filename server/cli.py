@@ -197,7 +197,8 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"crashdrill: the lab is at http://{settings.host}:{settings.port}"
         f" (data in {settings.data_dir}; database: {app.state.lab.db.describe()};"
-        f" {run_limit_text(settings)}; {door.limits.describe()}; {instructor_mode(settings)})",
+        f" {run_limit_text(settings)}; {door.limits.describe()};"
+        f" {warm_text(app.state.lab.executor.starts())}; {instructor_mode(settings)})",
         file=sys.stderr,
         flush=True,
     )
@@ -219,6 +220,18 @@ def run(args: argparse.Namespace) -> int:
 def parse_names(text: str) -> tuple[str, ...]:
     """Names separated by commas or spaces."""
     return tuple(text.replace(",", " ").split())
+
+
+def warm_text(starts: dict[str, Any]) -> str:
+    """The start line's word on how trainers start (workers/warm.py's status)."""
+    from crashdrill.workers.warm import WARMING
+
+    if starts.get("warm") == WARMING:
+        return "warm trainers warming up (importing torch; /api/health says when ready)"
+    if starts.get("mode") == "node":
+        return "trainers fork from each Ray node's warm process"
+    why = starts.get("error")
+    return f"trainers start with exec ({why})" if why else "trainers start with exec"
 
 
 def instructor_mode(settings: Settings) -> str:

@@ -264,6 +264,7 @@ class _Guard:
     _deadline: asyncio.TimerHandle | None = None
     _cycle_at_start: Any = None  # the request cycle before the awaited request began
     _head_bytes = 0
+    _head_tail = b""  # the last bytes of the head so far: its blank line may span two reads
     _got_bytes = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -293,23 +294,42 @@ class _Guard:
         before = self.cycle
         if self._deadline is None and (before is None or before.response_complete):
             self._await_request(before)  # the first byte of the next request
-        if self._deadline is not None and self.cycle is self._cycle_at_start:
-            self._head_bytes += len(data)
+        if (
+            self._deadline is not None
+            and self.cycle is self._cycle_at_start
+            and self._head_over_limit(data)
+        ):
+            # Before the parser sees it: a head that arrives whole in one read is
+            # measured too, not only one still arriving.
+            self._close(TOO_LARGE, "closed: headers over 32 KiB")
+            return
         super().data_received(data)  # type: ignore[misc]
         if self._deadline is not None:
             cycle = self.cycle
-            if cycle is not None and cycle is not self._cycle_at_start:  # headers are in
-                if not cycle.more_body:  # and the body: the request has arrived
-                    self._disarm()
-            elif self._head_bytes > MAX_HEADER_BYTES:
-                self._close(TOO_LARGE, "closed: headers over 32 KiB")
-                return
+            # headers are in, and the body: the request has arrived
+            if cycle is not None and cycle is not self._cycle_at_start and not cycle.more_body:
+                self._disarm()
         self._keep_alive_if_idle()
+
+    def _head_over_limit(self, data: bytes) -> bool:
+        """Count the bytes of `data` that belong to the request line and headers (up to
+        the blank line that ends them; a body may follow in the same read); True once
+        they are over MAX_HEADER_BYTES."""
+        seen = self._head_tail + data
+        ends = [i + len(m) for m in (b"\r\n\r\n", b"\n\n") if (i := seen.find(m)) >= 0]
+        if ends:
+            self._head_bytes += min(ends) - len(self._head_tail)
+            self._head_tail = b""
+        else:
+            self._head_bytes += len(data)
+            self._head_tail = seen[-3:]
+        return self._head_bytes > MAX_HEADER_BYTES
 
     def _await_request(self, cycle_before: Any) -> None:
         self._disarm()
         self._cycle_at_start = cycle_before
         self._head_bytes = 0
+        self._head_tail = b""
         self._deadline = self.loop.call_later(self.door.limits.request_timeout_s, self._too_slow)
 
     def _disarm(self) -> None:

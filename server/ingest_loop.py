@@ -296,14 +296,18 @@ class IngestLoop:
             result.messages.append((f"run:{run_id}", message))
 
     def read_rest(self, row: Row) -> list[tuple[str, Message]]:
-        """Store the rest of an ended run's records file now; the messages to push. The
-        caller holds `lock` (the supervisors' reports: a run said to have ended has every
-        record it wrote stored first)."""
+        """Store the rest of an ended run's records file and mirror.jsonl now; the
+        messages to push. The caller holds `lock` (the supervisors' reports: a run said to
+        have ended has every record it and its checkpoint mirror wrote stored first)."""
         ended = PassResult()
         fresh: Row | None = row
         while fresh is not None and (batch := ingest_run(self.store, fresh)) is not None:
             self._batch_messages(batch, ended)
             fresh = self.store.run(row["id"]) if batch.more else None
+        tailed = self._tailed.setdefault(row["id"], Tailed(Path(row["run_dir"])))
+        while self._ingest_mirror_log(tailed, row, ended):
+            pass
+        tailed.read_to = None  # the next pass looks at both files again
         return ended.messages
 
     def _ingest_mirror_log(self, tailed: Tailed, row: Row, result: PassResult) -> bool:

@@ -15,8 +15,11 @@ Guessing is slowed per client address without ever refusing the right token: the
 token always works; every wrong one is answered after WRONG_TOKEN_DELAY_S, and once an
 address has offered `max_wrong_tokens` wrong ones within GUESS_WINDOW_S, its wrong ones
 get 429 with Retry-After after OVER_LIMIT_DELAY_S instead (a student behind the classroom's
-NAT cannot lock the instructor out). With a 16-character token the slowing is a brake on
-noise, not the protection: the token's length is.
+NAT cannot lock the instructor out). The delays hold however the token came — the login
+form, either header, on any route: `check_token` notes the delay in the request's scope and
+`WrongTokenDelay` (a middleware) holds the answer back by it, without holding a thread.
+With a 16-character token the slowing is a brake on noise, not the protection: the
+token's length is.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from collections.abc import Callable
 from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 from starlette.datastructures import State
 from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from crashdrill.server.errors import TooMany
 from crashdrill.server.forwarded import client_address, served_over_https
@@ -44,6 +48,7 @@ GUESS_ADDRESSES = 10_000  # addresses remembered at most (the oldest forgotten f
 MAX_SESSIONS = 1000  # instructor logins held at most (the oldest forgotten first)
 WRONG_TOKEN_DELAY_S = 0.5  # every wrong token waits this long for its answer
 OVER_LIMIT_DELAY_S = 2.0  # … and this long once its address is over the limit
+_DELAY_KEY = "crashdrill.wrong_token_delay_s"  # in the request's scope: WrongTokenDelay's
 
 
 class TokenGuesses:
@@ -93,6 +98,7 @@ def check_token(request: Request, offered: str, token: str) -> bool:
     # brings a space or a newline along.
     if hmac.compare_digest(offered.strip().encode(), token.encode()):
         return True
+    _delay_answer(request, WRONG_TOKEN_DELAY_S)
     guesses: TokenGuesses | None = getattr(request.app.state, "token_guesses", None)
     if guesses is None:
         return False
@@ -101,6 +107,7 @@ def check_token(request: Request, offered: str, token: str) -> bool:
     guesses.wrong(who)
     if wait <= 0:
         return False
+    _delay_answer(request, OVER_LIMIT_DELAY_S)
     seconds = math.ceil(wait)
     raise TooMany(
         f"too many wrong instructor tokens from this address: wrong ones are refused for"
@@ -109,16 +116,31 @@ def check_token(request: Request, offered: str, token: str) -> bool:
     )
 
 
-async def login_check(request: Request, offered: str, token: str) -> bool:
-    """check_token for the login form, answering a wrong token only after a delay."""
-    try:
-        right = check_token(request, offered, token)
-    except TooMany:
-        await asyncio.sleep(OVER_LIMIT_DELAY_S)
-        raise
-    if not right:
-        await asyncio.sleep(WRONG_TOKEN_DELAY_S)
-    return right
+def _delay_answer(request: Request, seconds: float) -> None:
+    scope = request.scope
+    scope[_DELAY_KEY] = max(float(scope.get(_DELAY_KEY, 0.0)), seconds)
+
+
+class WrongTokenDelay:
+    """Middleware: a request that offered a wrong instructor token gets its answer only
+    after the delay `check_token` noted (asyncio.sleep: no thread is held meanwhile)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_later(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                delay = float(scope.get(_DELAY_KEY, 0.0))
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            await send(message)
+
+        await self.app(scope, receive, send_later)
 
 
 class InstructorSessions:

@@ -140,7 +140,7 @@ class Lab(RunControl):
             self.start_times,
         )
         self.reports = SupervisorReports(
-            self.store, self.ingest, self.fanout, self.outage, self._ended
+            self.store, self.ingest, self.fanout, self.outage, self._ended, self.mirror
         )
         self._create_lock = threading.Lock()  # create_pair runs on request threads
         # Idle pairs stopped, old checkpoints deleted (server/housekeeping.py).
@@ -185,7 +185,8 @@ class Lab(RunControl):
                 await asyncio.sleep(0)  # let the supervisors' last reports land
         await self.reports.stop()
         if self.settings.stop_runs_on_exit:
-            await self.reports.apply()  # the runs' last states, in order
+            # The runs' last states, in order; no waiting for the mirror, which stops.
+            await self.reports.apply(last_copies=False)
             await self.ingest.last_pass()
         elif sups:
             log.info("%d run(s) keep training; the next server start adopts them", len(sups))

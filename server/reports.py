@@ -1,7 +1,7 @@
 """Supervisors' reports (a run is running, restarting, or ended) applied to the database
 and pushed, in the order they came.
 
-    reports = SupervisorReports(store, ingest, fanout, outage, ended)
+    reports = SupervisorReports(store, ingest, fanout, outage, ended, mirror)
     reports.start()                               # on the event loop: the change task
     Supervisor(launch, reports.callback(run_id))  # supervisors report from their threads
     await reports.stop()                          # the task ends; the queue stays
@@ -11,8 +11,12 @@ Supervisors watch trainers in their own threads and report through
 `call_soon_threadsafe`. One task applies the reports in order, each one's database work
 on a worker thread (a run's start, end or crash costs a few round trips). While the
 database is unreachable they wait in order: a run that ended meanwhile must not stay
-'running' for good. A run that ended has the rest of its records file stored before its
-state says so: whoever sees it finished can read every record it wrote.
+'running' for good. A run that ended has the rest of its records stored before its state
+says so: whoever sees it finished can read every record it wrote, and the checkpoint
+mirror's records of its end too. So a report that a run ended waits (up to
+LAST_COPY_WAIT_S; the reports of other runs go on meanwhile, a run's own stay in order)
+until the mirror has copied, or tried to copy, the run's last checkpoint; then both files
+are read to the end and the state is stored.
 """
 
 from __future__ import annotations
@@ -33,8 +37,15 @@ from crashdrill.server.ingest_loop import IngestLoop, run_message
 from crashdrill.server.outage import Outage
 from crashdrill.server.store import Store
 from crashdrill.workers.launch import Change
+from crashdrill.workers.mirror import CheckpointMirror
 
 log = logging.getLogger(__name__)
+
+# How long a run's end waits for the mirror's copy of its last checkpoint. A copy that
+# takes longer (a slow bucket) lands in the run's records after its end; one that failed
+# does not hold the end at all (its failure is logged, the copy retried in the background).
+LAST_COPY_WAIT_S = 30.0
+LAST_COPY_POLL_S = 0.05
 
 
 class SupervisorReports:
@@ -45,10 +56,14 @@ class SupervisorReports:
         fanout: Fanout,
         outage: Outage,
         ended: Callable[[str, Row], None],
+        mirror: CheckpointMirror | None = None,
     ) -> None:
         """`ended(run_id, row)`: on the loop, once a run's end is stored (`row`: the run
-        as it was before)."""
+        as it was before). `mirror`: the lab's checkpoint mirror, whose last copy of an
+        ended run is waited for."""
         self.store = store
+        self.mirror = mirror
+        self._last_copy: dict[str, float] = {}  # ended runs whose last copy is awaited: since
         self.ingest = ingest
         self.fanout = fanout
         self.outage = outage
@@ -81,11 +96,19 @@ class SupervisorReports:
         self._changes.append((run_id, change))
         self._wanted.set()
 
-    async def apply(self) -> bool:
+    async def apply(self, *, last_copies: bool = True) -> bool:
         """Apply the queued reports in order; False when the database failed (the rest
-        wait). The database work on a worker thread, the lab's own state on the loop."""
-        while self._changes and not self.ingest.closed:
-            run_id, change = self._changes[0]
+        wait). The database work on a worker thread, the lab's own state on the loop. A
+        run's end waits for the mirror's last copy (`last_copies`; not at shutdown, where
+        the mirror stops): it and that run's later reports stay queued, the others go on."""
+        held: set[str] = set()
+        i = 0
+        while i < len(self._changes) and not self.ingest.closed:
+            run_id, change = self._changes[i]
+            if run_id in held or (last_copies and not self._last_copy_done(run_id, change)):
+                held.add(run_id)
+                i += 1
+                continue
             try:
                 stored = await asyncio.to_thread(self.store_change, run_id, change)
             except DatabaseUnavailable as e:
@@ -94,7 +117,7 @@ class SupervisorReports:
             except Exception:
                 log.exception("applying %s of run %s failed; skipped", change.state, run_id)
                 stored = None
-            self._changes.popleft()
+            del self._changes[i]
             if stored is None:
                 continue
             row, messages = stored
@@ -103,7 +126,24 @@ class SupervisorReports:
             self.ingest.view_pushed(run_id)
             for channel, message in messages:
                 self.fanout.publish(channel, message)
+        if held and self._loop is not None:
+            self._loop.call_later(LAST_COPY_POLL_S, self._wanted.set)
         return True
+
+    def _last_copy_done(self, run_id: str, change: Change) -> bool:
+        """False while an ended run's last checkpoint is still on its way to the mirror
+        (released here, so the copy starts now), for at most LAST_COPY_WAIT_S."""
+        if self.mirror is None or change.state in ("running", "restarting"):
+            return True
+        key = run_id  # a lab run's key in the mirror: its run dir's name, the run's id
+        since = self._last_copy.get(run_id)
+        if since is None:  # once: each release wakes the mirror's scan, which hashes files
+            since = self._last_copy[run_id] = time.monotonic()
+            self.mirror.release(key)
+        if self.mirror.settled(key) or time.monotonic() - since > LAST_COPY_WAIT_S:
+            self._last_copy.pop(run_id, None)
+            return True
+        return False
 
     def store_change(
         self, run_id: str, change: Change

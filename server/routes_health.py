@@ -16,11 +16,15 @@ catch up when it is back.
 `trainers` says how trainers start (workers/warm.py): forked from a warm process, or with
 exec where there is none (and why), so a lab whose crash tests got slow says so;
 `start_times` how long they take, as the trainers measured it (server/start_times.py).
+`warm_trainers` is "warming" from the lab's start until the warm process has imported
+torch (a Start meanwhile waits for it: 2–3 s on a small machine, then ~0.4 s), "ready"
+after, "none" where starts exec or a Ray cluster's nodes keep their own; the page shows
+"warming up" while it is "warming".
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
@@ -29,6 +33,7 @@ import crashdrill
 from crashdrill.server.cluster import cluster_status
 from crashdrill.server.lab import Lab
 from crashdrill.server.schemas import StartTimes, problems
+from crashdrill.workers.warm import NONE
 
 router = APIRouter(prefix="/api", tags=["health"])
 
@@ -61,6 +66,10 @@ class Health(BaseModel):
     schema_version: int = Field(description="the database schema the lab migrated to")
     cluster: Cluster = Field(description="where runs execute, and whether it answers")
     trainers: TrainerStarts = Field(description="how trainers start: forked warm, or exec")
+    warm_trainers: Literal["warming", "ready", "none"] = Field(
+        description="warming: the warm trainer process is still importing torch (a Start"
+        " waits for it); ready: starts fork from it; none: no warm process on this machine"
+    )
     start_times: StartTimes = Field(
         description="how long starts take: the median of the newest trainers' own figure"
         " (process start to first step record) and how many"
@@ -79,12 +88,14 @@ def health(request: Request) -> dict[str, Any]:
     # A real read (no write, no lock): DatabaseUnavailable becomes the app's 503.
     row = lab.db.one("SELECT MAX(version) AS v FROM schema_migrations")
     lab.outage.ok()
+    starts = lab.executor.starts()
     return {
         "ready": True,
         "version": crashdrill.__version__,
         "database": lab.db.dialect,
         "schema_version": int(row["v"]) if row and row["v"] is not None else 0,
         "cluster": cluster_status(lab.executor),
-        "trainers": lab.executor.starts(),
+        "trainers": starts,
+        "warm_trainers": starts.get("warm", NONE),
         "start_times": lab.start_times.summary(),
     }

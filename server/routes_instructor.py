@@ -14,12 +14,20 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from starlette.convertors import register_url_convertor
 
-from crashdrill.server.catalog import ID_RULE, MAX_TEXT, Catalog, Lesson, parse_text
+from crashdrill.server.catalog import (
+    ID_RULE,
+    MAX_TEXT,
+    Catalog,
+    Lesson,
+    PresetIdConvertor,
+    parse_text,
+)
 from crashdrill.server.errors import Forbidden, LabError
 from crashdrill.server.instructor_sessions import (
+    check_token,
     is_instructor,
-    login_check,
     login_cookie,
     logout_cookie,
 )
@@ -38,6 +46,8 @@ from crashdrill.server.views import pair_view, queue_positions, restart_counts
 from crashdrill.trainer.presets import KNOB, SETTINGS, PresetError
 from crashdrill.workers.restart_events import RESTART_KINDS
 
+# /presets/{preset:preset_id}: any preset id, never a reserved word such as "validate"
+register_url_convertor("preset_id", PresetIdConvertor())
 router = APIRouter(prefix="/api/instructor", tags=["instructor"])
 
 CLASS_PAGE = 50  # pairs on a page of the class view, unless asked for another size
@@ -141,7 +151,7 @@ async def me(request: Request) -> dict[str, bool]:
 )
 async def login(body: Login, request: Request, response: Response) -> dict[str, bool]:
     token = instructor_token(request)
-    if not await login_check(request, body.token, token):
+    if not check_token(request, body.token, token):  # a wrong one answered late (WrongTokenDelay)
         raise Unauthorized("token: that is not the instructor token of this server")
     response.headers.append("set-cookie", login_cookie(request))
     return {"instructor": True}
@@ -169,7 +179,7 @@ async def all_presets(request: Request) -> dict[str, Any]:
 
 
 @router.get(
-    "/presets/{preset}",
+    "/presets/{preset:preset_id}",
     summary="One preset: its TOML text, state and what a student sees",
     responses=problems(401, 403, 404, 429),
 )
@@ -204,7 +214,7 @@ async def create(body: PresetText, request: Request) -> dict[str, Any]:
 
 
 @router.put(
-    "/presets/{preset}",
+    "/presets/{preset:preset_id}",
     summary="Replace an instructor preset's text (built-ins are read-only: 403)",
     responses=problems(400, 401, 403, 404, 413, 422, 429),
 )
@@ -213,7 +223,7 @@ async def update(preset: str, body: PresetText, request: Request) -> dict[str, A
 
 
 @router.delete(
-    "/presets/{preset}",
+    "/presets/{preset:preset_id}",
     status_code=204,
     summary="Delete an instructor preset (running pairs keep their copy)",
     responses=problems(401, 403, 404, 429),
@@ -224,7 +234,7 @@ async def delete(preset: str, request: Request) -> Response:
 
 
 @router.post(
-    "/presets/{preset}/duplicate",
+    "/presets/{preset:preset_id}/duplicate",
     status_code=201,
     summary="Copy a built-in or instructor preset into a new, unpublished instructor preset",
     responses=problems(400, 401, 403, 404, 409, 413, 422, 429),
@@ -234,7 +244,7 @@ async def duplicate(preset: str, body: Duplicate, request: Request) -> dict[str,
 
 
 @router.put(
-    "/presets/{preset}/locked",
+    "/presets/{preset:preset_id}/locked",
     summary='The settings a student may not change ("knob" = the A/B values)',
     responses=problems(400, 401, 403, 404, 413, 422, 429),
 )
@@ -243,7 +253,7 @@ async def set_locked(preset: str, body: Locked, request: Request) -> dict[str, A
 
 
 @router.put(
-    "/presets/{preset}/published",
+    "/presets/{preset:preset_id}/published",
     summary="Publish (students see it) or unpublish a preset",
     responses=problems(400, 401, 403, 404, 413, 422, 429),
 )

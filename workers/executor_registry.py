@@ -8,9 +8,9 @@ Each executor is one module with a class that implements workers/executor.py's E
 and a `from_settings(settings) -> Executor` that reads the options it needs (a Protocol
 of its own) and raises ExecutorConfigError naming what cannot work. Its module is
 imported only when it is chosen: the default lab needs none of Ray. Adding one (say
-Kubernetes Jobs): write workers/k8s_executor.py, add its ExecutorKind to KINDS below, its
-options to server/settings.py beside `ray_address`, and run the conformance suite
-(tests/integration/test_executor_conformance.py) against it. docs/cluster.md
+Kubernetes Jobs): write workers/NAME_executor.py (k8s_executor.py), add its ExecutorKind
+to KINDS below, its options to server/settings.py beside `ray_address`, and run the
+conformance suite (tests/integration/test_executor_conformance.py) against it. docs/cluster.md
 "Writing an executor" says the same at more length.
 """
 

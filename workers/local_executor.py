@@ -21,7 +21,7 @@ from crashdrill.workers.executor import ClusterView, Host, Trainer, this_host
 from crashdrill.workers.mirror_restore import MirrorPull, pull_for_restart
 from crashdrill.workers.run_dir import RunDir
 from crashdrill.workers.trainer_process import TrainerProcess, adopt_trainer
-from crashdrill.workers.warm import WarmTrainers, forkable
+from crashdrill.workers.warm import NONE, WarmTrainers, forkable
 
 if TYPE_CHECKING:
     from crashdrill.workers.launch import Launch
@@ -123,7 +123,14 @@ class LocalExecutor:
 
     def starts(self) -> dict[str, Any]:
         if self.warm is None:
-            return {"mode": "exec", "pid": None, "forked": 0, "exec": 0, "error": None}
+            return {
+                "mode": "exec",
+                "warm": NONE,
+                "pid": None,
+                "forked": 0,
+                "exec": 0,
+                "error": None,
+            }
         return self.warm.status()
 
     def close(self) -> None:

@@ -5,6 +5,7 @@ and pulled back when a restart finds none on the machine.
     mirror.start()
     mirror.watch(run_dir)            # the lab does this for every run it starts or adopts
     mirror.release(run_dir.name)     # the run ended: copy its last checkpoint, then forget it
+    mirror.settled(run_dir.name)     # True once that last copy was made or tried
     mirror.stop()
 
     restore_latest("gs://my-bucket/crashdrill", run_dir)   # -> Restored(step=…) or None
@@ -165,6 +166,7 @@ class CheckpointMirror:
         on_event: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self._stop = threading.Event()
+        self._wake = threading.Event()  # a released run is scanned at once, not next poll
         self._on_event = on_event  # also told each event (a headless run prints them)
         self.backend = backend or open_backend(url, retry=retry, sleep=self._stop.wait)
         self.url = self.backend.url
@@ -188,6 +190,7 @@ class CheckpointMirror:
         """Stop both threads; an upload still in flight is abandoned (its copy has no
         manifest, so it does not count) and done again by the next start."""
         self._stop.set()
+        self._wake.set()
         with self._cond:
             self._cond.notify_all()
         for t in self._threads:
@@ -211,11 +214,25 @@ class CheckpointMirror:
             run = self._runs.get(key)
             if run is not None:
                 run.released = True
+        self._wake.set()
 
     def busy(self, key: str) -> bool:
         """True while the run is watched (its last copy may still be on its way)."""
         with self._cond:
             return key in self._runs
+
+    def settled(self, key: str) -> bool:
+        """True once a released run's last checkpoint was copied, found already copied,
+        skipped, or tried and failed: what the mirror has to say of the run's end is in
+        DIR/mirror.jsonl. (A failed copy is retried in the background; its failure was
+        logged, the copy is logged when it lands.) True for a run not watched."""
+        with self._cond:
+            run = self._runs.get(key)
+            if run is None:
+                return True
+            if not (run.released and run.final_scan) or run.in_flight is not None:
+                return False
+            return run.pending is None or run.failures > 0
 
     def pending_count(self) -> int:
         with self._cond:
@@ -229,7 +246,8 @@ class CheckpointMirror:
                 self.scan_once()
             except Exception:
                 log.exception("checkpoint mirror: scan failed")
-            self._stop.wait(self.poll_s)
+            self._wake.wait(self.poll_s)
+            self._wake.clear()
 
     def scan_once(self) -> None:
         with self._cond:

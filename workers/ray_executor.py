@@ -62,6 +62,7 @@ from crashdrill.workers.ray_placement import (
     write_placement,
 )
 from crashdrill.workers.run_dir import RunDir
+from crashdrill.workers.warm import NONE
 
 if TYPE_CHECKING:
     from crashdrill.workers.launch import Launch
@@ -405,7 +406,7 @@ class RayExecutor:
 
     def starts(self) -> dict[str, Any]:
         """Each node's run actor forks its trainers from a warm process of its own."""
-        return {"mode": "node", "pid": None, "forked": 0, "exec": 0, "error": None}
+        return {"mode": "node", "warm": NONE, "pid": None, "forked": 0, "exec": 0, "error": None}
 
     def close(self) -> None:
         """Nothing held here: the actors belong to their runs."""

@@ -6,8 +6,13 @@ drill's mechanism too). A start or a crash test's restart then costs a fork, not
     warm = WarmTrainers(die_with_parent=True)  # a Ray node's run actor
     warm.prewarm()                             # start importing now, in the background
     child = warm.spawn(argv, env, stdout=out, stderr=err)   # None: start it with exec
-    warm.status()   # {"mode": "fork" | "exec", "pid", "forked", "exec", "error"}
+    warm.status()   # {"mode": "fork" | "exec", "warm", "pid", "forked", "exec", "error"}
     warm.close()
+
+`status()["warm"]` is WARMING while the warm process is still importing torch (the first
+start waits for it: seconds on a small machine), READY once it has said its imports are
+done (a start is a fork: tenths of a second), NONE where there is none (starts exec). The
+lab's health says it (GET /api/health `warm_trainers`), and the page says "warming up".
 
 Only the built-in trainer's command (`python -m crashdrill run …`, with this Python) is
 forked; any other trainer command is exec'd as before. The fork server gets the
@@ -28,6 +33,9 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from crashdrill.processes.forkserver import (
+    START_TIMEOUT as IMPORT_WAIT_S,
+)
+from crashdrill.processes.forkserver import (
     TRAINER_PRELOAD,
     CommandTooLong,
     ForkedProcess,
@@ -41,6 +49,7 @@ log = logging.getLogger(__name__)
 
 RETRY_S = 30.0  # after the warm process failed: exec until this long has passed
 ENV_SWITCH = "CRASHDRILL_WARM_TRAINERS"  # "0": every start execs (the old way)
+WARMING, READY, NONE = "warming", "ready", "none"  # status()["warm"]
 
 
 def wanted() -> bool:
@@ -90,9 +99,22 @@ class WarmTrainers:
         return "the trainer command is not the built-in trainer's (python -m crashdrill run)"
 
     def prewarm(self) -> None:
-        """Start the warm process now; its imports run while the caller goes on."""
+        """Start the warm process now; its imports run while the caller goes on (a thread
+        waits for them to be done and logs how long they took)."""
         with self._lock:
-            self._server_locked()
+            server = self._server_locked()
+        if server is not None:
+            threading.Thread(
+                target=self._log_when_imported, args=(server,), name="warm-imports", daemon=True
+            ).start()
+
+    def _log_when_imported(self, server: ForkServer) -> None:
+        if server.imported(timeout=IMPORT_WAIT_S):
+            seconds = (server.imported_at or server.ready or server.started) - server.started
+            log.info(
+                "warm trainer process ready: it imported torch in %.1f s; starts fork from it",
+                seconds,
+            )
 
     def _server_locked(self) -> ForkServer | None:
         if not self.enabled or self._closed:
@@ -172,8 +194,15 @@ class WarmTrainers:
             if server is not None and not server.alive():
                 self._drop_locked(f"the warm process exited{server.why()}")
                 server = None
+            if server is not None:
+                warm = READY if server.imported() else WARMING
+            else:
+                # About to start one (the lab's first start does), or none: exec.
+                starting = self.enabled and not self._closed and self._failed_at is None
+                warm = WARMING if starting else NONE
             return {
                 "mode": "fork" if server is not None else "exec",
+                "warm": warm,
                 "pid": server.pid if server is not None else None,
                 "forked": self.forked,
                 "exec": self.execs,

@@ -73,6 +73,7 @@ START_TIMEOUT = 120.0  # seconds the first start may wait for the server's impor
 POLL_SECONDS = 0.005  # reaping interval where pidfd_open is missing
 READY_TIMEOUT = 10.0  # seconds a new child may take to become itself before its pid goes out
 _MSG = 1 << 20  # the largest request (argv + environment) the server reads
+IMPORTED = b"imported"  # the server's one word on the control socket: its preload is in
 # Bytes of command line a child can show: the server is started with a blank argument this
 # long, and a child writes its own argv over the server's (the kernel's arg area is fixed).
 TITLE_ROOM = 1024
@@ -227,6 +228,8 @@ class ForkServer:
         self.pid = self._proc.pid
         self.started = time.monotonic()
         self.ready: float | None = None  # when the first start came back: imports done
+        self.imported_at: float | None = None  # when the server said its imports were done
+        self._said = threading.Lock()  # one reader of the control socket's one word
 
     def spawn(
         self,
@@ -298,6 +301,22 @@ class ForkServer:
             int(answer["pid"]), status, None, None, kill_when_lost=not self.keep_children
         )
 
+    def imported(self, timeout: float = 0.0) -> bool:
+        """True once the server has imported its preload (torch): it says so on the
+        control socket when done, before any start. Waits up to `timeout` for the word."""
+        if self.imported_at is None and self.ready is None:
+            with contextlib.suppress(OSError, ValueError):  # closed meanwhile: not imported
+                # The wait without the lock: a status asked meanwhile is not held up.
+                if readable(self._control, timeout):
+                    with self._said:
+                        if (
+                            self.imported_at is None
+                            and readable(self._control, 0)
+                            and self._control.recv(64, socket.MSG_DONTWAIT) == IMPORTED
+                        ):
+                            self.imported_at = time.monotonic()
+        return self.imported_at is not None or self.ready is not None
+
     def spawn_piped(self, argv: list[str], env: dict[str, str], cwd: str | None) -> PipedProcess:
         """`spawn` with pipes for its stdout and stderr (what a reader of its output needs)."""
         child = self.spawn(argv, env, cwd)
@@ -322,6 +341,7 @@ class ForkServer:
         """Close the control socket: the server SIGKILLs what it still runs (unless it
         keeps its children) and exits. One that never started anything is killed at once
         (it may still be importing)."""
+        self.imported()  # its word read, so the close reaches it as EOF, not a reset
         self._control.close()
         try:
             self._proc.wait(timeout=10 if self._spawned else 0)
@@ -371,7 +391,10 @@ def serve(
         for key, _ in sel.select(POLL_SECONDS if polling else None):
             if key.data is not None:
                 continue  # a pidfd: the child exited, reaped below
-            msg, fds, _flags, _addr = socket.recv_fds(control, _MSG, 3)
+            try:
+                msg, fds, _flags, _addr = socket.recv_fds(control, _MSG, 3)
+            except ConnectionResetError:  # closed with our IMPORTED word unread: an EOF
+                msg, fds = b"", []
             if not msg:
                 if not keep_children:
                     _shutdown(children)
@@ -562,6 +585,8 @@ def main(argv: list[str]) -> None:
         if not module.startswith("--"):
             importlib.import_module(module)
     gc.freeze()  # the imported modules stay shared with the children, not copied on write
+    with contextlib.suppress(OSError):
+        control.send(IMPORTED)  # the owner's health says "ready" from here on
     request = serve(
         control,
         keep_children="--keep-children" in flags,

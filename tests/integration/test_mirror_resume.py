@@ -9,8 +9,6 @@ import json
 import os
 import shutil
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +23,10 @@ from crashdrill.workers.mirror import CheckpointMirror
 from crashdrill.workers.supervisor import Supervisor
 from tests.support.gcs_emulator import BUCKET, gcs_emulator
 from tests.support.lab import lab_client
+from tests.support.waiting import wait_until
 from tests.unit.test_supervisor import Changes
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
-
-
-def wait_until(cond: Callable[[], object], what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def jsonl(path: Path) -> list[dict[str, Any]]:
@@ -92,12 +84,13 @@ def _train_kill_wipe_resume(run_dir: Path, url: str) -> None:
     sup = Supervisor(first, Changes(), poll_s=0.05)
     sup.start()
     stderr = run_dir / "stderr.log"
-    wait_until(lambda: paused_step(stderr.read_text()) == 150, "step 150")
+    wait_until(lambda: paused_step(stderr.read_text()) == 150, "step 150", 120)
     wait_until(
         lambda: any(
             r["kind"] == "mirror" and r["step"] == 100 for r in jsonl(run_dir / "mirror.jsonl")
         ),
         "checkpoint 100 in the mirror",
+        120,
     )
     pid = sup.pid
     assert pid is not None
@@ -126,7 +119,7 @@ def test_the_lab_shows_the_mirror_copies_in_the_event_log(tmp_path: Path) -> Non
                 events = client.get(f"/api/runs/{run_id}/events").json()["events"]
                 return [e["text"] for e in events if "copied to the mirror" in e["text"]]
 
-            wait_until(lambda c=copied: any("Checkpoint step 300" in t for t in c()), "copy")  # type: ignore[misc]
+            wait_until(lambda c=copied: any("Checkpoint step 300" in t for t in c()), "copy", 120)  # type: ignore[misc]
             assert all(t.endswith("(in the background; training didn't wait).") for t in copied())
             kept = sorted(p.name for p in (tmp_path / "lab-mirror" / run["id"]).iterdir())
             assert kept[-1] == "step-00000300" and len(kept) == 2

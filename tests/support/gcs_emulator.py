@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,14 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.extras import require_extra
+from tests.support.lab import free_port
+
+__all__ = ["BUCKET", "free_port", "gcs_emulator", "write_checkpoint", "write_run_json"]
 
 BUCKET = "crashdrill-test"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager

@@ -1,6 +1,7 @@
 """Shared pieces of the server tests: a free loopback port, the stand-in trainer's
-command, the real app served by uvicorn in a thread (and a client of it) or `crashdrill
-serve` as a subprocess, and waiting for a pair's runs to reach a state."""
+command and the settings and app of an in-process lab that runs it (telemetry from a
+FakeSampler), the real app served by uvicorn in a thread (and a client of it) or
+`crashdrill serve` as a subprocess, and waiting for a pair's runs to reach a state."""
 
 from __future__ import annotations
 
@@ -13,9 +14,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from crashdrill.server.settings import Settings
 
 STAND_IN = (sys.executable, str(Path(__file__).resolve().parent / "stand_in_trainer.py"))
 
@@ -164,18 +170,51 @@ def crash_costing_steps(
 
 
 def stand_in_settings(
-    data_dir: Path, monkeypatch: Any, *, steps: int, token: str | None = None
-) -> Any:
+    data_dir: Path,
+    monkeypatch: Any,
+    *,
+    steps: int,
+    token: str | None = None,
+    **changes: Any,
+) -> Settings:
     """Settings of an in-process lab whose runs are the stand-in trainer (`steps` steps of
-    20 ms each), two at a time, stopped with the lab."""
+    20 ms each), two at a time, stopped with the lab; `changes`: other settings."""
     from crashdrill.server.settings import Settings
 
     monkeypatch.setenv("CRASHDRILL_STANDIN_STEPS", str(steps))
     monkeypatch.setenv("CRASHDRILL_STANDIN_STEP_S", "0.02")
-    return Settings(
-        data_dir=data_dir,
-        trainer_command=STAND_IN,
-        max_concurrent=2,
-        stop_runs_on_exit=True,
-        instructor_token=token,
-    )
+    fields: dict[str, Any] = {
+        "data_dir": data_dir,
+        "trainer_command": STAND_IN,
+        "max_concurrent": 2,
+        "stop_runs_on_exit": True,
+        "instructor_token": token,
+    }
+    return Settings(**{**fields, **changes})
+
+
+class FakeSample:
+    def to_record(self) -> dict[str, Any]:
+        return {"t": time.time(), "cpu_pct": 12.5, "gpu_state": "no_gpu"}
+
+
+class FakeSampler:
+    """The machine telemetry of an in-process lab: one fixed sample, no psutil or NVML."""
+
+    def __init__(self, _settings: object) -> None:
+        self.stopped = False
+
+    def start(self, callback: Callable[[Any], None], interval_s: float = 2.0) -> None:
+        callback(FakeSample())
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def stand_in_app(settings: Settings, **changes: Any) -> FastAPI:
+    """The lab's app on `settings` (with `changes`), its telemetry a FakeSampler."""
+    import dataclasses
+
+    from crashdrill.server.app import create_app
+
+    return create_app(dataclasses.replace(settings, **changes), sampler_factory=FakeSampler)

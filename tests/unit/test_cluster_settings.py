@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import socket
 from pathlib import Path
 
 import pytest
@@ -16,14 +15,8 @@ from crashdrill.server.settings import Settings, SettingsError
 from crashdrill.workers.executor_registry import KINDS, executor_kind
 from crashdrill.workers.local_executor import LocalExecutor
 from tests.support.extras import require_extra
+from tests.support.lab import free_port
 from tests.support.quickstart import quickstart
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then closed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_the_default_lab_runs_its_trainers_on_this_machine(tmp_path: Path) -> None:
@@ -44,7 +37,7 @@ def test_serve_with_ray_and_no_mirror_exits_2_naming_the_setting(
 ) -> None:
     monkeypatch.delenv("CRASHDRILL_MIRROR", raising=False)
     monkeypatch.setenv("CRASHDRILL_RAY_ADDRESS", "127.0.0.1:6379")
-    code = cli.main(["--data-dir", str(tmp_path / "lab"), "--port", str(closed_port())])
+    code = cli.main(["--data-dir", str(tmp_path / "lab"), "--port", str(free_port())])
     assert code == 2
     err = capsys.readouterr().err
     assert "mirror (--mirror, CRASHDRILL_MIRROR)" in err and "127.0.0.1:6379" in err
@@ -54,8 +47,8 @@ def test_serve_with_an_unreachable_ray_address_exits_2_naming_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     require_extra("ray")
-    address = f"127.0.0.1:{closed_port()}"
-    args = ["--data-dir", str(tmp_path / "lab"), "--port", str(closed_port())]
+    address = f"127.0.0.1:{free_port()}"
+    args = ["--data-dir", str(tmp_path / "lab"), "--port", str(free_port())]
     code = cli.main([*args, "--ray", address, "--mirror", str(tmp_path / "mirror")])
     assert code == 2
     err = capsys.readouterr().err
@@ -72,7 +65,7 @@ def test_the_test_setup_installs_ray_and_the_default_lab_does_not() -> None:
 def test_an_unknown_executor_exits_2_naming_the_ones_there_are(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = ["--data-dir", str(tmp_path / "lab"), "--port", str(closed_port())]
+    args = ["--data-dir", str(tmp_path / "lab"), "--port", str(free_port())]
     assert cli.main([*args, "--executor", "k8s"]) == 2
     err = capsys.readouterr().err
     assert "executor = 'k8s': one of local, ray (--executor, CRASHDRILL_EXECUTOR)" in err
@@ -88,7 +81,7 @@ def test_ray_is_short_for_executor_ray_with_its_address_and_refuses_to_contradic
     assert cli.executor_options(short) == ("ray", "head:6379")
     both = parser.parse_args(["--ray", "head:6379", "--executor", "ray"])
     assert cli.executor_options(both) == ("ray", "head:6379")
-    args = ["--data-dir", str(tmp_path / "lab"), "--port", str(closed_port())]
+    args = ["--data-dir", str(tmp_path / "lab"), "--port", str(free_port())]
     assert cli.main([*args, "--ray", "head:6379", "--executor", "local"]) == 2
     assert "--ray head:6379 is short for --executor ray" in capsys.readouterr().err
 

@@ -7,7 +7,6 @@ import argparse
 import json
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ import pytest
 import yaml
 
 from crashdrill.server import cli as serve_cli
+from tests.support.lab import free_port
 from tests.support.quickstart import quickstart
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,9 +98,7 @@ def test_the_image_healthcheck_passes_only_while_the_lab_says_ready(
     assert probe(url).returncode == 1
     monkeypatch.setattr(Health, "answer", (200, {"ready": False}))
     assert probe(url).returncode == 1
-    with socket.socket() as s:  # a port that nothing listens on
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]
+    closed = free_port()  # a port that nothing listens on
     refused = probe(f"http://127.0.0.1:{closed}/api/health")
     assert refused.returncode == 1 and "not ready" in refused.stderr
 

@@ -9,6 +9,7 @@ README's preset format (presets.md), production parts (production.md) and benchm
 
 from __future__ import annotations
 
+import ast
 import re
 import tomllib
 from pathlib import Path
@@ -69,15 +70,70 @@ def test_every_relative_link_points_at_a_file_and_heading_that_exist(page: Path)
     assert not broken, f"{page.name}: {broken}"
 
 
+# What counts as a path of the repo: a top-level folder of it, then at least one more part,
+# ending in a file name with one of these extensions — whether backticked, linked or plain,
+# but not the tail of a longer path (python/ray/cluster_utils.py, a URL). A placeholder is
+# written in capitals (server/migrations/NNNN_name.sql, workers/NAME_executor.py) or with
+# a glob (tests/unit/test_*.py) and is not a path.
+TOP_DIRS = sorted(
+    p.name
+    for p in ROOT.iterdir()
+    if p.is_dir() and not p.name.startswith(".") and p.name != "node_modules"
+)
+PATH_EXTENSIONS = "py|js|mjs|md|toml|sql|html|css|json|ya?ml|txt|sh|cfg|lock"
+NAMED_PATH = re.compile(
+    rf"(?<![\w./-])(?:{'|'.join(TOP_DIRS)})/[\w./-]*\w\.(?:{PATH_EXTENSIONS})(?![\w/])"
+)
+PLACEHOLDER = re.compile(r"[A-Z*]")
+
+
+def named_paths(words: str) -> set[str]:
+    """The repo paths `words` names (see NAMED_PATH), placeholders left out."""
+    return {p for p in NAMED_PATH.findall(words) if not PLACEHOLDER.search(p)}
+
+
+def docstrings(path: Path) -> str:
+    """Every docstring of a Python file (its module's, its classes' and functions')."""
+    tree = ast.parse(text(path))
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    found = (ast.get_docstring(n, clean=False) for n in ast.walk(tree) if isinstance(n, kinds))
+    return "\n".join(d for d in found if d)
+
+
+def python_files() -> list[Path]:
+    files = [ROOT / "quickstart.py"]
+    for top in TOP_DIRS:
+        files += [f for f in sorted((ROOT / top).rglob("*.py")) if "vendor" not in f.parts]
+    return files
+
+
+def test_a_path_is_a_top_level_folder_s_file_and_not_a_placeholder_or_another_repo_s() -> None:
+    words = (
+        "see `server/front_door.py`, [x](docs/server.md#the-front-door) and trainer/loop.py;"
+        " not python/ray/cluster_utils.py, https://example.org/docs/x.md, the folder"
+        " web/static/, server/migrations/NNNN_name.sql, tests/unit/test_*.py, loop.py"
+    )
+    assert named_paths(words) == {"server/front_door.py", "docs/server.md", "trainer/loop.py"}
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_every_file_of_the_repo_a_page_names_exists(page: Path) -> None:
-    """A module that moved (server/runs.py split by job) leaves no stale path behind."""
-    named = re.findall(
-        rf"\b(?:{'|'.join(CODE_DIRS)})/[\w./-]*\w\.(?:py|js|md|toml|sql)\b", text(page)
-    )
-    placeholders = re.compile(r"[A-Z]")  # server/migrations/NNNN_name.sql
-    missing = sorted({p for p in named if not placeholders.search(p) and not (ROOT / p).exists()})
+    """A module that moved (the old runs module of server/, split by job) leaves no stale
+    path behind."""
+    missing = sorted(p for p in named_paths(text(page)) if not (ROOT / p).exists())
     assert not missing, f"{page.name} names files that do not exist: {missing}"
+
+
+def test_every_file_of_the_repo_a_docstring_names_exists() -> None:
+    """Docstrings name the modules they work with: one that moved (the fork server, from
+    workers/ to crashdrill/processes/) is named where it is now."""
+    missing = sorted(
+        f"{path.relative_to(ROOT)}: {p}"
+        for path in python_files()
+        for p in named_paths(docstrings(path))
+        if not (ROOT / p).exists()
+    )
+    assert not missing, f"docstrings name files that do not exist: {missing}"
 
 
 def test_the_readme_links_every_page_in_docs() -> None:

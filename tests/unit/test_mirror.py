@@ -12,7 +12,7 @@ import json
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -34,17 +34,11 @@ from tests.support.gcs_emulator import (
     write_checkpoint,
     write_run_json,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
 FAST = RetryPolicy(attempts=2, base_s=0.01, cap_s=0.02)
-
-
-def wait_until(cond: Callable[[], object], what: str, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def mirror_log(run_dir: Path) -> list[dict[str, Any]]:

@@ -12,10 +12,8 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from crashdrill.server.allowed_hosts import host_allowed, name_of
-from crashdrill.server.app import create_app
 from crashdrill.server.settings import Settings, SettingsError
-from tests.support.lab import stand_in_settings
-from tests.unit.test_server_routes import FakeSampler
+from tests.support.lab import stand_in_app, stand_in_settings
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -24,13 +22,13 @@ REBIND = "rebind.attacker.example:8802"
 
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    made: Settings = stand_in_settings(tmp_path / "lab", monkeypatch, steps=400)
-    return dataclasses.replace(made, allowed_hosts=())  # the product's default
+    # allowed_hosts=(): the product's default
+    return stand_in_settings(tmp_path / "lab", monkeypatch, steps=400, allowed_hosts=())
 
 
 @pytest.fixture
 def app(settings: Settings) -> FastAPI:
-    return create_app(settings, sampler_factory=FakeSampler)
+    return stand_in_app(settings)
 
 
 @pytest.fixture
@@ -95,7 +93,7 @@ def test_behind_a_trusted_proxy_the_forwarded_host_is_the_one_checked(
     proxied = dataclasses.replace(
         settings, trusted_proxies=("testclient",), allowed_hosts=("lab.example.org",)
     )
-    app = create_app(proxied, sampler_factory=FakeSampler)
+    app = stand_in_app(proxied)
     with TestClient(app, base_url="http://lab-internal:8000") as client:
         ok = client.get("/api/presets", headers={"X-Forwarded-Host": "lab.example.org"})
         assert ok.status_code == 200, ok.text

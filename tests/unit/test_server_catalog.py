@@ -1,14 +1,18 @@
 """The lab's lesson catalog (server/catalog.py): the order in which it lists lessons (the
 student's list and the instructor's table both come from Catalog.visible: by lesson
-number, numeric parts as numbers), and a duplicate told apart from its original."""
+number, numeric parts as numbers), a duplicate told apart from its original, and the
+ids a preset cannot take."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from crashdrill.server.catalog import Catalog
-from crashdrill.trainer.presets import BUILTIN_DIR, number_key
+import pytest
+
+from crashdrill.server.catalog import Catalog, parse_text
+from crashdrill.server.errors import BadInput
+from crashdrill.trainer.presets import BUILTIN_DIR, PresetError, number_key
 
 
 def write_lesson(directory: Path, lesson_id: str, number: str) -> None:
@@ -41,3 +45,12 @@ def test_a_duplicate_s_title_names_its_new_id(tmp_path: Path) -> None:
     assert second.title == f"{original.title} (quick-copy2)"
     titles = [x.preset.title for x in catalog.visible(instructor=True)]
     assert len(titles) == len(set(titles)), titles
+
+
+def test_a_route_s_own_word_cannot_be_a_preset_s_id(tmp_path: Path) -> None:
+    text = (BUILTIN_DIR / "quick.toml").read_text(encoding="utf-8")
+    text = re.sub(r'(?m)^id = ".*"$', 'id = "validate"', text)
+    with pytest.raises(PresetError, match=r"id = 'validate': reserved \(POST /api/instructor"):
+        parse_text(text)
+    with pytest.raises(BadInput, match=r"new_id = 'validate': reserved"):
+        Catalog(tmp_path).duplicate("quick", "validate")

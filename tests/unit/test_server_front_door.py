@@ -5,9 +5,14 @@ tests/integration/test_front_door.py)."""
 from __future__ import annotations
 
 import argparse
+import socket
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
@@ -22,6 +27,7 @@ from crashdrill.server.front_door import (
     address_key,
 )
 from crashdrill.server.settings import Settings, SettingsError
+from tests.support.lab import free_port
 
 
 def door(total: int = 10, per_address: int = 3, exempt: frozenset[str] = frozenset()) -> FrontDoor:
@@ -159,3 +165,80 @@ def test_uvicorn_takes_the_door_s_options_and_serves_with_its_guarded_protocol(
     assert config.http_protocol_class.door is d  # type: ignore[attr-defined]
     assert config.ws_protocol_class is None and config.backlog == 64
     assert config.limit_concurrency == d.limits.max_connections + 1
+
+
+# ---- a real uvicorn behind the door (an app that answers 200, guarded as the lab's is)
+
+
+@pytest.fixture
+def guarded(tmp_path: Path) -> Iterator[int]:
+    """A port on 127.0.0.1 where uvicorn serves, through the door and the lab's browser
+    guard (the Host check), an app that answers every request it gets with 200."""
+    from crashdrill.server.browser_guard import BrowserGuardMiddleware
+
+    async def ok(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    port = free_port()
+    settings = Settings(data_dir=tmp_path, port=port)
+    d = FrontDoor(ConnectionLimits.fit(settings, (1 << 20, 1 << 20)))
+    app = BrowserGuardMiddleware(ok, settings=settings)  # type: ignore[arg-type]
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    for name, value in d.uvicorn_options(settings).items():
+        setattr(config, name, value)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def answer(port: int, request: bytes) -> bytes:
+    """The status line the server answers `request` (sent in one write) with."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request)
+        got = b""
+        while b"\r\n" not in got:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+    return got.split(b"\r\n", 1)[0]
+
+
+def with_header_of(size: int) -> bytes:
+    head = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: "
+    return head + b"a" * (size - len(head) - 4) + b"\r\n\r\n"
+
+
+@pytest.mark.parametrize("kib", [33, 100])
+def test_headers_over_32_kib_are_431_even_when_they_arrive_in_one_read(
+    guarded: int, kib: int
+) -> None:
+    assert (
+        answer(guarded, with_header_of(kib * 1024))
+        == b"HTTP/1.1 431 Request Header Fields Too Large"
+    )
+
+
+def test_headers_under_32_kib_and_a_large_body_after_them_are_served(guarded: int) -> None:
+    assert answer(guarded, with_header_of(31 * 1024)) == b"HTTP/1.1 200 OK"
+    body = b"x" * (200 * 1024)  # in the same write as the head: the body is not a header
+    head = f"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(body)}\r\n\r\n"
+    assert answer(guarded, head.encode() + body) == b"HTTP/1.1 200 OK"
+
+
+def test_an_http_1_1_request_without_host_is_400_and_an_http_1_0_one_passes(guarded: int) -> None:
+    assert answer(guarded, b"GET / HTTP/1.1\r\n\r\n") == b"HTTP/1.1 400 Bad Request"
+    assert answer(guarded, b"GET / HTTP/1.0\r\n\r\n") == b"HTTP/1.1 200 OK"
+    assert answer(guarded, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n") == b"HTTP/1.1 200 OK"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,30 +14,21 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from crashdrill.server.app import create_app
 from crashdrill.server.lab import Lab
 from crashdrill.server.settings import Settings
-from tests.support.lab import stand_in_settings
-from tests.unit.test_server_routes import FakeSampler
+from tests.support.lab import FakeSampler, stand_in_app, stand_in_settings
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    settings: Settings = stand_in_settings(tmp_path / "lab", monkeypatch, steps=30)
-    return settings
+    return stand_in_settings(tmp_path / "lab", monkeypatch, steps=30)
 
 
 def lab_app(settings: Settings, **changes: Any) -> FastAPI:
-    return create_app(dataclasses.replace(settings, **changes), sampler_factory=FakeSampler)
-
-
-def wait_until(ok: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not ok():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    return stand_in_app(settings, **changes)
 
 
 def ckpt_of(app: FastAPI, run_id: str) -> Path:
@@ -58,10 +48,11 @@ def test_a_finished_runs_checkpoints_go_after_the_retention_time_and_its_records
             copy.mkdir(parents=True)
             (copy / "model.pt").write_bytes(b"x" * 100)
             (copy / "MANIFEST.json").write_text("{}")
-        wait_until(lambda: all(any(ckpt_of(app, i).glob("step-*")) for i in ids), "checkpoints")
+        wait_until(lambda: all(any(ckpt_of(app, i).glob("step-*")) for i in ids), "checkpoints", 60)
         wait_until(
             lambda: all(app.state.lab.store.run(i)["ckpt_deleted_at"] for i in ids),
             "the finished runs' checkpoints to be deleted",
+            60,
         )
         for run_id in ids:
             row = app.state.lab.store.run(run_id)
@@ -83,7 +74,7 @@ def test_a_live_runs_checkpoints_stay_over_the_budget_and_go_once_it_has_ended(
     with TestClient(app) as student:
         made = student.post("/api/pairs", json={"preset": "quick"}).json()
         run_id = made["runs"][0]["id"]
-        wait_until(lambda: len(list(ckpt_of(app, run_id).glob("step-*"))) >= 2, "checkpoints")
+        wait_until(lambda: len(list(ckpt_of(app, run_id).glob("step-*"))) >= 2, "checkpoints", 60)
         time.sleep(0.5)  # ten passes over the budget
         assert any(ckpt_of(app, run_id).glob("step-*")), "a live run's checkpoint was deleted"
         assert app.state.lab.store.run(run_id)["ckpt_deleted_at"] is None
@@ -92,6 +83,7 @@ def test_a_live_runs_checkpoints_stay_over_the_budget_and_go_once_it_has_ended(
         wait_until(
             lambda: app.state.lab.store.run(run_id)["ckpt_deleted_at"] is not None,
             "the stopped run's checkpoints to go for the budget",
+            60,
         )
         assert not ckpt_of(app, run_id).exists()
         assert app.state.lab.store.run(run_id)["state"] == "stopped"

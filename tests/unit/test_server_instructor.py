@@ -13,11 +13,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from crashdrill.server.app import create_app
 from crashdrill.server.catalog import set_top_level
 from crashdrill.server.settings import Settings
-from tests.support.lab import STAND_IN, stand_in_settings
-from tests.unit.test_server_routes import FakeSampler
+from tests.support.lab import STAND_IN, stand_in_app, stand_in_settings
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -48,13 +46,12 @@ b = 150
 
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    settings: Settings = stand_in_settings(tmp_path / "lab", monkeypatch, steps=400, token=TOKEN)
-    return settings
+    return stand_in_settings(tmp_path / "lab", monkeypatch, steps=400, token=TOKEN)
 
 
 @pytest.fixture
 def app(settings: Settings) -> FastAPI:
-    return create_app(settings, sampler_factory=FakeSampler)
+    return stand_in_app(settings)
 
 
 @pytest.fixture
@@ -130,24 +127,69 @@ def test_after_ten_wrong_tokens_a_minute_wrong_ones_get_429_but_the_right_one_st
     assert teacher.get("/api/instructor/presets").status_code == 200
 
 
-def test_a_wrong_token_is_answered_only_after_a_delay(app: FastAPI, teacher: TestClient) -> None:
+WRONG_TOKEN_WAYS = {
+    "the login form": ("POST", "/api/instructor/login", {"json": {"token": "guess"}}),
+    "a bearer header": (
+        "GET",
+        "/api/instructor/presets",
+        {"headers": {"Authorization": "Bearer guess"}},
+    ),
+    "x-instructor-token": (
+        "GET",
+        "/api/instructor/me",
+        {"headers": {"X-Instructor-Token": "guess"}},
+    ),
+    "a header on a student route": (
+        "GET",
+        "/api/presets/quick",
+        {"headers": {"Authorization": "Bearer guess"}},
+    ),
+}
+
+
+@pytest.mark.parametrize("way", list(WRONG_TOKEN_WAYS))
+def test_a_wrong_token_is_answered_only_after_a_delay_however_it_comes(
+    app: FastAPI, teacher: TestClient, way: str
+) -> None:
     import crashdrill.server.instructor_sessions as instructor_sessions
 
+    method, path, kwargs = WRONG_TOKEN_WAYS[way]
     guesser = TestClient(app)
     started = time.monotonic()
-    assert guesser.post("/api/instructor/login", json={"token": "guess"}).status_code == 401
-    assert time.monotonic() - started >= instructor_sessions.WRONG_TOKEN_DELAY_S
+    r = guesser.request(method, path, **kwargs)  # type: ignore[arg-type]
+    assert time.monotonic() - started >= instructor_sessions.WRONG_TOKEN_DELAY_S, r.status_code
+    # The right token is answered at once, whichever way it comes.
+    started = time.monotonic()
+    right = {"json": {"token": TOKEN}} if method == "POST" else {"headers": BEARER}
+    assert guesser.request(method, path, **right).status_code == 200  # type: ignore[arg-type]
+    assert time.monotonic() - started < instructor_sessions.WRONG_TOKEN_DELAY_S
+
+
+def test_a_header_token_over_the_guess_limit_waits_the_longer_delay(
+    app: FastAPI, teacher: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import crashdrill.server.instructor_sessions as instructor_sessions
+
+    monkeypatch.setattr(instructor_sessions, "WRONG_TOKEN_DELAY_S", 0.0)
+    monkeypatch.setattr(instructor_sessions, "OVER_LIMIT_DELAY_S", 0.4)
+    guesser = TestClient(app)
+    for i in range(10):
+        headers = {"X-Instructor-Token": f"guess-{i}"}
+        assert guesser.get("/api/instructor/presets", headers=headers).status_code == 401
+    started = time.monotonic()
+    r = guesser.get("/api/instructor/presets", headers={"Authorization": "Bearer guess-10"})
+    assert r.status_code == 429
+    assert time.monotonic() - started >= 0.4
 
 
 def test_the_guess_limit_can_be_turned_off(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dataclasses
 
     import crashdrill.server.instructor_sessions as instructor_sessions
 
     monkeypatch.setattr(instructor_sessions, "WRONG_TOKEN_DELAY_S", 0.0)
-    app = create_app(dataclasses.replace(settings, max_wrong_tokens=0), sampler_factory=FakeSampler)
+    app = stand_in_app(settings, max_wrong_tokens=0)
     with TestClient(app) as c:
         codes = {
             c.post("/api/instructor/login", json={"token": f"g{i}"}).status_code for i in range(15)
@@ -180,7 +222,7 @@ def test_token_guesses_slide_out_of_the_window_and_addresses_are_bounded(
 
 def test_instructor_mode_is_off_without_a_token(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "lab", trainer_command=STAND_IN, telemetry=False)
-    with TestClient(create_app(settings, sampler_factory=FakeSampler)) as c:
+    with TestClient(stand_in_app(settings)) as c:
         r = c.post("/api/instructor/login", json={"token": "anything"})
         assert r.status_code == 403 and "CRASHDRILL_INSTRUCTOR_TOKEN" in r.json()["detail"]
         assert c.get("/api/instructor/class").status_code == 403

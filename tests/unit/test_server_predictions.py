@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from crashdrill.server.app import create_app
 from crashdrill.server.lesson_policy import LockedSetting, apply_student_overrides
 from crashdrill.server.predictions import run_outcome
 from crashdrill.trainer.prediction import MEASURES, Prediction
@@ -24,8 +23,8 @@ from crashdrill.trainer.presets import (
     parse_preset,
     parse_preset_text,
 )
-from tests.support.lab import stand_in_settings
-from tests.unit.test_server_routes import FakeSampler, as_stranger, finished, start_pair, wait_pair
+from tests.support.lab import stand_in_app, stand_in_settings
+from tests.unit.test_server_routes import as_stranger, finished, start_pair, wait_pair
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -111,7 +110,7 @@ def test_a_refusal_of_a_locked_knob_never_offers_the_knob_s_setting() -> None:
 @pytest.fixture
 def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
     settings = stand_in_settings(tmp_path / "lab", monkeypatch, steps=60, token=TOKEN)
-    with TestClient(create_app(settings, sampler_factory=FakeSampler)) as c:
+    with TestClient(stand_in_app(settings)) as c:
         yield c
 
 

@@ -9,10 +9,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from crashdrill.server.app import create_app
-from tests.support.lab import stand_in_settings
+from tests.support.lab import stand_in_app, stand_in_settings
 from tests.unit.test_server_routes import (
-    FakeSampler,
     as_stranger,
     finished,
     start_pair,
@@ -26,7 +24,7 @@ pytestmark = pytest.mark.timeout(90)
 def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
     monkeypatch.setenv("CRASHDRILL_STANDIN_GRACEFUL", "1")
     settings = stand_in_settings(tmp_path / "lab", monkeypatch, steps=60)
-    with TestClient(create_app(settings, sampler_factory=FakeSampler)) as c:
+    with TestClient(stand_in_app(settings)) as c:
         yield c
 
 

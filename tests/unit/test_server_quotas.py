@@ -9,7 +9,6 @@ import dataclasses
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +17,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from crashdrill.server.app import create_app
 from crashdrill.server.settings import Settings
-from tests.support.lab import free_port, serving, stand_in_settings
-from tests.unit.test_server_routes import FakeSampler
+from tests.support.lab import free_port, serving, stand_in_app, stand_in_settings
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -33,12 +31,11 @@ ELSEWHERE = ("198.51.100.9", 50000)
 
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    settings: Settings = stand_in_settings(tmp_path / "lab", monkeypatch, steps=5000, token=TOKEN)
-    return settings
+    return stand_in_settings(tmp_path / "lab", monkeypatch, steps=5000, token=TOKEN)
 
 
 def lab(settings: Settings, **changes: Any) -> FastAPI:
-    return create_app(dataclasses.replace(settings, **changes), sampler_factory=FakeSampler)
+    return stand_in_app(settings, **changes)
 
 
 def start(client: TestClient, **kw: Any) -> Any:
@@ -48,13 +45,6 @@ def start(client: TestClient, **kw: Any) -> Any:
 def runs_of(app: FastAPI, pair: str) -> list[dict[str, Any]]:
     """The pair's runs from the database: no poll, so it does not count as watching."""
     return list(app.state.lab.store.runs_of_pair(pair))
-
-
-def wait_until(ok: Callable[[], bool], what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not ok():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_dropping_the_cookie_makes_a_new_browser_but_not_a_new_address(settings: Settings) -> None:

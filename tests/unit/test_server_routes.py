@@ -12,38 +12,21 @@ from fastapi.testclient import TestClient
 
 from crashdrill.server.app import create_app
 from crashdrill.server.settings import Settings
-from tests.support.lab import stand_in_settings
+from tests.support.lab import FakeSampler, stand_in_app, stand_in_settings
 
 pytestmark = pytest.mark.timeout(90)
 
 
-class FakeSample:
-    def to_record(self) -> dict[str, Any]:
-        return {"t": time.time(), "cpu_pct": 12.5, "gpu_state": "no_gpu"}
-
-
-class FakeSampler:
-    def __init__(self, _settings: Settings) -> None:
-        self.stopped = False
-
-    def start(self, callback: Callable[[Any], None], interval_s: float = 2.0) -> None:
-        callback(FakeSample())
-
-    def stop(self) -> None:
-        self.stopped = True
-
-
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    settings: Settings = stand_in_settings(
+    return stand_in_settings(
         tmp_path / "lab", monkeypatch, steps=60, token="teach-me-crash-tests-now"
     )
-    return settings
 
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, sampler_factory=FakeSampler)) as c:
+    with TestClient(stand_in_app(settings)) as c:
         yield c
 
 
@@ -278,6 +261,9 @@ def test_a_405_names_in_allow_every_method_its_path_answers(client: TestClient) 
     for method, path, allow in (
         ("DELETE", "/api/instructor/presets", "GET, POST"),  # two routes, one path
         ("PATCH", "/api/instructor/presets/quick", "DELETE, GET, PUT"),
+        # A word of its own, not a preset id: /presets/{preset} does not claim it.
+        ("OPTIONS", "/api/instructor/presets/validate", "POST"),
+        ("GET", "/api/instructor/presets/validate", "POST"),
         ("PUT", "/api/pairs", "POST"),
         ("POST", "/static/app.js", "GET, HEAD"),
     ):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,13 @@ def test_health_says_ready_with_the_database_kind_and_schema_once_the_lab_starte
     with TestClient(app) as client:
         r = client.get("/api/health")
         migrated = app.state.lab.db.schema_version()
+        # The warm process imports torch after the lab came up: warming, then ready.
+        warm = [r.json()["warm_trainers"]]
+        deadline = time.monotonic() + 60
+        while warm[-1] != "ready" and time.monotonic() < deadline:
+            time.sleep(0.1)
+            warm.append(client.get("/api/health").json()["warm_trainers"])
+    assert set(warm) <= {"warming", "ready"} and warm[-1] == "ready", warm
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["ready"] is True and body["version"] == crashdrill.__version__
@@ -54,7 +62,9 @@ def test_health_says_when_trainers_start_with_exec(
         Settings(data_dir=tmp_path / "lab", telemetry=False), sampler_factory=no_sampler
     )
     with TestClient(app) as client:
-        trainers = client.get("/api/health").json()["trainers"]
+        body = client.get("/api/health").json()
+    trainers = body["trainers"]
+    assert body["warm_trainers"] == "none"  # no warm process: nothing to wait for
     assert trainers["mode"] == "exec" and trainers["pid"] is None
     assert "CRASHDRILL_WARM_TRAINERS=0" in trainers["error"]
 

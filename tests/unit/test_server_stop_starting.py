@@ -12,9 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from crashdrill.server import lab as lab_module
-from crashdrill.server.app import create_app
-from tests.support.lab import stand_in_settings
-from tests.unit.test_server_routes import FakeSampler, finished, start_pair, wait_pair
+from tests.support.lab import stand_in_app, stand_in_settings
+from tests.unit.test_server_routes import finished, start_pair, wait_pair
 
 
 class SlowToBuild(lab_module.Supervisor):
@@ -31,7 +30,7 @@ def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClie
         tmp_path / "lab", monkeypatch, steps=60, token="stop-while-starting-token"
     )
     monkeypatch.setattr(lab_module, "Supervisor", SlowToBuild)
-    with TestClient(create_app(settings, sampler_factory=FakeSampler)) as c:
+    with TestClient(stand_in_app(settings)) as c:
         yield c
 
 

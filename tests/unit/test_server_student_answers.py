@@ -6,22 +6,18 @@ server path or a traceback; the instructor's class view has the failure's error 
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from crashdrill.server.app import create_app
 from crashdrill.server.settings import Settings
 from crashdrill.server.views import record_json, run_view
 from crashdrill.trainer.record_contract import float32_bits
-from tests.support.lab import stand_in_settings
-from tests.unit.test_server_routes import FakeSampler
+from tests.support.lab import stand_in_app, stand_in_settings
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -38,13 +34,6 @@ def strict_json(text: str) -> Any:
         raise AssertionError(f"{token} in an answer: not JSON a browser can read")
 
     return json.loads(text, parse_constant=refuse)
-
-
-def wait_until(ok: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not ok():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def student_answers(client: TestClient, pair: str) -> list[str]:
@@ -94,8 +83,7 @@ def test_a_nan_stored_before_ingest_made_it_null_is_served_as_null() -> None:
 
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    s: Settings = stand_in_settings(tmp_path / "lab", monkeypatch, steps=40, token=TOKEN)
-    return dataclasses.replace(s, max_concurrent=4)
+    return stand_in_settings(tmp_path / "lab", monkeypatch, steps=40, token=TOKEN, max_concurrent=4)
 
 
 def ended(client: TestClient, pair: str, state: str) -> bool:
@@ -107,13 +95,13 @@ def test_a_run_that_diverges_is_diverged_with_valid_json_and_its_changed_setting
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CRASHDRILL_STANDIN_DIVERGE_AT", "11")
-    app = create_app(settings, sampler_factory=FakeSampler)
+    app = stand_in_app(settings)
     with TestClient(app) as student:
         body = {"preset": "lesson-1.7-fast", "overrides": {"steps": 80, "seed": 3}}
         r = student.post("/api/pairs", json=body)
         assert r.status_code == 201, r.text
         pair = r.json()["pair"]
-        wait_until(lambda: ended(student, pair, "diverged"), "both runs to diverge")
+        wait_until(lambda: ended(student, pair, "diverged"), "both runs to diverge", 60)
         answers = student_answers(student, pair)
         view = strict_json(answers[0])
         assert view["preset"]["overrides"] == {"steps": 80, "seed": 3}  # the page names them
@@ -136,12 +124,12 @@ def test_a_failed_run_tells_students_how_it_ended_and_only_the_instructor_its_tr
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CRASHDRILL_STANDIN_FAIL_AT", "7")
-    app = create_app(settings, sampler_factory=FakeSampler)
+    app = stand_in_app(settings)
     with TestClient(app) as student:
         r = student.post("/api/pairs", json={"preset": "quick"})
         assert r.status_code == 201, r.text
         pair = r.json()["pair"]
-        wait_until(lambda: ended(student, pair, "failed"), "both runs to fail")
+        wait_until(lambda: ended(student, pair, "failed"), "both runs to fail", 60)
         answers = student_answers(student, pair)
         for run in strict_json(answers[0])["runs"]:
             assert run["message"].startswith("The trainer failed (exit status 1).")

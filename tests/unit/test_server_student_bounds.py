@@ -16,10 +16,8 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from crashdrill.server.app import create_app
 from crashdrill.server.settings import Settings
-from tests.support.lab import stand_in_settings
-from tests.unit.test_server_routes import FakeSampler
+from tests.support.lab import stand_in_app, stand_in_settings
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -46,13 +44,12 @@ b = 150
 
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    settings: Settings = stand_in_settings(tmp_path / "lab", monkeypatch, steps=400, token=TOKEN)
-    return settings
+    return stand_in_settings(tmp_path / "lab", monkeypatch, steps=400, token=TOKEN)
 
 
 @pytest.fixture
 def app(settings: Settings) -> FastAPI:
-    return create_app(settings, sampler_factory=FakeSampler)
+    return stand_in_app(settings)
 
 
 @pytest.fixture
@@ -171,11 +168,11 @@ def test_a_preset_saved_under_a_larger_budget_cannot_be_published_under_a_smalle
 ) -> None:
     import dataclasses
 
-    with TestClient(create_app(settings, sampler_factory=FakeSampler)) as lab:
+    with TestClient(stand_in_app(settings)) as lab:
         r = lab.post("/api/instructor/presets", json={"text": LESSON}, headers=BEARER)
         assert r.status_code == 201, r.text
     small = dataclasses.replace(settings, max_tokens_per_run=100_000)  # 300 × 8 × 64 = 153,600
-    with TestClient(create_app(small, sampler_factory=FakeSampler)) as lab:
+    with TestClient(stand_in_app(small)) as lab:
         r = lab.put(
             "/api/instructor/presets/big/published", json={"published": True}, headers=BEARER
         )
@@ -195,7 +192,7 @@ def test_a_server_setting_lets_an_instructor_open_a_server_locked_setting(
     import dataclasses
 
     opened = dataclasses.replace(settings, student_unlockable=("n_layer",))
-    with TestClient(create_app(opened, sampler_factory=FakeSampler)) as lab:
+    with TestClient(stand_in_app(opened)) as lab:
         r = pair(lab, "lesson-1.7-fast", {"n_layer": 3})
         assert r.status_code == 403  # the lesson still locks it
         fast = lab.get("/api/presets/lesson-1.7-fast").json()

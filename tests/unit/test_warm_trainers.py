@@ -20,6 +20,7 @@ import pytest
 from crashdrill.processes import forkserver
 from crashdrill.workers.trainer_process import TrainerProcess, adopt_trainer, find_live_trainer
 from crashdrill.workers.warm import ENV_SWITCH, WarmTrainers, forkable
+from tests.support.waiting import wait_until
 
 pytestmark = [
     pytest.mark.warm,
@@ -65,13 +66,6 @@ def start(warm: WarmTrainers | None, run_dir: Path, *more: str) -> TrainerProces
         )
 
 
-def wait_for(pred, what: str, within: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + within
-    while not pred():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
-
-
 def gone(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -98,10 +92,11 @@ def test_a_forked_trainer_is_its_own_session_with_its_own_command_line(
     shown = [a for a in ps.cmdline() if a]
     assert shown == argv(run_dir)  # as `ps` and an adopting server read it
     assert find_live_trainer(run_dir, []) == proc.pid  # found by --run-dir, no pid given
-    wait_for(lambda: "toy" in (run_dir / "stdout.log").read_text(), "its output in the file")
+    wait_until(lambda: "toy" in (run_dir / "stdout.log").read_text(), "its output in the file")
     assert "--run-dir" in (run_dir / "stdout.log").read_text()
     assert warm.status() | {"pid": None} == {
         "mode": "fork",
+        "warm": "ready",
         "pid": None,
         "forked": 1,
         "exec": 0,
@@ -141,7 +136,7 @@ def test_trainers_outlive_the_warm_process_and_are_adopted(warm: WarmTrainers, t
     adopted = adopt_trainer(run_dir, [None])  # the next server finds it by its command line
     assert adopted is not None and adopted.pid == proc.pid
     adopted.signal(signal.SIGKILL)
-    wait_for(lambda: gone(proc.pid), "the adopted trainer was killed")
+    wait_until(lambda: gone(proc.pid), "the adopted trainer was killed")
 
 
 def test_a_trainer_whose_warm_process_died_is_still_watched(warm: WarmTrainers, toy: Path) -> None:
@@ -158,7 +153,7 @@ def test_a_dead_warm_process_makes_starts_exec_and_says_why(warm: WarmTrainers, 
     first = start(warm, toy / "runs" / "r5", "--exit", "0")
     assert first.forked is not None and first.wait(10) == 0
     os.kill(warm.status()["pid"], signal.SIGKILL)
-    wait_for(lambda: warm.status()["mode"] == "exec", "the death noticed")
+    wait_until(lambda: warm.status()["mode"] == "exec", "the death noticed")
     proc = start(warm, toy / "runs" / "r6", "--exit", "3")
     assert proc.popen is not None and proc.wait(30) == 3  # exec'd: slower, but it starts
     status = warm.status()
@@ -212,8 +207,8 @@ def test_with_die_with_parent_the_trainer_dies_with_its_owner(toy: Path) -> None
         assert not gone(pids["trainer"])
         owner.kill()
         owner.wait()
-        wait_for(lambda: gone(pids["warm"]), "the warm process died with its owner")
-        wait_for(lambda: gone(pids["trainer"]), "the trainer died with its warm process")
+        wait_until(lambda: gone(pids["warm"]), "the warm process died with its owner")
+        wait_until(lambda: gone(pids["trainer"]), "the trainer died with its warm process")
     finally:
         owner.kill()
         owner.wait()
@@ -230,3 +225,27 @@ def test_a_command_too_long_to_show_execs_and_keeps_the_warm_process(
     assert proc.popen is not None and proc.wait(30) == 0  # exec'd: its argv shows in full
     status = warm.status()
     assert status["mode"] == "fork" and status["pid"] == pid and status["exec"] == 1
+
+
+def test_a_warm_process_says_warming_until_its_imports_are_done_then_ready(toy: Path) -> None:
+    (toy / "slowimport.py").write_text("import time\ntime.sleep(1.5)\n")  # torch, slowly
+    warm = WarmTrainers(
+        keep_children=True, preload=["slowimport"], command=["toytrainer"], enabled=True
+    )
+    try:
+        assert warm.status()["warm"] == "warming"  # about to start one
+        warm.prewarm()
+        assert warm.status()["warm"] == "warming"  # importing: a start now would wait
+        wait_until(lambda: warm.status()["warm"] == "ready", "the imports", timeout=20)
+        assert warm.status()["forked"] == 0  # ready before any start asked for it
+    finally:
+        warm.close()
+    assert warm.status()["warm"] == "none"  # closed: starts exec
+
+
+def test_a_warm_process_turned_off_says_none(toy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_SWITCH, "0")
+    warm = WarmTrainers(keep_children=True, preload=["json"], command=["toytrainer"])
+    warm.prewarm()
+    assert warm.status()["warm"] == "none"
+    warm.close()

@@ -39,6 +39,8 @@ let recordKinds = null; // the promise of GET /api/record-kinds
 
 export const api = {
   presets: () => request("GET", "/api/presets"),
+  /** Whether the lab is ready, and whether its warm trainer process is (warm_trainers). */
+  health: () => request("GET", "/api/health"),
   createPair: (preset, overrides) => request("POST", "/api/pairs",
     overrides && Object.keys(overrides).length ? { preset, overrides } : { preset }),
   /** One lesson; `query` ("?steps=600") sets unlocked settings, validated by the server. */

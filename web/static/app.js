@@ -18,6 +18,7 @@ import { PairModel } from "./model.js";
 import { showLessonPicker, stopPair } from "./pair_actions.js";
 import { PredictionPanel } from "./predict.js";
 import { followLive } from "./realtime.js";
+import { followWarmUp } from "./warm_up.js";
 
 const $ = (sel) => document.querySelector(sel);
 const TERMINAL = new Set(["finished", "failed", "stopped", "diverged"]);
@@ -166,6 +167,7 @@ async function showStart(message) {
   };
   page.settings.onchange = () => page.share.show(select.value, page.settings.overrides());
   $("#start").disabled = !presets.length;
+  followWarmUp($("#warm-up"));
   $("#start-form").onsubmit = async (ev) => {
     ev.preventDefault();
     $("#start").disabled = true;
