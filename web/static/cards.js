@@ -67,6 +67,12 @@ export function armedKill(run) {
   return null;
 }
 
+/** The lab's hold of the run while its student answers (view.held, until its time is out). */
+export function heldNow(run) {
+  const h = run.view.held;
+  return h && h.until * 1000 > Date.now() ? h : null;
+}
+
 /** What a student calls the run's state: queued / starting / training / kill armed /
  * crashed / preempted / resuming / done / failed / stopped, and a sentence that says why.
  * `starts`: how long trainer starts take on this lab ({median_s, count} from the pair
@@ -95,6 +101,11 @@ export function studentState(run, starts = null, preset = null) {
   }
   if (["starting", "running", "restarting"].includes(v.state) && v.stage === "failed") {
     return ["failed", "The trainer stopped with an error; the lab is reading why."]; // likewise
+  }
+  const held = heldNow(run);
+  if (held) {
+    const left = Math.max(0, Math.ceil(held.until - Date.now() / 1000));
+    return ["held", `Held at step ${f.int(held.at_step ?? v.step)} while you answer the prediction: the trainer is stopped where it is (nothing trains, nothing is saved), for at most ${left} s more.`];
   }
   const armed = armedKill(run);
   if (armed) {
@@ -386,7 +397,7 @@ export class RunCard {
     const m = this.metrics;
     setText(m.loss, f.loss(last?.loss));
     setText(m.val, f.loss(run.bestVal()));
-    setText(m.tps, f.compact(last?.tokens_per_s));
+    setText(m.tps, heldNow(run) ? "held" : f.compact(last?.tokens_per_s));
     setText(m.mfu, f.pctOfFraction(last?.mfu));
     setText(m.mem, f.bytes(run.peakMem()));
     m.mem.title = last?.mem_kind === "rss" ? "process RSS (CPU run)" : "peak CUDA memory allocated";
