@@ -125,7 +125,7 @@ def prediction_view(store: Store, pair: Row) -> dict[str, Any] | None:
     }
 
 
-NO_CRASH = "finished without a crash test: no outcome to compare"
+NO_CRASH = "{ended} without a crash test: no outcome to compare"
 NO_RESTART = "ended before its restart showed the outcome: nothing to compare"
 
 
@@ -137,7 +137,8 @@ def result_of(question: Prediction, answer: Any, value: Any, ended: Row | None) 
     if ended is None:
         return {"status": "waiting", "outcome": None, "right": None}
     crashed = (ended["crashes"] or 0) > 0 or (ended["segment"] or 0) > 0
-    why = NO_RESTART if crashed else NO_CRASH
+    ended_how = "was stopped" if ended["state"] == "stopped" else ended["state"]
+    why = NO_RESTART if crashed else NO_CRASH.format(ended=ended_how)
     return {"status": "none", "outcome": None, "right": None, "why": why}
 
 

@@ -162,7 +162,7 @@ def test_a_choice_question_is_answered_from_the_lesson_s_words(
     row = page.locator("#predict .predict-result tr[data-run=A]")
     row.wait_for()
     assert row.locator(".predicted").inner_text() == "refuses to start (an error)"
-    assert "waiting for its first restart" in row.locator(".measured").inner_text()
+    assert "waiting for a crash test" in row.locator(".measured").inner_text()
     page.locator("#stop-pair").click()
     assert page.errors == []
     page.context.close()
