@@ -41,3 +41,18 @@ def test_a_duplicate_s_title_names_its_new_id(tmp_path: Path) -> None:
     assert second.title == f"{original.title} (quick-copy2)"
     titles = [x.preset.title for x in catalog.visible(instructor=True)]
     assert len(titles) == len(set(titles)), titles
+
+
+def test_a_duplicate_gets_a_fresh_number_that_sorts_right_after_its_original(
+    tmp_path: Path,
+) -> None:
+    catalog = Catalog(tmp_path)
+    first = catalog.duplicate("quick", None).preset
+    second = catalog.duplicate("quick", None).preset
+    again = catalog.duplicate(first.id, None).preset
+    assert (first.number, second.number, again.number) == ("0.1.1", "0.1.2", "0.1.1.1")
+    numbers = [x.preset.number for x in catalog.visible(instructor=True)]
+    for copy in ("0.1.1", "0.1.2", "0.1.1.1"):
+        assert numbers.count(copy) == 1, numbers  # no two lessons 0.1 for students
+    assert numbers.count("0.1") == 1
+    assert numbers.index("0.1") + 1 == numbers.index("0.1.1")
