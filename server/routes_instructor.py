@@ -192,7 +192,7 @@ async def one_preset(preset: str, request: Request) -> dict[str, Any]:
 
 @router.post(
     "/presets/validate",
-    summary="Check preset text as the instructor types: ok, or the problems (field, value, allowed)",
+    summary="Check preset text as it is typed: ok, or its problems (field, value, allowed)",
     responses=problems(400, 401, 403, 413, 422, 429),
 )
 async def validate(body: PresetText, request: Request) -> dict[str, Any]:

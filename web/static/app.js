@@ -10,7 +10,7 @@ import { RunCard, StageList } from "./cards.js";
 import { createCharts } from "./chart_specs.js";
 import { uPlotLoaded } from "./charts.js";
 import { renderEvents } from "./events.js";
-import { renderHeader, renderProbes, renderResumeChecks, renderSamples } from "./lesson.js";
+import { foldForPhone, pickerText, renderHeader, renderProbes, renderResumeChecks, renderSamples } from "./lesson.js";
 import { LessonSettings, ShareLink, lessonFromPath } from "./lesson_link.js";
 import { clusterBanner, pairNodes } from "./cluster.js";
 import { EnergyLedger, MachinePanel } from "./machine.js";
@@ -169,7 +169,8 @@ async function showStart(message) {
   select.replaceChildren(...presets.map((p) => {
     const o = document.createElement("option");
     o.value = p.id;
-    o.textContent = `${p.number} · ${p.title}`;
+    o.textContent = pickerText(p);
+    o.title = `${p.number} · ${p.title}`;
     return o;
   }));
   // The first lesson in course order (Quick) unless a link or the address names one.
@@ -481,6 +482,7 @@ function graceTicks(card) {
 
 function boot() {
   if (!uPlotLoaded()) document.body.classList.add("no-charts");
+  foldForPhone();
   page.cadence = new CadencePanel($("#cadence"));
   page.settings = new LessonSettings($("#lesson-settings"));
   page.share = new ShareLink();
