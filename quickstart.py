@@ -79,6 +79,15 @@ def has_nvidia_gpu() -> bool:
     return out.returncode == 0 and "GPU" in out.stdout
 
 
+def torch_present() -> bool:
+    """Whether the venv still has the torch the stamp recorded, read from its metadata
+    (cheap: importing torch takes seconds, longer on a busy machine)."""
+    want = TORCH.split("==", 1)[1] if "==" in TORCH else None
+    code = "import importlib.metadata as m; print(m.version('torch'))"
+    out = subprocess.run([str(PY), "-c", code], capture_output=True, text=True)
+    return out.returncode == 0 and (want is None or out.stdout.strip().startswith(want))
+
+
 def torch_installed() -> bool:
     want = TORCH.split("==", 1)[1] if "==" in TORCH else None
     code = "import torch, sys; print(torch.__version__)"
@@ -199,7 +208,7 @@ def setup(test: bool, unlocked: bool = False, reinstall: bool = False) -> None:
     name = "test" if test else "lab"
     stamp = VENV / PIP_STAMP.format(name=name)
     inputs = install_inputs(name)
-    if not unlocked and not reinstall and up_to_date(stamp, inputs) and torch_installed():
+    if not unlocked and not reinstall and up_to_date(stamp, inputs) and torch_present():
         say(f"install set {name!r} is up to date (lock, pyproject, extras, torch): pip skipped")
     else:
         stamp.unlink(missing_ok=True)

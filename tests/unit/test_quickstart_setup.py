@@ -51,6 +51,7 @@ def qs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, lis
         "pip": lambda *a, check=True: calls.append("pip " + " ".join(a)) or 0,
         "install_torch": lambda: calls.append("torch"),
         "torch_installed": lambda: True,
+        "torch_present": lambda: True,
         "lock_problem": lambda name: None,
         "sh": build_web,
         "ensure_chromium": lambda: None,
