@@ -5,6 +5,7 @@
     python3 quickstart.py lab --instructor   # the same with instructor mode on (login link printed)
     python3 quickstart.py test    # set up with test tools, then the whole test suite
     python3 quickstart.py setup   # set up only (add --test for the test tools)
+    (lab, test and setup skip what is up to date; --reinstall installs everything again)
     python3 quickstart.py lock    # recompile requirements/*.txt from pyproject's extras
 
 What is installed: pyproject's extras for the lab (server, gpu) or for the tests (every
@@ -78,6 +79,15 @@ def has_nvidia_gpu() -> bool:
     return out.returncode == 0 and "GPU" in out.stdout
 
 
+def torch_present() -> bool:
+    """Whether the venv still has the torch the stamp recorded, read from its metadata
+    (cheap: importing torch takes seconds, longer on a busy machine)."""
+    want = TORCH.split("==", 1)[1] if "==" in TORCH else None
+    code = "import importlib.metadata as m; print(m.version('torch'))"
+    out = subprocess.run([str(PY), "-c", code], capture_output=True, text=True)
+    return out.returncode == 0 and (want is None or out.stdout.strip().startswith(want))
+
+
 def torch_installed() -> bool:
     want = TORCH.split("==", 1)[1] if "==" in TORCH else None
     code = "import torch, sys; print(torch.__version__)"
@@ -142,30 +152,89 @@ def lock_problem(name: str) -> str | None:
     return None
 
 
+# What the venv and the web build were installed from, written once an install succeeded:
+# the next start compares and skips an install whose inputs did not change. A clean clone
+# (CI) has no venv, so no stamp: it installs.
+PIP_STAMP = "crashdrill-installed-{name}.json"  # in the venv
+WEB_STAMP = "crashdrill-web.json"  # in the venv too: vendor/ may be copied elsewhere
+WEB_INPUTS = ("package.json", "package-lock.json")
+VENDOR = ROOT / "web" / "static" / "vendor"
+
+
+def file_sha(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def install_inputs(name: str) -> dict[str, object]:
+    """What an install of set `name` depends on: its lock, pyproject, its extras, the torch
+    requirement and the Python that runs it."""
+    return {
+        "lock": file_sha(REQUIREMENTS / f"{name}.txt"),
+        "pyproject": file_sha(ROOT / "pyproject.toml"),
+        "extras": list(INSTALL_SETS[name]),
+        "torch": TORCH,
+        "python": sys.version.split()[0],
+    }
+
+
+def web_inputs() -> dict[str, object]:
+    """What the web build (scripts/build_web.py) depends on: package.json and its lock."""
+    return {f: file_sha(ROOT / f) for f in WEB_INPUTS}
+
+
+def up_to_date(stamp: Path, inputs: dict[str, object]) -> bool:
+    try:
+        return json.loads(stamp.read_text()) == inputs
+    except (OSError, ValueError):
+        return False
+
+
+def write_stamp(stamp: Path, inputs: dict[str, object]) -> None:
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps(inputs, sort_keys=True) + "\n")
+
+
 def make_venv() -> None:
     if not PY.exists():
         say(f"creating {VENV}")
         venv.EnvBuilder(with_pip=True).create(VENV)
 
 
-def setup(test: bool, unlocked: bool = False) -> None:
+def setup(test: bool, unlocked: bool = False, reinstall: bool = False) -> None:
+    """Install set "test" or "lab" into the venv and build the page's vendor files; each
+    part is skipped when its stamp says its inputs have not changed since it last
+    succeeded (`reinstall`: never skipped; `unlocked`: pip always runs)."""
     make_venv()
-    install_torch()
     name = "test" if test else "lab"
-    extras = ",".join(INSTALL_SETS[name])
-    problem = None if unlocked else lock_problem(name)
-    if unlocked:
-        pip("-e", f".[{extras}]")
+    stamp = VENV / PIP_STAMP.format(name=name)
+    inputs = install_inputs(name)
+    if not unlocked and not reinstall and up_to_date(stamp, inputs) and torch_present():
+        say(f"install set {name!r} is up to date (lock, pyproject, extras, torch): pip skipped")
     else:
-        if problem:
-            say(f"warning: {problem}; what pyproject adds since is installed unpinned")
-        # the pins first, then this package with the set's extras: pip takes the pinned
-        # versions, and torch stays the build install_torch chose
-        pip("-r", f"requirements/{name}.txt", "-e", f".[{extras}]")
+        stamp.unlink(missing_ok=True)
+        install_torch()
+        extras = ",".join(INSTALL_SETS[name])
+        problem = None if unlocked else lock_problem(name)
+        if unlocked:
+            pip("-e", f".[{extras}]")
+        else:
+            if problem:
+                say(f"warning: {problem}; what pyproject adds since is installed unpinned")
+            # the pins first, then this package with the set's extras: pip takes the pinned
+            # versions, and torch stays the build install_torch chose
+            pip("-r", f"requirements/{name}.txt", "-e", f".[{extras}]")
+            if problem is None:
+                write_stamp(stamp, inputs)  # an unpinned install is never "up to date"
     # front-end packages from npm (uPlot), never committed; without Node.js the page still
     # works and says that its charts are missing
-    if sh(PY, "scripts/build_web.py", check=False) != 0:
+    web_stamp = VENV / WEB_STAMP
+    vendored = all((VENDOR / f).is_file() for f in ("uPlot.iife.min.js", "uPlot.min.css"))
+    if not reinstall and vendored and up_to_date(web_stamp, web_inputs()):
+        say("the page's vendor files are up to date (package-lock.json): web build skipped")
+    elif sh(PY, "scripts/build_web.py", check=False) != 0:
         say("could not fetch uPlot from npm: the lab page will run without charts")
+    else:
+        write_stamp(web_stamp, web_inputs())
     if test:
         ensure_chromium()
 
@@ -328,9 +397,13 @@ def main(argv: list[str]) -> int:
     cmd = argv[0]
     if cmd == "lock":
         return lock(argv[1:])
-    setup(test=cmd == "test" or "--test" in argv, unlocked="--unlocked" in argv)
+    setup(
+        test=cmd == "test" or "--test" in argv,
+        unlocked="--unlocked" in argv,
+        reinstall="--reinstall" in argv,
+    )
     if cmd == "lab":
-        serve([a for a in argv[1:] if a not in ("--test", "--unlocked")])
+        serve([a for a in argv[1:] if a not in ("--test", "--unlocked", "--reinstall")])
     if cmd == "test":
         return run_tests()
     return 0

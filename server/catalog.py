@@ -252,6 +252,11 @@ class Catalog:
             raise BadInput(f"new_id = {new_id!r}: {problem}")
         header = f"# Duplicated from {preset_id!r} ({source.origin}).\n"
         text = set_top_level(source.text, "id", new_id)
+        if source.preset.number:
+            # Its own number, right after the source's in the picker: never two lessons
+            # that a student reads as the same number.
+            numbers = {lesson.preset.number for lesson in taken.values()}
+            text = set_top_level(text, "number", fresh_number(source.preset.number, numbers))
         text = set_top_level(text, "published", False)
         text = set_top_level(text, "title", f"{source.preset.title} ({new_id})")
         return self._write(new_id, header + text)
@@ -332,3 +337,12 @@ def set_top_level(text: str, key: str, value: bool | str | list[str]) -> str:
     if tomllib.loads(result).get(key) != value:
         raise BadInput(f"could not set {key} in the preset text: fix the file by hand")
     return result
+
+
+def fresh_number(number: str, taken: set[str]) -> str:
+    """A lesson number no lesson has yet, sorting right after `number`: "0.1" → "0.1.1"
+    (or "0.1.2" when that is taken, …)."""
+    n = 1
+    while f"{number}.{n}" in taken:
+        n += 1
+    return f"{number}.{n}"

@@ -47,6 +47,7 @@ from crashdrill.server.lesson_bounds import (
 )
 from crashdrill.trainer.checkpoint_pause import format_pause
 from crashdrill.trainer.config import ConfigError
+from crashdrill.trainer.prediction import ask_when
 from crashdrill.trainer.presets import (
     KNOB,
     LABELS,
@@ -102,7 +103,11 @@ def public_view(preset: Preset, limits: LabLimits = DEFAULT_LIMITS) -> dict[str,
     d["locked"] = sorted(locked_names(preset, limits))
     d["student_adjustable"] = sorted(student_overrides_allowed(preset, limits))
     d["knob_text"] = preset.knob_text()
-    d["predict"] = preset.predict.to_dict() if preset.predict is not None else None
+    d["predict"] = None
+    if preset.predict is not None:
+        # When the question is asked follows from the crash: one that comes by itself
+        # (a session wall) is predicted before Start (trainer/prediction.py ask_when).
+        d["predict"] = {**preset.predict.to_dict(), "ask": ask_when(preset.crash.wall_step)}
     return d
 
 

@@ -2,7 +2,8 @@
 
     record_prediction(store, pair_row, session, {"answers": {"A": 40, "B": 150}})
     record_prediction(store, pair_row, session, {"skip": True})
-    prediction_view(store, pair_row)   # {"answers", "skipped", "at", "outcome"} or None
+    prediction_view(store, pair_row)   # {"answers", "skipped", "at", "outcome", "results",
+                                       #  "status", "rule"} or None
     class_predictions(store)           # per lesson: the class's answers against outcomes
 
 What the question is and which answers it allows is the lesson's (its `[predict]` table,
@@ -11,6 +12,12 @@ preemption (409 after it: the outcome is no prediction any more); an answer may 
 changed until then. The outcome of each predicted run is read from its first restart
 (segment 1): its resume check, or its refusal to start without a checkpoint. Once every
 predicted run's outcome is final it is stored with the pair and not measured again.
+
+What became of each answer (`results`, the one reading the page and the class view show):
+"measured" with its verdict by the question's one rule (trainer/prediction.py
+`answer_right`, `RULE_TEXT`), "waiting" while the run may still give its outcome, or
+"none" when the run ended without one (it finished before any crash test, or ended
+before its restart showed it): then there is nothing to compare, and the views say so.
 """
 
 from __future__ import annotations
@@ -23,8 +30,8 @@ from typing import Any
 from crashdrill.server.db import Row
 from crashdrill.server.errors import BadInput, Conflict, Forbidden
 from crashdrill.server.ingest_loop import resume_checks
-from crashdrill.server.store import Store
-from crashdrill.trainer.prediction import LABELS, Prediction
+from crashdrill.server.store import TERMINAL_STATES, Store
+from crashdrill.trainer.prediction import LABELS, RULE_TEXT, Prediction
 from crashdrill.trainer.records import NO_CHECKPOINT_CODE
 
 CLASS_PAIRS = 500  # predictions per lab the class view reads, newest first
@@ -57,6 +64,11 @@ def record_prediction(
         raise Conflict(
             "the first crash test already happened: a prediction is made before the outcome"
         )
+    if runs and all(r["state"] in TERMINAL_STATES for r in runs):
+        raise Conflict(
+            "both runs have ended without a crash test: there is no outcome left to predict;"
+            " start the lesson again to predict and crash it"
+        )
     skipped = body.get("skip") is True
     answers = body.get("answers")
     if skipped and answers is not None:
@@ -82,12 +94,52 @@ def prediction_view(store: Store, pair: Row) -> dict[str, Any] | None:
     outcome = json.loads(pair["outcome_json"]) if pair.get("outcome_json") else None
     if outcome is None and question is not None:
         outcome = measure_outcome(store, pair, question)
+    outcome = outcome or {}
+    results: dict[str, dict[str, Any]] = {}
+    if question is not None:
+        ended = {
+            r["label"]: r for r in store.runs_of_pair(pair["id"]) if r["state"] in TERMINAL_STATES
+        }
+        for label in question.runs:
+            value = outcome.get(label)
+            answer = (answers or {}).get(label)
+            results[label] = result_of(question, answer, value, ended.get(label))
+    statuses = {r["status"] for r in results.values()}
     return {
         "answers": answers,
         "skipped": answers is None,
         "at": stored.get("at"),
-        "outcome": outcome or {},
+        "outcome": outcome,
+        "results": results,
+        # "measured" once every run's outcome is in, "none" when none will come, else waiting
+        "status": (
+            "measured"
+            if statuses == {"measured"}
+            else "none"
+            if statuses == {"none"}
+            else "waiting"
+            if "waiting" in statuses
+            else "partly"
+        ),
+        "rule": RULE_TEXT[question.kind] if question is not None else "",
     }
+
+
+NO_CRASH = "{ended} without a crash test: no outcome to compare"
+NO_RESTART = "ended before its restart showed the outcome: nothing to compare"
+
+
+def result_of(question: Prediction, answer: Any, value: Any, ended: Row | None) -> dict[str, Any]:
+    """What became of one run's answer: its outcome and verdict, or why there is none."""
+    if value is not None:
+        right = question.answer_right(answer, value)
+        return {"status": "measured", "outcome": value, "right": right}
+    if ended is None:
+        return {"status": "waiting", "outcome": None, "right": None}
+    crashed = (ended["crashes"] or 0) > 0 or (ended["segment"] or 0) > 0
+    ended_how = "was stopped" if ended["state"] == "stopped" else ended["state"]
+    why = NO_RESTART if crashed else NO_CRASH.format(ended=ended_how)
+    return {"status": "none", "outcome": None, "right": None, "why": why}
 
 
 def measure_outcome(store: Store, pair: Row, question: Prediction) -> dict[str, Any] | None:
@@ -158,6 +210,11 @@ def class_predictions(store: Store) -> list[dict[str, Any]]:
             lesson["skipped"] += 1
         else:
             lesson["predictions"].append(
-                {"pair": pair["id"], "answers": view["answers"], "outcome": view["outcome"]}
+                {
+                    "pair": pair["id"],
+                    "answers": view["answers"],
+                    "outcome": view["outcome"],
+                    "results": view["results"],
+                }
             )
     return list(lessons.values())

@@ -24,7 +24,7 @@ from crashdrill.server.catalog import (
     PresetIdConvertor,
     parse_text,
 )
-from crashdrill.server.errors import Forbidden, LabError
+from crashdrill.server.errors import BadInput, Forbidden, LabError
 from crashdrill.server.instructor_sessions import (
     check_token,
     is_instructor,
@@ -43,6 +43,7 @@ from crashdrill.server.schemas import problems
 from crashdrill.server.sessions import session_of
 from crashdrill.server.store import ACTIVE_STATES
 from crashdrill.server.views import pair_view, queue_positions, restart_counts
+from crashdrill.trainer.config import SECTIONS, section_fields
 from crashdrill.trainer.presets import KNOB, SETTINGS, PresetError
 from crashdrill.workers.restart_events import RESTART_KINDS
 
@@ -174,8 +175,20 @@ async def all_presets(request: Request) -> dict[str, Any]:
     return {
         "presets": [x.summary() for x in instructor_catalog(request).visible(instructor=True)],
         "lockable": [KNOB, *SETTINGS],
+        "lock_groups": lock_groups(),
         "always_locked": sorted(limits_of(request).server_locked),
     }
+
+
+def lock_groups() -> list[dict[str, Any]]:
+    """The lockable names grouped as the config's sections are (trainer/config.py
+    SECTIONS), the knob first: the editor's lock panel shows one group each."""
+    groups = [{"section": KNOB, "names": [KNOB]}]
+    for section in SECTIONS:
+        names = [n for n in section_fields(section) if n in SETTINGS]
+        if names:
+            groups.append({"section": section.name, "names": names})
+    return groups
 
 
 @router.get(
@@ -189,12 +202,17 @@ async def one_preset(preset: str, request: Request) -> dict[str, Any]:
 
 @router.post(
     "/presets/validate",
-    summary="Check preset text as the instructor types: 200 or 422 naming field, value, allowed",
+    summary="Check preset text as it is typed: ok, or its problems (field, value, allowed)",
     responses=problems(400, 401, 403, 413, 422, 429),
 )
 async def validate(body: PresetText, request: Request) -> dict[str, Any]:
-    preset = instructor_catalog(request).checked(body.text)
-    within_budget(preset, limits_of(request))
+    # 200 either way: a check asked at every pause in typing is answered, not refused, so
+    # the editor's console holds no failed request per keystroke (saving still says 422).
+    try:
+        preset = instructor_catalog(request).checked(body.text)
+        within_budget(preset, limits_of(request))
+    except BadInput as e:
+        return {"ok": False, "detail": e.message}
     return {
         "ok": True,
         "id": preset.id,

@@ -21,6 +21,8 @@ from crashdrill.server.lesson_bounds import LabLimits, budget_problems
 from crashdrill.server.lesson_policy import LockedSetting, apply_student_overrides, public_view
 from crashdrill.server.predictions import record_prediction
 from crashdrill.server.schemas import (
+    HoldIn,
+    HoldResult,
     NewPair,
     PairCreated,
     PairStatus,
@@ -218,6 +220,16 @@ def predict(pair: str, body: PredictionIn, request: Request) -> dict[str, Any]:
     if row is None:
         raise NotFound(f"no pair {pair!r}")
     return record_prediction(lab.store, row, session_of(request), body.model_dump())
+
+
+@router.post(
+    "/pairs/{pair}/hold",
+    response_model=HoldResult,
+    summary="Hold both training runs where they are while the owner answers (or let them go)",
+    responses=problems(403, 404, 413, 422, 429),
+)
+def hold_pair(pair: str, body: HoldIn, request: Request) -> dict[str, Any]:
+    return lab_of(request).hold_pair(pair, session_of(request), instructor_of(request), body.hold)
 
 
 @router.post(

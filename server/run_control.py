@@ -15,13 +15,26 @@ from crashdrill.server.db import Row
 from crashdrill.server.errors import Conflict, Forbidden, NotFound
 from crashdrill.server.ingest_loop import IngestLoop
 from crashdrill.server.pending_kill import PREEMPT_MODE, pending_kill, signalled
-from crashdrill.server.store import ACTIVE_STATES, Store
+from crashdrill.server.store import ACTIVE_STATES, TERMINAL_STATES, Store
 from crashdrill.server.views import training
 from crashdrill.trainer.crash_modes import mode_named
 from crashdrill.workers.launch import NotRunning
 from crashdrill.workers.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
+
+
+HOLD_S = 90.0  # how long a hold lasts at most: a tab closed mid-answer lets the runs go
+NOUNS = {"crash": "a crash test", "preempt": "a preemption", "hold": "a hold"}
+
+
+def not_now(row: Row, verb: str, why: str) -> str:
+    """Why `verb` cannot hit the run now, in a student's words: the run by its label (A or
+    B, never its internal id), what it is doing, and when the action works."""
+    text = f"run {row['label']} {why}: {NOUNS.get(verb, verb)} hits a run while it trains"
+    if row["state"] in TERMINAL_STATES:
+        text += "; start the lesson again to try it on a new pair of runs"
+    return text[0].upper() + text[1:]
 
 
 class RunControl:
@@ -56,27 +69,28 @@ class RunControl:
         by an earlier crash test or preemption whose restart has written no step yet (the
         run's pending kill, server/pending_kill.py: kept in its row, so a server restart
         keeps it too)."""
-        run_id, state, stage = row["id"], row["state"], row["stage"]
+        state, stage = row["state"], row["stage"]
         latest = json.loads(row["latest_json"] or "{}")
         pending = pending_kill(row, latest)
         if pending is not None:
-            why = "it is restarting after a crash test or a preemption"
+            why = "is restarting after a crash test or a preemption"
             if pending["armed"]:
-                why = "a crash test is armed: its SIGKILL lands at the next checkpoint write"
-            raise Conflict(f"cannot {verb} run {run_id}: {why}; {verb}s hit training runs")
+                why = "has a crash test armed: its SIGKILL lands at the next checkpoint write"
+            raise Conflict(not_now(row, verb, why))
         if not training(row, latest):
             why = {
-                "queued": "it is still queued",
-                "starting": "it is still starting",
-                "restarting": "it is resuming after a crash",
-                "running": f"it is in stage {stage!r}, not training yet",
-            }.get(state, f"it has {state}")
+                "queued": "is still queued",
+                "starting": "is still starting",
+                "restarting": "is resuming after a crash",
+                "running": f"is in stage {stage!r}, not training yet",
+                "finished": "has finished",
+            }.get(state, f"has {state}")
             if state in ("starting", "running", "restarting") and stage == "train":
-                why = "its trainer has written no step record yet"
-            raise Conflict(f"cannot {verb} run {run_id}: {why}; {verb}s hit training runs")
-        sup = self.supervisors.get(run_id)
+                why = "has written no training step yet"
+            raise Conflict(not_now(row, verb, why))
+        sup = self.supervisors.get(row["id"])
         if sup is None:
-            raise Conflict(f"cannot {verb} run {run_id}: no trainer process is watched")
+            raise Conflict(not_now(row, verb, "has no trainer process the lab watches"))
         return sup
 
     def preempt(self, run_id: str, session: str, instructor: bool) -> dict[str, Any]:
@@ -88,8 +102,10 @@ class RunControl:
         try:
             pid = sup.preempt()
         except NotRunning as e:
-            raise Conflict(f"cannot preempt run {run_id}: {e}") from None
-        self.store.update_run(run_id, pending_kill_json=signalled("preempt", PREEMPT_MODE, row))
+            raise Conflict(not_now(row, "preempt", f"cannot take it now ({e})")) from None
+        self.store.update_run(
+            run_id, pending_kill_json=signalled("preempt", PREEMPT_MODE, row), held_json=None
+        )
         self.ingest.publish_run(run_id)
         return {
             "run": run_id,
@@ -106,7 +122,7 @@ class RunControl:
         try:
             pid = sup.crash(mode)
         except NotRunning as e:
-            raise Conflict(f"cannot crash run {run_id}: {e}") from None
+            raise Conflict(not_now(row, "crash", f"cannot take it now ({e})")) from None
         pending = signalled("crash", mode, row)
         # A mode that waits for a save ("during_save") arms the kill: it lands when the next
         # checkpoint write begins, and the run trains on until then. Its state says
@@ -114,7 +130,9 @@ class RunControl:
         armed = mode_named(mode).waits_for_save
         state = row["state"] if armed else "restarting"
         if armed:
-            self.store.update_run(run_id, crashes=row["crashes"] + 1, pending_kill_json=pending)
+            self.store.update_run(
+                run_id, crashes=row["crashes"] + 1, pending_kill_json=pending, held_json=None
+            )
         else:
             self.store.update_run(
                 run_id,
@@ -122,6 +140,7 @@ class RunControl:
                 stage="restarting",
                 crashes=row["crashes"] + 1,
                 pending_kill_json=pending,
+                held_json=None,
             )
         self.ingest.publish_run(run_id)
         return {
@@ -132,6 +151,34 @@ class RunControl:
             "crash_mode": mode,
             "armed": armed,
         }
+
+    def hold_pair(self, pair_id: str, session: str, instructor: bool, hold: bool) -> dict[str, Any]:
+        """Hold both training runs of a pair where they are while its owner answers the
+        lesson's question (hold=True), or let them go on (False). A run that is not
+        training (queued, restarting, ended, a kill pending) is left as it is: the answer
+        names the runs held. A hold ends by itself after HOLD_S; a crash test,
+        preemption or stop of a held run releases it first."""
+        pair = self.store.pair(pair_id)
+        if pair is None:
+            raise NotFound(f"no pair {pair_id!r}")
+        if not instructor and pair["owner"] != session:
+            raise Forbidden("only the browser that started this lesson may hold its runs")
+        held = []
+        for row in self.store.runs_of_pair(pair_id):
+            sup = self.supervisors.get(row["id"])
+            latest = json.loads(row["latest_json"] or "{}")
+            may_hold = training(row, latest) and pending_kill(row, latest) is None
+            if hold and sup is not None and may_hold and sup.hold(HOLD_S):
+                now = time.time()
+                at = {"at_step": row["step"], "since": now, "until": now + HOLD_S}
+                self.store.update_run(row["id"], held_json=json.dumps(at))
+                held.append(row["label"])
+            elif not hold or row["held_json"]:
+                if sup is not None:
+                    sup.release()
+                self.store.update_run(row["id"], held_json=None)
+            self.ingest.publish_run(row["id"])
+        return {"pair": pair_id, "held": held, "hold_s": HOLD_S if held else 0.0}
 
     def rearm(self, row: Row, sup: Supervisor) -> None:
         """After a server restart that adopted the run's trainer (`sup`): an armed crash

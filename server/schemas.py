@@ -68,6 +68,12 @@ class RunHost(BaseModel):
     name: str
 
 
+class RunHeld(BaseModel):
+    at_step: int | None = Field(description="the step record it was held after")
+    since: float = Field(description="when the hold began (seconds since the epoch)")
+    until: float = Field(description="when it ends by itself unless released before")
+
+
 class PendingKill(BaseModel):
     kind: PendingKillKind = Field(
         description="crash: a crash test (SIGKILL); preempt: a preemption (SIGTERM, then SIGKILL)"
@@ -115,6 +121,11 @@ class RunStatus(BaseModel):
         description="a crash test or a preemption the lab signalled whose restart has written"
         " no step record yet (kept in the run's row: a server restart keeps it); null: none",
     )
+    held: RunHeld | None = Field(
+        None,
+        description="the lab holds its trainer where it is while the lesson's question is"
+        " open (POST /api/pairs/{pair}/hold); null: not held",
+    )
     message: str | None
     exit_code: int | None
     latest: dict[str, Any] = Field(description="the newest record of each kind: step, val, …")
@@ -141,6 +152,19 @@ class PredictionOut(BaseModel):
         description="per predicted run, what its first restart measured in the question's"
         " terms (steps lost, or a choice's code); null while it is not in yet"
     )
+    results: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description='per predicted run what became of its answer: {"status": "measured" |'
+        ' "waiting" | "none", "outcome", "right" (by the lesson\'s rule, null unless'
+        ' measured), "why" (for none: it finished without a crash test, or ended before its'
+        " restart showed the outcome)}",
+    )
+    status: str = Field(
+        "waiting",
+        description='"measured" (every run\'s outcome is in), "waiting", "none" (the runs'
+        ' ended without an outcome to compare) or "partly" (some measured, the rest none)',
+    )
+    rule: str = Field("", description="when an answer counts as right, in words")
 
 
 class PredictionIn(BaseModel):
@@ -169,6 +193,17 @@ class PairStatus(BaseModel):
     prediction: PredictionOut | None = Field(
         None, description="the owner's prediction and its measured outcome; null: none made"
     )
+
+
+class HoldIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    hold: bool = Field(description="true: hold both training runs; false: let them go on")
+
+
+class HoldResult(BaseModel):
+    pair: str
+    held: list[str] = Field(description="the labels of the runs held now (training ones only)")
+    hold_s: float = Field(description="how long the hold lasts at most unless released")
 
 
 class StopPairResult(BaseModel):

@@ -60,6 +60,7 @@ _RUN_COLUMNS = frozenset(
         "detail",
         "ckpt_deleted_at",
         "pending_kill_json",
+        "held_json",
     }
 )
 

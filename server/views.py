@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -50,6 +51,19 @@ def training(row: Row, latest: Mapping[str, Any]) -> bool:
     return isinstance(step, dict) and step.get("segment", 0) == (row["segment"] or 0)
 
 
+def held_view(row: Row, now: float | None = None) -> dict[str, Any] | None:
+    """{"at_step", "since", "until"} while the lab holds the run's trainer for its student
+    (server/run_control.py hold_pair; workers/hold.py), else None: never once the hold's
+    time is out, whoever forgot to clear it."""
+    stored = row.get("held_json")
+    if not stored:
+        return None
+    held = json.loads(stored)
+    if float(held.get("until") or 0) <= (time.time() if now is None else now):
+        return None
+    return held
+
+
 def run_view(
     row: Row,
     pair: Row,
@@ -73,6 +87,7 @@ def run_view(
     pending = pending_kill(row, latest)
     # A crash test or a preemption may hit it: training, and no earlier one pending.
     may_hit = training(row, latest) and pending is None
+    held = held_view(row) if may_hit else None
     return {
         "id": row["id"],
         "label": row["label"],
@@ -92,6 +107,7 @@ def run_view(
         "can_crash": may_hit,
         "can_preempt": may_hit,
         "pending_kill": pending,
+        "held": held,
         "message": row["message"],
         "exit_code": row["exit_code"],
         "latest": {k: latest[k] for k in SHOWN_LATEST if k in latest},

@@ -9,6 +9,18 @@ measures the outcomes (server/predictions.py), the page renders from `to_dict()`
     runs = ["A", "B"]             # whose outcome the student predicts (default both)
     answer_after_outcome = true   # the lesson's answer opens only once the outcome is in
 
+When it is asked (`ask_when`, from the lesson's crash): a lesson whose crash comes by
+itself (a session wall, `[crash] wall_step`) asks before Start, since nobody presses
+anything before it lands; every other lesson asks when Crash test is first pressed, and
+the lab holds both runs at a step boundary while the form is open (server/run_control.py).
+
+One rule decides whether an answer was right (`answer_right`, said in words by
+`RULE_TEXT`): a choice must be the one that happened; a number of steps counts within
+10 % of the measured one or NUMBER_SLACK steps, whichever is larger (a step record can
+be on its way to the page when the run is held, so what the student read may be a
+step or two behind what the kill cost). The page and the class view show the verdict
+the server computed with it, and the rule beside it.
+
 Measures (each decides the kind of answer and how its outcome is read):
   lost_steps     a number: the steps the run's first crash cost (trained, then lost)
   resume         a choice: what the run's first restart did (RESUME_CHOICES)
@@ -36,6 +48,28 @@ CHOICES: dict[str, dict[str, str]] = {"resume": RESUME_CHOICES, "bit_identical":
 KEYS = ("question", "measure", "runs", "answer_after_outcome")
 MAX_QUESTION = 300
 MAX_ANSWER = 10_000_000  # steps: a bound far above any lesson's
+NUMBER_SHARE = 0.10  # a number counts as right within this share of the measured one …
+NUMBER_SLACK = 2  # … or within this many steps, whichever is larger
+RULE_TEXT = {
+    "number": (
+        f"a number counts as right within {round(NUMBER_SHARE * 100)} % of the measured one"
+        f" or {NUMBER_SLACK} steps, whichever is larger"
+    ),
+    "choice": "a choice counts as right when it is what happened",
+}
+ASK_BEFORE_START = "start"  # the crash comes by itself: asked before the runs start
+ASK_AT_CRASH = "crash"  # asked when Crash test is first pressed, the runs held meanwhile
+
+
+def ask_when(wall_step: int) -> str:
+    """When a lesson asks its question: before Start when its crash comes by itself (a
+    session wall at `wall_step`), else at the first Crash test."""
+    return ASK_BEFORE_START if wall_step else ASK_AT_CRASH
+
+
+def number_tolerance(measured: int) -> int:
+    """How far a number of steps may be from the measured one and still count as right."""
+    return max(NUMBER_SLACK, round(NUMBER_SHARE * measured))
 
 
 @dataclass(frozen=True)
@@ -52,10 +86,20 @@ class Prediction:
     def choices(self) -> dict[str, str]:
         return dict(CHOICES.get(self.measure, {}))
 
+    def answer_right(self, answer: Any, outcome: Any) -> bool | None:
+        """Whether `answer` got `outcome` right by the one rule (RULE_TEXT); None while
+        either is missing."""
+        if answer is None or outcome is None:
+            return None
+        if self.kind == "choice":
+            return bool(answer == outcome)
+        return bool(abs(int(answer) - int(outcome)) <= number_tolerance(int(outcome)))
+
     def to_dict(self) -> dict[str, Any]:
         """What a page (and the preset file) needs: the question, the answer's kind and,
-        for a choice, its codes and words."""
+        for a choice, its codes and words, and the rule that says when an answer is right."""
         return {
+            "rule": RULE_TEXT[self.kind],
             "question": self.question,
             "measure": self.measure,
             "runs": list(self.runs),

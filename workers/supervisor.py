@@ -9,6 +9,8 @@ executor.)
     sup.start()          # trainer in its own session; stdout/stderr go to files in run_dir
     sup.crash()          # a crash test: SIGKILL, then a restart with --require-checkpoint
     sup.preempt(30)      # SIGTERM, SIGKILL after 30 s unless it stopped; then a resume
+    sup.hold(60)         # stop the trainer where it is (a student answering), ≤ 60 s
+    sup.release()        # let it go on (a crash test, preemption or stop releases too)
     sup.stop("its owner")
 
 A trainer that dies by SIGKILL (a crash test, or the out-of-memory killer) is restarted
@@ -77,6 +79,7 @@ from crashdrill.workers.graceful_stop import (
     is_stop,
     trainer_stop,
 )
+from crashdrill.workers.hold import Hold
 from crashdrill.workers.launch import ENDED, Change, Launch, NotRunning
 from crashdrill.workers.local_executor import LocalExecutor
 from crashdrill.workers.mirror import Restored
@@ -135,6 +138,7 @@ class Supervisor:
         self._detached = False
         self._unrequested_kills = 0
         self._stderr_since = 0
+        self._hold = Hold(launch.run_dir.name)  # workers/hold.py
 
     # ---- starting -------------------------------------------------------------------
 
@@ -156,6 +160,9 @@ class Supervisor:
             return False
         with self._lock:
             self._proc = proc
+        # A server that died while it held this trainer left it stopped: it goes on now.
+        with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
+            proc.signal(signal.SIGCONT)
         self._stderr_since = max(0, self._stderr_size() - 4096)
         self._notify(Change("running", pid=proc.pid, pid_started=proc.started))
         self._watch_in_thread()
@@ -190,12 +197,14 @@ class Supervisor:
                     name=f"crash-during-save-{self.launch.run_dir.name}",
                     daemon=True,
                 ).start()
+                self._hold.release()  # it trains on to its next checkpoint write
                 return proc.pid
             try:
-                proc.signal(signal.SIGKILL)
+                proc.signal(signal.SIGKILL)  # held or not: killed at the step it is at
             except (ProcessLookupError, psutil.NoSuchProcess):
                 self._crash_requested = False
                 raise NotRunning("the trainer has already exited") from None
+            self._hold.release()
             return proc.pid
 
     def preempt(self, grace_s: float | None = None, name: str = "Preempted") -> int:
@@ -214,7 +223,28 @@ class Supervisor:
                 self._preempt = Preemption(proc, grace_s, step, name)
             except (ProcessLookupError, psutil.NoSuchProcess):
                 raise NotRunning("the trainer has already exited") from None
+            self._hold.release()  # the SIGTERM is delivered once it runs again
             return proc.pid
+
+    def hold(self, seconds: float) -> bool:
+        """Stop the trainer where it is for at most `seconds` while a student answers the
+        lesson's question (workers/hold.py); False when no trainer runs or a crash test,
+        preemption or stop is on its way."""
+        with self._lock:
+            proc = self._proc
+            if proc is None or self._stop_requested:
+                return False
+            if self._crash_requested or self._preempt is not None:
+                return False
+            return self._hold.start(proc, seconds)
+
+    def release(self) -> bool:
+        """Let a held trainer go on; False when it was not held."""
+        return self._hold.release()
+
+    @property
+    def held(self) -> bool:
+        return self._hold.held
 
     def _kill_inside_save(self, proc: Trainer, since: int) -> None:
         """Wait for the trainer to announce a paused checkpoint write, then SIGKILL it."""
@@ -249,6 +279,7 @@ class Supervisor:
             return
         with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
             proc.signal(signal.SIGTERM)
+        self._hold.release()  # a held trainer hears the SIGTERM once it runs again
 
         def _kill() -> None:
             with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
@@ -261,6 +292,7 @@ class Supervisor:
     def detach(self) -> None:
         """Stop watching and leave the trainer running (a server shutting down)."""
         self._detached = True
+        self._hold.release()  # never left stopped with nobody to release it
 
     def join(self, timeout: float | None = None) -> None:
         with self._lock:

@@ -40,7 +40,7 @@ from crashdrill.processes.forkserver import (
     die_with_parent_process,
     readable,
 )
-from crashdrill.processes.process_tree import kill_tree, tree_marker
+from crashdrill.processes.process_tree import kill_tree, members, tree_marker
 from crashdrill.workers.warm import WarmTrainers
 
 
@@ -184,13 +184,20 @@ class TrainerProcess:
 
     def signal(self, sig: int) -> None:
         """SIGKILL: the trainer's whole process tree, whatever session or group each
-        process made (see process_tree.kill_tree). Any other signal: its process group
-        (it leads its own session). ProcessLookupError when it has ended."""
+        process made (see process_tree.kill_tree); SIGSTOP and SIGCONT (a hold,
+        workers/hold.py) to every process of that tree too, so no rank trains on while the
+        rest is held. Any other signal: its process group (it leads its own session).
+        ProcessLookupError when it has ended."""
         if self._exited():
             raise ProcessLookupError(self.pid)
         if sig == signal.SIGKILL:
             if kill_tree(self.pid, marker=self.marker) == 0:
                 raise ProcessLookupError(self.pid)
+            return
+        if sig in (signal.SIGSTOP, signal.SIGCONT):
+            for p in members(self.pid, marker=self.marker):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(p, sig)
             return
         pgid = os.getpgid(self.pid)
         if pgid == self.pid:

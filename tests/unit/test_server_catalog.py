@@ -54,3 +54,18 @@ def test_a_route_s_own_word_cannot_be_a_preset_s_id(tmp_path: Path) -> None:
         parse_text(text)
     with pytest.raises(BadInput, match=r"new_id = 'validate': reserved"):
         Catalog(tmp_path).duplicate("quick", "validate")
+
+
+def test_a_duplicate_gets_a_fresh_number_that_sorts_right_after_its_original(
+    tmp_path: Path,
+) -> None:
+    catalog = Catalog(tmp_path)
+    first = catalog.duplicate("quick", None).preset
+    second = catalog.duplicate("quick", None).preset
+    again = catalog.duplicate(first.id, None).preset
+    assert (first.number, second.number, again.number) == ("0.1.1", "0.1.2", "0.1.1.1")
+    numbers = [x.preset.number for x in catalog.visible(instructor=True)]
+    for copy in ("0.1.1", "0.1.2", "0.1.1.1"):
+        assert numbers.count(copy) == 1, numbers  # no two lessons 0.1 for students
+    assert numbers.count("0.1") == 1
+    assert numbers.index("0.1") + 1 == numbers.index("0.1.1")

@@ -233,11 +233,15 @@ def test_instructor_mode_is_off_without_a_token(tmp_path: Path) -> None:
 
 def test_validate_names_the_field_the_value_and_what_is_allowed(teacher: TestClient) -> None:
     bad = LESSON.replace("n_layer = 2", "n_layer = 0")
+    # answered 200 with the problems: the editor asks at every pause in typing, and a
+    # refusal per keystroke would fill the console with failed requests
     r = teacher.post("/api/instructor/presets/validate", json={"text": bad})
-    assert r.status_code == 422
+    assert r.status_code == 200 and r.json()["ok"] is False
     assert "n_layer" in r.json()["detail"] and "0" in r.json()["detail"]
     r = teacher.post("/api/instructor/presets/validate", json={"text": "id = [oops"})
-    assert r.status_code == 422 and "not valid TOML" in r.json()["detail"]
+    assert r.status_code == 200 and "not valid TOML" in r.json()["detail"]
+    # saving the same text is still refused
+    assert teacher.post("/api/instructor/presets", json={"text": bad}).status_code == 422
     r = teacher.post("/api/instructor/presets/validate", json={"text": LESSON})
     assert r.status_code == 200 and r.json()["id"] == "my-lesson"
 
@@ -306,13 +310,16 @@ def test_set_top_level_replaces_a_multi_line_array_and_inserts_before_the_first_
     assert out.index("published = true") < out.index("[run]") and "# keep me" in out
 
 
-def test_a_knob_value_the_config_refuses_is_a_422_naming_it_as_the_editor_types(
+def test_a_knob_value_the_config_refuses_is_named_as_the_editor_types_and_saving_is_a_422(
     teacher: TestClient,
 ) -> None:
     text = LESSON.replace('name = "ckpt_every"\na = 50', 'name = "steps"\na = -1')
-    for path in ("/api/instructor/presets/validate", "/api/instructor/presets"):
+    for path, status in (
+        ("/api/instructor/presets/validate", 200),
+        ("/api/instructor/presets", 422),
+    ):
         r = teacher.post(path, json={"text": text})
-        assert r.status_code == 422, (path, r.text)
+        assert r.status_code == status, (path, r.text)
         assert "[knob] a steps = -1" in r.json()["detail"] and "≥ 1" in r.json()["detail"]
 
 

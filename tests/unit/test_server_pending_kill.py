@@ -133,7 +133,7 @@ def test_an_armed_crash_test_is_armed_while_it_trains_on_and_not_once_it_landed(
     assert v["pending_kill"]["armed"] and v["pending_kill"]["mode"] == "during_save"
     assert v["pending_kill"]["at_step"] == 120
     assert not v["can_crash"] and not v["can_preempt"]
-    with pytest.raises(Conflict, match="a crash test is armed"):
+    with pytest.raises(Conflict, match="has a crash test armed"):
         lab_on(store).crash(RUN, "me", False)
     # The kill landed: the supervisor reports the trainer dead.
     store.update_run(RUN, state="restarting")

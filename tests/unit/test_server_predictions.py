@@ -184,9 +184,20 @@ def test_a_prediction_is_stored_with_the_pair_and_shown_beside_the_outcome(
     lessons = client.get("/api/instructor/class/predictions", headers=TEACHER).json()["lessons"]
     [quick] = [x for x in lessons if x["preset_id"] == "quick"]
     assert quick["predict"]["measure"] == "lost_steps" and quick["predict"]["kind"] == "number"
-    assert quick["predictions"] == [
-        {"pair": pair, "answers": {"A": 20, "B": 3}, "outcome": outcome}
-    ]
+    [made] = quick["predictions"]
+    assert {k: made[k] for k in ("pair", "answers", "outcome")} == {
+        "pair": pair,
+        "answers": {"A": 20, "B": 3},
+        "outcome": outcome,
+    }
+    # the verdict is the server's, by the one rule both views show
+    for label, answer in (("A", 20), ("B", 3)):
+        right = abs(answer - outcome[label]) <= max(2, round(0.1 * outcome[label]))
+        assert made["results"][label] == {
+            "status": "measured",
+            "outcome": outcome[label],
+            "right": right,
+        }
     r = as_stranger(client, lambda: client.get("/api/instructor/class/predictions"))
     assert r.status_code in (401, 403)
 

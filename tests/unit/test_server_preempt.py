@@ -54,4 +54,6 @@ def test_only_the_owner_may_preempt_and_only_a_training_run(client: TestClient) 
     assert r.status_code == 403
     wait_pair(client, created["pair"], finished)
     r = client.post(f"/api/runs/{run_a}/preempt")
-    assert r.status_code == 409 and "preempts hit training runs" in r.json()["detail"]
+    detail = r.json()["detail"]
+    assert r.status_code == 409 and detail.startswith("Run A has finished: a preemption hits")
+    assert run_a not in detail, "a student reads the run's label, not its internal id"

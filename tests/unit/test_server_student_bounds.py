@@ -154,12 +154,12 @@ def test_an_instructor_preset_over_the_budget_or_of_a_wrong_type_is_a_422_naming
         text = f"{LESSON}{change}\n"
     else:
         text = LESSON.replace("[run]\n", f"[run]\n{change}\n")
-    for r in (
-        student.post("/api/instructor/presets/validate", json={"text": text}, headers=BEARER),
-        student.post("/api/instructor/presets", json={"text": text}, headers=BEARER),
-    ):
-        assert r.status_code == 422, r.text
-        assert all(w in r.json()["detail"] for w in words), r.json()["detail"]
+    checked = student.post("/api/instructor/presets/validate", json={"text": text}, headers=BEARER)
+    assert checked.status_code == 200 and checked.json()["ok"] is False, checked.text
+    assert all(w in checked.json()["detail"] for w in words), checked.json()["detail"]
+    r = student.post("/api/instructor/presets", json={"text": text}, headers=BEARER)
+    assert r.status_code == 422, r.text
+    assert all(w in r.json()["detail"] for w in words), r.json()["detail"]
     assert student.get("/api/instructor/presets/big", headers=BEARER).status_code == 404
 
 

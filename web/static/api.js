@@ -48,6 +48,8 @@ export const api = {
   pair: (id) => request("GET", `/api/pairs/${enc(id)}`),
   /** The owner's prediction: {answers: {A: 40, B: 150}} or {skip: true}. */
   predict: (pair, body) => request("POST", `/api/pairs/${enc(pair)}/prediction`, body),
+  /** Hold both training runs where they are (true) while the question is open, or not. */
+  hold: (pair, hold) => request("POST", `/api/pairs/${enc(pair)}/hold`, { hold }),
   /** Stop both runs of a pair for good (frees the owner's quota). */
   stopPair: (pair) => request("POST", `/api/pairs/${enc(pair)}/stop`),
   crash: (run) => request("POST", `/api/runs/${enc(run)}/crash`),

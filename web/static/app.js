@@ -10,7 +10,7 @@ import { RunCard, StageList } from "./cards.js";
 import { createCharts } from "./chart_specs.js";
 import { uPlotLoaded } from "./charts.js";
 import { renderEvents } from "./events.js";
-import { renderHeader, renderProbes, renderResumeChecks, renderSamples } from "./lesson.js";
+import { foldForPhone, pickerText, renderHeader, renderProbes, renderResumeChecks, renderSamples } from "./lesson.js";
 import { LessonSettings, ShareLink, lessonFromPath } from "./lesson_link.js";
 import { clusterBanner, pairNodes } from "./cluster.js";
 import { EnergyLedger, MachinePanel } from "./machine.js";
@@ -97,17 +97,35 @@ function render() {
   }
   if (last) page.finalDrawn = true;
   page.cadence.update(pair);
-  showAnswer(done || outcomeIsIn(pair), pair.view.preset?.predict?.answer_after_outcome !== false);
+  showAnswer(answerState(pair, done), pair.view.preset?.predict?.answer_after_outcome !== false);
   $("#again").hidden = !done;
   $("#stop-pair").hidden = done || !pair.view.owner;
   document.body.dataset.pairState = done ? "done" : "running";
   document.body.dataset.loaded = String(page.loaded);
 }
 
+/** Whether the answer may open: "ready" once the outcome the lesson's question is about is
+ * in (the server's prediction status, else every asked run's crash shown), "none" when the
+ * runs ended without a crash test (nothing to compare: said so, and the answer opens),
+ * else null (it waits). */
+function answerState(pair, done) {
+  const q = pair.view.preset?.predict;
+  const made = pair.view.prediction;
+  if (made && !made.skipped && made.status) {
+    if (made.status === "measured" || made.status === "partly") return "ready";
+    if (made.status === "none") return "none";
+  }
+  const asked = q?.runs?.length ? pair.ordered().filter((r) => q.runs.includes(r.label)) : pair.ordered();
+  if (outcomeIsIn(asked, pair)) return "ready";
+  if (!done) return null;
+  const crashed = asked.some((r) => r.crashes().length || (pair.checks.get(r.id) || []).length);
+  return crashed ? "ready" : "none";
+}
+
 /** Every run was crash-tested and what its crash shows is there: a finished resume check,
  * or the run failed or started over (a lesson's outcome; with the pair done, its answer). */
-function outcomeIsIn(pair) {
-  return pair.ordered().every((r) => {
+function outcomeIsIn(runs, pair) {
+  return runs.every((r) => {
     const checks = pair.checks.get(r.id) || [];
     if (!r.crashes().length && !checks.length) return false;
     const last = checks[checks.length - 1];
@@ -115,16 +133,18 @@ function outcomeIsIn(pair) {
   });
 }
 
-/** "What happened, and why" stays folded, marked as the answer, until the outcome is in;
- * with `hold` (the lesson's answer_after_outcome, the default) it cannot be opened before. */
+/** "What happened, and why" stays folded, marked as the answer, until the outcome is in
+ * (`ready`: "ready", or "none" when there was none); with `hold` (the lesson's
+ * answer_after_outcome, the default) it cannot be opened before. */
 function showAnswer(ready, hold = true) {
   const answer = $("#answer");
-  const state = ready ? "ready" : hold ? "held" : "waiting";
+  const state = ready || (hold ? "held" : "waiting");
   if (answer.dataset.outcome === state) return;
   answer.dataset.outcome = state;
   if (state === "held") answer.open = false;
   answer.querySelector(".answer-note").textContent = {
     ready: "the outcome is in: open the answer",
+    none: "the runs finished without a crash test: no outcome to compare; the answer is open",
     held: "opens once the outcome is in: predict, crash, watch first",
     waiting: "the answer: open it once you have seen the outcome",
   }[state];
@@ -150,7 +170,8 @@ async function showStart(message) {
   select.replaceChildren(...presets.map((p) => {
     const o = document.createElement("option");
     o.value = p.id;
-    o.textContent = `${p.number} · ${p.title}`;
+    o.textContent = pickerText(p);
+    o.title = `${p.number} · ${p.title}`;
     return o;
   }));
   // The first lesson in course order (Quick) unless a link or the address names one.
@@ -163,6 +184,7 @@ async function showStart(message) {
     const p = presets.find((x) => x.id === select.value);
     if (!p) return;
     if (lessonId) history.replaceState(null, "", `/lesson/${encodeURIComponent(p.id)}`);
+    page.predict.closeBeforeStart();
     showLesson(p, false);
   };
   page.settings.onchange = () => page.share.show(select.value, page.settings.overrides());
@@ -170,18 +192,33 @@ async function showStart(message) {
   followWarmUp($("#warm-up"));
   $("#start-form").onsubmit = async (ev) => {
     ev.preventDefault();
-    $("#start").disabled = true;
-    status("Starting both runs…");
-    try {
-      const created = await api.createPair(select.value, page.settings.overrides());
-      localStorage.setItem(STORE_KEY, created.pair);
-      history.replaceState(null, "", `/?pair=${encodeURIComponent(created.pair)}`);
-      await openPair(created.pair);
-    } catch (e) {
-      status(`Could not start the lesson: ${e.message}`, "error");
-      $("#start").disabled = false;
+    const lesson = presets.find((x) => x.id === select.value) || linked;
+    if (page.predict.asksBeforeStart(lesson)) {
+      // Its crash comes by itself (a session wall): the question comes first.
+      page.predict.askBeforeStart(lesson, (answer) => startPair(select.value, answer));
+      return;
     }
+    await startPair(select.value, null);
   };
+}
+
+/** Create the pair of lesson `id` (with the answer given before Start, if any) and follow it. */
+async function startPair(id, answer) {
+  $("#start").disabled = true;
+  status("Starting both runs…");
+  try {
+    const created = await api.createPair(id, page.settings.overrides());
+    if (answer) {
+      // Straight after the start, long before any crash: stored with the pair.
+      await api.predict(created.pair, answer).catch((e) => status(`Your prediction was not saved: ${e.message}`, "warn"));
+    }
+    localStorage.setItem(STORE_KEY, created.pair);
+    history.replaceState(null, "", `/?pair=${encodeURIComponent(created.pair)}`);
+    await openPair(created.pair);
+  } catch (e) {
+    status(`Could not start the lesson: ${e.message}`, "error");
+    $("#start").disabled = false;
+  }
 }
 
 /** The lesson of a /lesson/ID link with the link's settings (checked by the server);
@@ -315,6 +352,14 @@ function catchUp(run, after = run.lastId) {
   }).catch((e) => status(`Could not refetch records: ${e.message}`, "warn"));
 }
 
+/** The pair's views now (after a hold): the cards follow without waiting for the stream. */
+async function catchUpViews() {
+  const pair = page.pair;
+  const view = pair ? await api.pair(pair.id).catch(() => null) : null;
+  if (view) pair.setView(view);
+  scheduleRender();
+}
+
 async function catchUpAll() {
   const pair = page.pair;
   if (!pair) return;
@@ -366,7 +411,7 @@ function onTelemetry(sample) {
  * soon as the owner answers or skips (predict.js). */
 function askFirst(action) {
   return (run, card) => {
-    if (page.predict.mustAsk(page.pair)) page.predict.ask(() => action(run, card));
+    if (page.predict.mustAsk(page.pair)) page.predict.ask(page.pair, () => action(run, card));
     else action(run, card);
   };
 }
@@ -439,10 +484,12 @@ function graceTicks(card) {
 
 function boot() {
   if (!uPlotLoaded()) document.body.classList.add("no-charts");
+  foldForPhone();
   page.cadence = new CadencePanel($("#cadence"));
   page.settings = new LessonSettings($("#lesson-settings"));
   page.share = new ShareLink();
   page.predict = new PredictionPanel($("#predict"), api);
+  page.predict.onHeld = () => catchUpViews(); // the cards say "held" at once
   $("#stop-pair").addEventListener("click", () => stopPair(page.pair, status).finally(scheduleRender));
   $("#answer summary").addEventListener("click", (ev) => {
     if ($("#answer").dataset.outcome === "held") ev.preventDefault(); // not before the outcome

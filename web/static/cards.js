@@ -69,6 +69,12 @@ export function armedKill(run) {
   return null;
 }
 
+/** The lab's hold of the run while its student answers (view.held, until its time is out). */
+export function heldNow(run) {
+  const h = run.view.held;
+  return h && h.until * 1000 > Date.now() ? h : null;
+}
+
 /** What a student calls the run's state: queued / starting / training / kill armed /
  * crashed / preempted / resuming / done / failed / stopped, and a sentence that says why.
  * `starts`: how long trainer starts take on this lab ({median_s, count} from the pair
@@ -96,6 +102,11 @@ export function studentState(run, starts = null, preset = null) {
   }
   if (["starting", "running", "restarting"].includes(v.state) && v.stage === "failed") {
     return ["failed", "The trainer stopped with an error; the lab is reading why."]; // likewise
+  }
+  const held = heldNow(run);
+  if (held) {
+    const left = Math.max(0, Math.ceil(held.until - Date.now() / 1000));
+    return ["held", `Held at step ${f.int(held.at_step ?? v.step)} while you answer the prediction: the trainer is stopped where it is (nothing trains, nothing is saved), for at most ${left} s more.`];
   }
   const armed = armedKill(run);
   if (armed) {
@@ -388,7 +399,7 @@ export class RunCard {
     setText(m.loss, f.loss(last?.loss));
     setText(m.val, f.loss(run.bestVal()));
     const rates = recentRates(run); // this process's own steps only, never restored ones
-    setText(m.tps, f.compact(rates.tokensPerS));
+    setText(m.tps, heldNow(run) ? "held" : f.compact(rates.tokensPerS));
     setText(m.mfu, f.pctOfFraction(rates.mfu));
     m.tps.title = m.mfu.title = rates.steps ? `over the last ${rates.steps} steps this trainer process trained` : "";
     setText(m.mem, f.bytes(run.peakMem()));

@@ -4,7 +4,7 @@
 // A number: a row per prediction, each run's guess beside its measured steps.
 
 import { el } from "./dom.js";
-import { answerRight, answerText } from "./predict.js";
+import { answerText, resultText } from "./predict.js";
 
 function bar(n, max, cls) {
   const td = el("td", { className: `bar ${cls}` });
@@ -60,11 +60,15 @@ function numberTable(lesson) {
     tr.dataset.pair = p.pair;
     tr.append(el("th", { scope: "row" }, `#${i + 1}`));
     for (const run of q.runs) {
-      const o = p.outcome?.[run];
-      const right = answerRight(q, p.answers?.[run], o);
+      // The server's reading, as the student's page shows it: measured and judged by the
+      // lesson's one rule, waiting, or no outcome (the runs ended without a crash test).
+      const r = p.results?.[run] || { status: p.outcome?.[run] == null ? "waiting" : "measured", outcome: p.outcome?.[run], right: null };
+      const [measured] = resultText(q, r, null);
+      const then = r.status === "measured" ? measured : r.status === "none" ? "no crash test" : "not yet";
       const td = el("td", { className: `run-${run}` },
-        `${answerText(q, p.answers?.[run])} → ${o == null ? "not yet" : answerText(q, o)}${right === null ? "" : right ? " ✓" : " ✗"}`);
+        `${answerText(q, p.answers?.[run])} → ${then}${r.right === true ? " ✓" : r.right === false ? " ✗" : ""}`);
       td.dataset.run = run;
+      td.dataset.status = r.status;
       tr.append(td);
     }
     body.append(tr);
@@ -88,6 +92,7 @@ export function renderClassPredictions(root, lessons) {
       el("p", { className: "explain" }, `“${lesson.predict.question}” · ${n} prediction${n === 1 ? "" : "s"}`
         + (lesson.skipped ? `, ${lesson.skipped} skipped` : "")));
     box.append(lesson.predict.kind === "choice" ? choiceTable(lesson) : numberTable(lesson));
+    if (lesson.predict.rule) box.append(el("p", { className: "predict-rule muted" }, `How it is judged: ${lesson.predict.rule}.`));
     return box;
   }));
 }

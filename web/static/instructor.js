@@ -5,7 +5,7 @@ import { request } from "./api.js";
 import { $, el, status } from "./dom.js";
 
 const enc = encodeURIComponent;
-const VALIDATE_DELAY_MS = 250;
+const VALIDATE_DELAY_MS = 400; // a check once typing pauses, not one per keystroke
 
 const NEW_PRESET = `# A new lesson: two runs that differ in the knob alone.
 id = "new-lesson"
@@ -44,6 +44,7 @@ answer_after_outcome = true   # false: students may open the answer before the o
 const state = {
   presets: [],
   lockable: [],
+  lockGroups: [], // [{section, names}]: the config's sections, the knob first
   alwaysLocked: [],
   current: null, // the preset open in the editor (null: a new one, not saved yet)
   validated: false,
@@ -94,6 +95,7 @@ async function loadPresets() {
   const data = await request("GET", "/api/instructor/presets");
   state.presets = data.presets;
   state.lockable = data.lockable;
+  state.lockGroups = data.lock_groups || [{ section: "settings", names: data.lockable }];
   state.alwaysLocked = data.always_locked;
   const rows = state.presets.map((p) => {
     const tr = el("tr");
@@ -142,13 +144,38 @@ function renderLocks(preset, editable) {
   if (!preset) return;
   const locked = new Set(preset.locked);
   const always = new Set(state.alwaysLocked);
-  const boxes = state.lockable.map((name) => {
-    const label = el("label", { className: "lock-box" });
-    const box = el("input", { type: "checkbox", name, checked: locked.has(name), disabled: !editable || always.has(name) });
-    box.dataset.setting = name;
-    label.append(box, document.createTextNode(` ${name}`));
-    if (name === "knob") label.classList.add("lock-knob");
-    return label;
+  // One group per config section, each with "lock all" (ticks or clears the group's boxes
+  // that may change; the server's always-locked ones stay ticked).
+  const boxes = state.lockGroups.map((group) => {
+    const box = el("fieldset", { className: "lock-group" });
+    box.dataset.section = group.section;
+    const all = el("input", { type: "checkbox", className: "lock-all", disabled: !editable });
+    const legend = el("legend");
+    const allLabel = el("label", { className: "lock-all-label" });
+    allLabel.append(all, document.createTextNode(` ${group.section}: lock all`));
+    legend.append(allLabel);
+    box.append(legend);
+    const items = group.names.map((name) => {
+      const label = el("label", { className: "lock-box" });
+      const input = el("input", { type: "checkbox", name, checked: locked.has(name) || always.has(name), disabled: !editable || always.has(name) });
+      input.dataset.setting = name;
+      label.append(input, document.createTextNode(` ${name}`));
+      if (name === "knob") label.classList.add("lock-knob");
+      return label;
+    });
+    const inputs = items.map((l) => l.querySelector("input"));
+    const sync = () => {
+      all.checked = inputs.every((i) => i.checked);
+      all.indeterminate = !all.checked && inputs.some((i) => i.checked);
+    };
+    all.addEventListener("change", () => {
+      for (const i of inputs) if (!i.disabled) i.checked = all.checked;
+      sync();
+    });
+    for (const i of inputs) i.addEventListener("change", sync);
+    box.append(...items);
+    sync();
+    return box;
   });
   $("#lock-boxes").replaceChildren(...boxes);
   $("#save-locks").hidden = !editable;
@@ -194,6 +221,13 @@ async function validate() {
     return;
   }
   if (seq !== state.seq) return; // an older answer after a newer keystroke
+  if (result.ok === false) {
+    // The problems come in a 200 answer: no failed request in the console per keystroke.
+    $("#save").disabled = true;
+    out.dataset.state = "error";
+    out.textContent = result.detail;
+    return;
+  }
   out.dataset.state = "ok";
   out.textContent = `✓ Valid: ${result.id} · ${result.knob_text} · `
     + (result.predict ? `asks first: “${result.predict}”` : "asks no prediction (add a [predict] table)");
@@ -246,7 +280,7 @@ async function saveLocks() {
   const p = state.current;
   if (!p) return;
   const always = new Set(state.alwaysLocked);
-  const locked = [...document.querySelectorAll("#lock-boxes input:checked")]
+  const locked = [...document.querySelectorAll("#lock-boxes input[data-setting]:checked")]
     .map((b) => b.dataset.setting).filter((n) => !always.has(n));
   try {
     const q = await request("PUT", `/api/instructor/presets/${enc(p.id)}/locked`, { locked });

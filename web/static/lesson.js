@@ -27,6 +27,24 @@ function el(tag, cls, text) {
   return e;
 }
 
+const PHONE = "(max-width: 760px)"; // lab.css's narrow layout
+
+/** A lesson's name in a picker: "1.15 · Lose the machine: local checkpoints vs mirrored";
+ * on a phone only up to its colon ("1.15 · Lose the machine"), so the closed picker is not
+ * cut mid-word (the page's title says the rest). */
+export function pickerText(preset) {
+  const title = String(preset.title || "");
+  const short = window.matchMedia?.(PHONE).matches ? title.split(":")[0] : title;
+  return `${preset.number} · ${short}`;
+}
+
+/** On a phone, the panels a student reads once (or rarely) start folded: their summaries
+ * stay, and a tap opens each (`details[data-fold=phone]` in index.html). */
+export function foldForPhone() {
+  if (!window.matchMedia?.(PHONE).matches) return;
+  for (const d of document.querySelectorAll("details[data-fold=phone]")) d.open = false;
+}
+
 export function renderHeader(preset, knobText) {
   $("#lesson-kicker").textContent = `lesson ${preset.number} · ${preset.chapter}`;
   $("#lesson-title").textContent = preset.title;

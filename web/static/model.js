@@ -320,6 +320,10 @@ export class PairModel {
     return [...this.runs.values()].sort((a, b) => a.label.localeCompare(b.label));
   }
 
+  byLabel(label) {
+    return this.ordered().find((r) => r.label === label) || null;
+  }
+
   setView(view) {
     this.view = { ...this.view, ...view };
     for (const rv of view.runs || []) {

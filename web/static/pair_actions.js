@@ -3,6 +3,7 @@
 // frees the browser's quota (POST /api/pairs/{pair}/stop).
 
 import { api } from "./api.js";
+import { pickerText } from "./lesson.js";
 
 const $ = (sel) => document.querySelector(sel);
 let presets = null; // the lessons a student may start, in course order
@@ -15,7 +16,7 @@ export async function showLessonPicker(current) {
   } catch {
     return; // no picker: the page works without it
   }
-  select.replaceChildren(...presets.map((p) => new Option(`${p.number} · ${p.title}`, p.id)));
+  select.replaceChildren(...presets.map((p) => new Option(pickerText(p), p.id)));
   if (current && !presets.some((p) => p.id === current)) select.prepend(new Option(current, current));
   select.value = current || "";
   $("#switch-form").hidden = false;

@@ -1,11 +1,16 @@
-// "Your prediction" (issue #23): before the pair's first crash test the lesson asks its
-// one question (the preset's [predict], trainer/prediction.py); the answer is stored with
-// the pair (POST /api/pairs/{pair}/prediction) and shown beside what was measured once the
-// outcome is in (the pair view's `prediction.outcome`, measured by the server).
+// "Your prediction" (issues #23, #37): the lesson asks its one question (the preset's
+// [predict], trainer/prediction.py) when the student has time to think. A lesson whose
+// crash comes by itself (predict.ask "start": a session wall) asks before Start and the
+// answer goes with the new pair; every other lesson asks at the first Crash test, and both
+// runs are held where they are while the form is open (POST /api/pairs/{pair}/hold, the
+// cards say "held"). The answer is stored with the pair (POST /api/pairs/{pair}/prediction)
+// and shown beside what the server measured and judged by the lesson's one rule (the
+// prediction view's `results` and `rule`), or with why there is nothing to compare.
 //
 //   const panel = new PredictionPanel(root, api);
+//   if (panel.asksBeforeStart(preset)) panel.askBeforeStart(preset, (body) => start(body));
 //   panel.show(pair);                 // a pair opened (its view holds the question)
-//   if (panel.mustAsk(pair)) panel.ask(() => crash(run, card));   // Crash test pressed first
+//   if (panel.mustAsk(pair)) panel.ask(pair, () => crash(run, card));   // Crash test first
 //   panel.update(pair);               // every render
 
 import * as f from "./format.js";
@@ -29,12 +34,16 @@ export function answerText(predict, value) {
   return `${f.int(value)} step${value === 1 ? "" : "s"}`;
 }
 
-/** Whether an answer got the outcome right: the same choice, or a number within 10% of the
- * measured one (at least 1 step: a crash lands anywhere between two saves). */
-export function answerRight(predict, answer, outcome) {
-  if (outcome === null || outcome === undefined || answer === null || answer === undefined) return null;
-  if (predict.kind === "choice") return answer === outcome;
-  return Math.abs(answer - outcome) <= Math.max(1, Math.round(0.1 * outcome));
+/** What became of one run's answer, as the server measured and judged it (by the lesson's
+ * one rule, trainer/prediction.py): [measured text, verdict text, status]. */
+export function resultText(predict, result, run) {
+  const r = result || { status: "waiting" };
+  if (r.status === "measured") {
+    return [answerText(predict, r.outcome), r.right === null ? "" : r.right ? "✓ as predicted" : "✗ not as predicted", "measured"];
+  }
+  if (r.status === "none") return [r.why || "no outcome to compare", "no outcome", "none"];
+  const crashed = run && ((run.view.crashes ?? 0) > 0 || (run.view.segment ?? 0) > 0 || run.signalled !== null);
+  return [crashed ? "waiting for its first restart…" : "waiting for a crash test…", "", "waiting"];
 }
 
 export class PredictionPanel {
@@ -46,6 +55,8 @@ export class PredictionPanel {
     this.fetching = false;
     this.refreshedAt = -Infinity;
     this.timer = null;
+    this.holding = false; // both runs held while the question is open (ask)
+    this.onHeld = null; // called once the hold is in (the page fetches the runs' views)
   }
 
   /** The lesson's question, or null when it asks none. */
@@ -59,18 +70,68 @@ export class PredictionPanel {
     return pair.ordered().some((r) => (r.view.crashes ?? 0) > 0 || (r.view.segment ?? 0) > 0 || r.signalled !== null);
   }
 
-  /** The owner has not answered yet and may still: Crash test asks first. */
+  /** The owner has not answered yet and may still: runs left to crash, none crashed yet. */
   mustAsk(pair) {
-    return Boolean(this.question(pair)) && pair.view.owner && !pair.view.prediction && !this.restarted(pair);
+    const ended = pair.ordered().every((r) => ["finished", "failed", "stopped", "diverged"].includes(r.view.state));
+    return Boolean(this.question(pair)) && pair.view.owner && !pair.view.prediction && !this.restarted(pair) && !ended;
   }
 
-  /** Open the question for `then` (the crash test pressed): sent once answered or skipped. */
-  ask(then) {
+  /** Whether `preset` (a lesson's public view) asks before Start: its crash comes by itself. */
+  asksBeforeStart(preset) {
+    return Boolean(preset?.predict?.question) && preset.predict.ask === "start";
+  }
+
+  /** The start view: ask the lesson's question before its runs start; `then(body)` starts
+   * them with the answer ({answers} or {skip: true}) to store with the new pair. */
+  askBeforeStart(preset, then) {
+    const q = preset.predict;
+    this.pending = null;
+    this.shown = "";
+    this.root.hidden = false;
+    this.root.dataset.state = "ask";
+    this.root.dataset.asking = "start";
+    document.body.dataset.asking = "start";
+    this.root.querySelector(".predict-question").textContent = q.question;
+    const form = this.form(q, preset.run?.steps, (body) => {
+      this.root.dataset.asking = "false";
+      delete document.body.dataset.asking;
+      then(body);
+    });
+    form.querySelector(".predict-submit").textContent = "Save my prediction and start";
+    form.querySelector(".predict-skip").textContent = "Skip and start";
+    form.querySelector(".predict-why").textContent = "This lesson's crash comes by itself, seconds after Start: predict now, then watch.";
+    this.root.querySelector(".predict-body").replaceChildren(form);
+    this.root.scrollIntoView({ block: "center", behavior: "instant" });
+    form.querySelector("input, select")?.focus();
+  }
+
+  /** The start view went on to another lesson (or to a pair): no question is open there. */
+  closeBeforeStart() {
+    if (this.root.dataset.asking !== "start") return;
+    this.root.dataset.asking = "false";
+    delete document.body.dataset.asking;
+    this.root.hidden = true;
+  }
+
+  /** Open the question for `then` (the crash test pressed), holding both runs where they
+   * are while it is open: `then` is sent once answered or skipped, then the hold ends. */
+  async ask(pair, then) {
     this.pending = then;
     this.root.dataset.asking = "true";
-    this.root.querySelector(".predict-why").textContent = "Predict first: your crash test is sent as soon as you answer (or skip).";
+    const why = this.root.querySelector(".predict-why");
+    why.textContent = "Predict first: holding both runs…";
     this.root.scrollIntoView({ block: "center", behavior: "instant" });
     this.root.querySelector("input, select, button")?.focus();
+    try {
+      const held = await this.api.hold(pair.id, true);
+      this.holding = held.held.length > 0;
+      why.textContent = held.held.length
+        ? `Both runs are held where they are (nothing trains) while you think, up to ${Math.round(held.hold_s)} s: your crash test is sent as soon as you answer (or skip).`
+        : "Predict first: your crash test is sent as soon as you answer (or skip).";
+      this.onHeld?.();
+    } catch (e) {
+      why.textContent = `Predict first (the runs could not be held: ${e.message}); your crash test is sent as soon as you answer.`;
+    }
   }
 
   show(pair) {
@@ -91,16 +152,22 @@ export class PredictionPanel {
     if (state === "none") return;
     this.root.querySelector(".predict-question").textContent = q.question;
     const body = this.root.querySelector(".predict-body");
-    if (state === "ask") body.replaceChildren(this.form(pair, q));
-    else if (state === "skipped") body.replaceChildren(el("p", "muted", "You skipped the prediction for this lesson."));
-    else if (state === "missed") body.replaceChildren(el("p", "muted", "No prediction was made before the first crash."));
-    else body.replaceChildren(this.result(q, view));
+    if (state === "ask") {
+      const form = this.form(q, pair.view.preset?.run?.steps, (body, note) => this.send(pair, body, note));
+      if (!this.pending) {
+        form.querySelector(".predict-why").textContent = q.ask === "start" ? ""
+          : "Answer now, or when you press Crash test: both runs are held while the question is open.";
+      }
+      body.replaceChildren(form);
+    } else if (state === "skipped") body.replaceChildren(el("p", "muted", "You skipped the prediction for this lesson."));
+    else if (state === "missed") body.replaceChildren(el("p", "muted", this.restarted(pair) ? "No prediction was made before the first crash." : "No prediction was made: the runs ended before it."));
+    else body.replaceChildren(this.result(q, view, pair));
   }
 
-  form(pair, q) {
+  /** The question's form; `onAnswer(body, note)` gets {answers} or {skip: true}. */
+  form(q, steps, onAnswer) {
     const form = el("form", "predict-form");
     form.setAttribute("aria-label", "Your prediction");
-    const steps = pair.view.preset?.run?.steps;
     for (const run of q.runs) {
       const label = el("label", `predict-run run-${run}`);
       label.append(el("span", "run-name", `Run ${run}`));
@@ -133,9 +200,10 @@ export class PredictionPanel {
         const v = form.elements[run].value.trim();
         answers[run] = q.kind === "choice" ? v : Number(v);
       }
-      this.send(pair, { answers }, note);
+      onAnswer({ answers }, note);
     });
-    skip.addEventListener("click", () => this.send(pair, { skip: true }, note));
+    skip.addEventListener("click", () => onAnswer({ skip: true }, note));
+    if (q.kind === "number" && q.rule) form.append(el("p", "predict-rule muted", `How it is judged: ${q.rule}.`));
     return form;
   }
 
@@ -151,10 +219,17 @@ export class PredictionPanel {
     this.update(pair);
     const then = this.pending;
     this.pending = null;
-    if (then) then();
+    try {
+      if (then) await then(); // the crash test lands on the held run, at the step it was held
+    } finally {
+      if (this.holding) {
+        this.holding = false;
+        await this.api.hold(pair.id, false).catch(() => {}); // its time runs out otherwise
+      }
+    }
   }
 
-  result(q, view) {
+  result(q, view, pair) {
     const table = el("table", "predict-result");
     const head = el("tr");
     for (const h of ["run", "you predicted", "measured", ""]) head.append(el("th", "", h));
@@ -163,17 +238,22 @@ export class PredictionPanel {
     const body = el("tbody");
     for (const run of q.runs) {
       const answer = view.answers?.[run];
-      const outcome = view.outcome?.[run];
-      const right = answerRight(q, answer, outcome);
+      const [measured, verdict, status] = resultText(q, view.results?.[run], pair?.byLabel?.(run));
       const tr = el("tr", `run-${run}`);
       tr.dataset.run = run;
+      tr.dataset.status = status;
       tr.append(el("th", "run-name", `Run ${run}`), el("td", "predicted", answerText(q, answer)),
-        el("td", "measured", outcome === null || outcome === undefined ? "waiting for its first restart…" : answerText(q, outcome)),
-        el("td", "verdict", right === null ? "" : right ? "✓ as predicted" : "✗ not as predicted"));
+        el("td", "measured", measured), el("td", "verdict", verdict));
       body.append(tr);
     }
     table.append(body);
-    return table;
+    const box = el("div", "predict-outcome");
+    box.append(table);
+    if (view.status === "none") {
+      box.append(el("p", "predict-none", "The runs finished without a crash test: no outcome to compare."));
+    }
+    if (view.rule) box.append(el("p", "predict-rule muted", `How it is judged: ${view.rule}.`));
+    return box;
   }
 
   /** The outcome is measured by the server: ask for it again while a predicted run's is
@@ -182,7 +262,7 @@ export class PredictionPanel {
     const view = pair.view.prediction;
     const q = this.question(pair);
     if (!q || !view || view.skipped || this.fetching || signature === this.refreshedFor) return;
-    if (q.runs.every((r) => view.outcome?.[r] !== null && view.outcome?.[r] !== undefined)) return;
+    if (q.runs.every((r) => ["measured", "none"].includes(view.results?.[r]?.status))) return;
     // Each ask measures on the server: at most every REFRESH_MS, the last change included.
     const wait = REFRESH_MS - (performance.now() - this.refreshedAt);
     if (wait > 0) {
