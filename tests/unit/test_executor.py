@@ -98,8 +98,8 @@ def test_a_lost_host_restarts_the_run_on_another_one_with_the_event_line(
     n, m = lost["at_step"], lost["resume_from"]
     assert isinstance(n, int) and isinstance(m, int) and m <= n
     assert lost["text"] == (
-        f"Lost host node-one at step {n}; resumed on host node-two from its disk at step {m}"
-        f" — {n - m} steps recomputed."
+        f"Lost host node-one at step {n}; restarting on host node-two from its disk's checkpoint"
+        f" at step {m}, {n - m} steps back."
     )
     assert lost["lost_host"] == {"node_id": "n1", "name": "node-one"}
     assert lost["host"] == {"node_id": "n2", "name": "node-two"}
