@@ -114,8 +114,9 @@ class Settings:
     max_wrong_tokens: int = 10  # per client address per minute; 0: no limit
     secret_key: str | None = None  # None: generated once and kept in data_dir/secret_key
     trainer_command: tuple[str, ...] = DEFAULT_COMMAND
-    # A trainer drops to this nice value once it trains (trainer/priority.py): starts,
-    # restarts and the server keep the CPU first when a class shares a machine. 0: never.
+    # Every trainer runs at this nice value (and SCHED_BATCH) from its first instruction
+    # (trainer/priority.py): the server keeps the CPU first when a class shares a machine.
+    # 0: trainers keep the server's priority.
     trainer_nice: int = 10
     max_body_bytes: int = 64 * 1024
     max_pairs_per_session: int = 3
