@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from crashdrill.server.admission import Admission
 from crashdrill.server.catalog import check_corpora
 from crashdrill.server.cluster import executor_for, watch_cluster
 from crashdrill.server.crash_modes import (
@@ -121,6 +122,10 @@ class Lab(RunControl):
         self.db.reached = self.outage.ok  # whoever reaches it first ends the outage
         # How long trainer starts take here, from the trainers' first step records.
         self.start_times = StartTimes()
+        # How many runs train at once: what this machine carries (server/admission.py).
+        self.admission = Admission.from_settings(settings)
+        if self.admission.warning:
+            log.warning("%s", self.admission.warning)
         self.ingest = IngestLoop(
             settings,
             self.store,
@@ -138,6 +143,7 @@ class Lab(RunControl):
             self._supervisor,
             self._started,
             self.start_times,
+            self.admission,
         )
         self.reports = SupervisorReports(
             self.store, self.ingest, self.fanout, self.outage, self._ended

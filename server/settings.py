@@ -90,15 +90,12 @@ def default_disk_bytes_per_run(gpus: int | None = None) -> int:
 
 
 def default_max_concurrent() -> int:
-    """One pair per GPU; on CPU one run per core (presets train with threads = 1), ≥ 2."""
-    gpus = count_gpus()
-    if gpus:
-        return 2 * gpus
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(2, cores)
+    """What this machine carries (server/admission.py): one pair per GPU; on CPU one run
+    per core (presets train with threads = 1, at least 2), up to two per core while the
+    runs keep their pace."""
+    from crashdrill.server.admission import machine_ceiling
+
+    return machine_ceiling(count_gpus())
 
 
 @dataclass(frozen=True)
@@ -106,10 +103,13 @@ class Settings:
     data_dir: Path = field(default_factory=default_data_dir)
     host: str = "127.0.0.1"
     port: int = 8000
-    # Runs training at once. None: from this machine (default_max_concurrent); on an
+    # Runs training at once, at most (server/admission.py: what the machine carries is
+    # measured below it). None: from this machine (default_max_concurrent); on an
     # executor that queues itself (ray) it stays None: every run waits for a node with
-    # its resources (the cluster's queue).
+    # its resources (the cluster's queue). Above this machine's ceiling it is clamped
+    # unless allow_overcommit.
     max_concurrent: int | None = None
+    allow_overcommit: bool = False
     instructor_token: str | None = None
     max_wrong_tokens: int = 10  # per client address per minute; 0: no limit
     secret_key: str | None = None  # None: generated once and kept in data_dir/secret_key

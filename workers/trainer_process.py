@@ -19,8 +19,9 @@ With `warm` (workers/warm.py) the built-in trainer is forked from the machine's 
 process instead of exec'd: the same command line, session, files and environment, its
 exit status relayed by the warm process. Either way a trainer whose environment asks for
 the lab's nice value (trainer/priority.py) yields the CPU from its first instruction: set
-in the child right after the fork, or before the exec, never after its imports. A wait blocks on the process's end (its status
-socket, or a pidfd), so the supervisor hears of a death at once, not at its next poll.
+in the child right after the fork, or before the exec, never after its imports. A wait
+blocks on the process's end (its status socket, or a pidfd), so the supervisor hears of a
+death at once, not at its next poll.
 """
 
 from __future__ import annotations
@@ -36,13 +37,13 @@ from typing import IO
 
 import psutil
 
+from crashdrill.processes.cpu_priority import yield_cpu
 from crashdrill.processes.forkserver import (
     ForkedProcess,
     ForkServerError,
     die_with_parent_process,
     readable,
 )
-from crashdrill.processes.cpu_priority import yield_cpu
 from crashdrill.processes.process_tree import kill_tree, tree_marker
 from crashdrill.trainer.priority import wanted_nice
 from crashdrill.workers.warm import WarmTrainers
