@@ -26,7 +26,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,7 @@ class PassResult:
     runs_due: list[str] = field(default_factory=list)  # views to push within THROTTLE_S
     checks_due: list[str] = field(default_factory=list)
     untail: list[str] = field(default_factory=list)  # runs whose files are read to the end
+    stepped: list[str] = field(default_factory=list)  # runs with new step records stored
     more: bool = False  # some file has more to read
     error: DatabaseUnavailable | None = None  # the database failed partway
 
@@ -153,6 +154,9 @@ class IngestLoop:
         self._checks_due: dict[str, float] = {}
         self._runs_due: dict[str, float] = {}
         self._task = BackgroundTask("crashdrill-ingest", log)
+        # On the loop, for each run a pass stored step records of: a crash test armed for
+        # its first step lands (server/run_control.py, fire_first_step_kill).
+        self.on_step: Callable[[str], None] | None = None
 
     # ---- on the loop ----------------------------------------------------------------
 
@@ -235,6 +239,12 @@ class IngestLoop:
             self._runs_due.setdefault(run_id, now + THROTTLE_S)
         for run_id in result.untail:
             self._tails.discard(run_id)
+        if self.on_step is not None:
+            for run_id in dict.fromkeys(result.stepped):
+                try:
+                    self.on_step(run_id)
+                except Exception:  # a database outage: the next step record tries again
+                    log.exception("the step hook of run %s failed", run_id)
 
     # ---- on a worker thread ---------------------------------------------------------
 
@@ -328,6 +338,8 @@ class IngestLoop:
     def _batch_messages(self, batch: IngestBatch, result: PassResult) -> None:
         run_id = batch.run_id
         batch.inserted.extend(started_over_events(self.store, batch))
+        if "step" in batch.kinds:
+            result.stepped.append(run_id)
         if self.start_times is not None and "step" in batch.kinds:
             for _, rec in batch.inserted:
                 self.start_times.note_record(rec)

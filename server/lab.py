@@ -118,6 +118,7 @@ class Lab(RunControl):
         # Stops asked for while the scheduler was starting a run (state "starting", no
         # supervisor yet): whoever of the Stop and _started comes second carries it out.
         self._stop_when_started: dict[str, str] = {}
+        self._first_step_kills: set[str] = set()  # crash tests armed for a first step
         self.outage = Outage(log)  # the database unreachable: said once, and its end
         self.db.reached = self.outage.ok  # whoever reaches it first ends the outage
         # How long trainer starts take here, from the trainers' first step records.
@@ -135,6 +136,7 @@ class Lab(RunControl):
             self.supervisors,
             self.start_times,
         )
+        self.ingest.on_step = self.fire_first_step_kill
         self.scheduler = Scheduler(
             settings,
             self.store,
