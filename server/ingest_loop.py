@@ -151,6 +151,9 @@ class IngestLoop:
         self.closed = False  # the database is closed (set under `lock`)
         self._tails: set[str] = set()  # runs whose records.jsonl is being ingested
         self._tailed: dict[str, Tailed] = {}  # the passes' own, per run read
+        # The passes' own: each run's newest record id published (a records message's
+        # `after`, so a page sees any hole its stream skipped; unknown before the first).
+        self._newest_id: dict[str, int] = {}
         self._checks_due: dict[str, float] = {}
         self._runs_due: dict[str, float] = {}
         self._task = BackgroundTask("crashdrill-ingest", log)
@@ -280,6 +283,7 @@ class IngestLoop:
             if row is None:
                 result.untail.append(run_id)
                 self._tailed.pop(run_id, None)
+                self._newest_id.pop(run_id, None)
                 continue
             tailed = self._tailed.setdefault(run_id, Tailed(Path(row["run_dir"])))
             # Asked before reading mirror.jsonl: once not busy, its last line is written.
@@ -295,6 +299,7 @@ class IngestLoop:
             if done and not copying and not more:
                 result.untail.append(run_id)
                 del self._tailed[run_id]
+                self._newest_id.pop(run_id, None)
         for run_id in job.runs_due:
             message = run_message(self.store, run_id)
             if message is not None:
@@ -345,6 +350,8 @@ class IngestLoop:
                 self.start_times.note_record(rec)
         if batch.inserted:
             items = [record_json(rid, run_id, rec.data) for rid, rec in batch.inserted]
+            after = self._newest_id.get(run_id)
+            self._newest_id[run_id] = max(rid for rid, _ in batch.inserted)
             message = Message(
                 event="records",
                 key=f"records:{run_id}",
@@ -352,6 +359,7 @@ class IngestLoop:
                 items=items,
                 run=run_id,
                 last_id=batch.inserted[-1][0],
+                after_id=after,
             )
             result.messages.append((f"run:{run_id}", message))
         if batch.resume_segments or "resume" in batch.kinds:
