@@ -136,7 +136,7 @@ def _add_connection_arguments(p: argparse.ArgumentParser) -> None:
         "--keep-alive-timeout",
         type=float,
         metavar="SECONDS",
-        help="close a connection idle this long after a response (default 5)",
+        help="close a connection idle this long after a response (default 75)",
     )
     g.add_argument(
         "--listen-backlog",

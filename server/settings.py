@@ -186,7 +186,10 @@ class Settings:
     max_connections: int = 2000  # open at once, all addresses; lowered to fit open files
     max_connections_per_address: int = 256  # a class of 60 behind one NAT uses ~120-200
     request_read_timeout_s: float = 10.0  # a request's line, headers and body, from its start
-    keep_alive_timeout_s: float = 5.0  # an idle connection after a response
+    # An idle connection after a response: longer than the clients' own idle expiry
+    # (httpx 5 s, aiohttp 15 s), so that the client, never the server, closes an idle one:
+    # a server that closes it as the client reuses it drops that request unanswered.
+    keep_alive_timeout_s: float = 75.0
     listen_backlog: int = 256  # connections the kernel queues before the lab accepts them
 
     def __post_init__(self) -> None:

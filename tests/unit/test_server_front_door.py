@@ -159,3 +159,13 @@ def test_uvicorn_takes_the_door_s_options_and_serves_with_its_guarded_protocol(
     assert config.http_protocol_class.door is d  # type: ignore[attr-defined]
     assert config.ws_protocol_class is None and config.backlog == 64
     assert config.limit_concurrency == d.limits.max_connections + 1
+
+
+def test_an_idle_connection_is_closed_by_the_client_before_the_server_closes_it() -> None:
+    """A server that closes an idle connection just as the client reuses it drops that
+    request unanswered ("Server disconnected without sending a response", issue 38): its
+    keep-alive outlasts the clients' own idle expiry (httpx's default pool: 5 s)."""
+    import httpx
+
+    pool = httpx.AsyncHTTPTransport()._pool  # what a student's httpx client keeps
+    assert Settings().keep_alive_timeout_s > 2 * pool._keepalive_expiry
