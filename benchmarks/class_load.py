@@ -7,12 +7,12 @@ a 3-node Ray cluster on this machine.
 
 For each executor a fresh server subprocess (`python -m crashdrill.server --log-level
 warning`, the real trainer) with the settings a class would run it with: the defaults
-(`max_concurrent` one run per core here, the per-address and per-browser quota of 3 pairs,
-64 streams per address, the machine sampler on, the local checkpoint mirror), and on Ray
-`--ray` with a mirror directory every node reaches and no `max_concurrent` (the cluster's
-nodes are the queue). The Ray cluster is started here with ray.cluster_utils.Cluster as
-the Ray tests do (tests/support/ray_cluster.py: every node on 127.0.0.1, no dashboard, a
-head with no CPUs and 3 worker nodes of 2 CPUs).
+(as many runs at once as the machine carries, server/admission.py; the per-address and
+per-browser quota of 3 pairs, 64 streams per address, the machine sampler on, the local
+checkpoint mirror), and on Ray `--ray` with a mirror directory every node reaches and no
+`max_concurrent` (the cluster's nodes are the queue). The Ray cluster is started here with
+ray.cluster_utils.Cluster as the Ray tests do (tests/support/ray_cluster.py: every node on
+127.0.0.1, no dashboard, a head with no CPUs and 3 worker nodes of 2 CPUs).
 
 The students (benchmarks/class_student.py) arrive at times drawn from `--seed` over
 `--window-s`, each from its own loopback address (127.0.0.2, .3, …: the quotas are per
@@ -137,6 +137,7 @@ def measure(executor: str, args: Any, work: Path, cluster: Any) -> dict[str, Any
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
     extra = ["--max-concurrent", str(args.max_concurrent)] if args.max_concurrent else []
+    extra += ["--allow-overcommit"] if args.allow_overcommit else []
     server = spawn_server(
         port, env, work / f"{executor}.log", "--log-level", "warning", *extra, start_timeout=120
     )
@@ -203,8 +204,13 @@ def main() -> int:
         "--max-concurrent",
         type=int,
         default=0,
-        help="the lab's run limit (default: the lab's own, one run per core here; 2 ×"
-        " students: every run trains at once, as in a lab sized for its class)",
+        help="the lab's run limit (default: the lab's own, what the machine carries; 2 ×"
+        " students: a lab sized for its class, clamped to what the machine carries)",
+    )
+    p.add_argument(
+        "--allow-overcommit",
+        action="store_true",
+        help="keep --max-concurrent above what the machine carries (every run at once)",
     )
     args = p.parse_args()
     if args.smoke:

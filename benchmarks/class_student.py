@@ -223,7 +223,8 @@ class Student:
             self._on_view(by_id[data["id"]], data, now)
         elif event == "records":
             run = by_id[data["run"]]
-            if data["gap"]:  # the page refetches what was dropped, as here
+            skipped = data.get("after") is not None and data["after"] > max(run.records, default=0)
+            if data["gap"] or skipped:  # the page refetches what was dropped or skipped, as here
                 run.gaps += 1
                 after = max(run.records, default=0)
                 self._tasks.add(

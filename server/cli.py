@@ -47,8 +47,15 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-concurrent",
         type=int,
-        help="runs that train at once (default: from cores/GPUs; on a Ray cluster, the"
-        " cluster's nodes decide)",
+        help="runs that train at once, at most (default: what the machine carries, from"
+        " cores/GPUs and the runs' measured pace; on a Ray cluster, the cluster's nodes"
+        " decide); above the machine's ceiling it is clamped, unless --allow-overcommit",
+    )
+    p.add_argument(
+        "--allow-overcommit",
+        action="store_true",
+        default=None,
+        help="keep a --max-concurrent above what this machine carries (default: clamped)",
     )
     p.add_argument(
         "--stop-runs-on-exit",
@@ -129,7 +136,7 @@ def _add_connection_arguments(p: argparse.ArgumentParser) -> None:
         "--keep-alive-timeout",
         type=float,
         metavar="SECONDS",
-        help="close a connection idle this long after a response (default 5)",
+        help="close a connection idle this long after a response (default 75)",
     )
     g.add_argument(
         "--listen-backlog",
@@ -139,9 +146,10 @@ def _add_connection_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_limit_text(settings: Settings) -> str:
-    if settings.max_concurrent is None:
-        return "as many runs at once as the cluster's nodes take"
-    return f"up to {settings.max_concurrent} runs at once"
+    """The start line's run limit (server/admission.py), with its warning when clamped."""
+    from crashdrill.server.admission import Admission
+
+    return Admission.from_settings(settings).describe()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -163,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
             port=args.port,
             data_dir=args.data_dir,
             max_concurrent=args.max_concurrent,
+            allow_overcommit=args.allow_overcommit,
             stop_runs_on_exit=args.stop_runs_on_exit,
             mirror=args.mirror,
             executor=executor,

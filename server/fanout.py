@@ -10,6 +10,10 @@ Every subscriber holds at most one pending message per key, never a queue:
 - "append" keys (a run's records) gather records until the client takes them, up to a
   cap; past the cap the oldest are dropped and the message says `"gap": true`, so the
   page refetches the hole from /api/runs/{run}/records?after=….
+An append message also says `"after": ID`, the id of the run's record just before its
+first one (when the publisher knows it): a page whose newest record id is below that has
+missed records however it happened (a reconnect, a hello that raced a batch) and
+refetches from its own newest id, gap flag or not.
 A client that keeps up receives every record; a slow one gets the latest values.
 Everything here runs on the event loop's thread.
 """
@@ -37,6 +41,7 @@ class Message:
     items: Sequence[str] = ()
     run: str | None = None
     last_id: int | None = None  # SSE id (the newest record id carried)
+    after_id: int | None = None  # append: the run's record id before the first item
     # A replace message's place in its key's one-way order (a run's state: queued <
     # starting < running/restarting < ended). A subscriber never takes a message ranked
     # below one it already took for that key: a view built before the run ended but
@@ -143,7 +148,8 @@ def _frame(p: _Pending) -> bytes:
 def _render(m: Message, items: Sequence[str], *, gap: bool, last_id: int | None) -> bytes:
     if m.mode == "append":
         run = f'"run":{json.dumps(m.run)},' if m.run else ""
-        data = f'{{{run}"gap":{"true" if gap else "false"},"records":[{",".join(items)}]}}'
+        after = f'"after":{m.after_id},' if m.after_id is not None else ""
+        data = f'{{{run}"gap":{"true" if gap else "false"},{after}"records":[{",".join(items)}]}}'
     else:
         data = m.data
     head = f"event: {m.event}\n"

@@ -17,7 +17,8 @@ So every connection goes through `FrontDoor.protocol()`, a subclass of uvicorn's
 protocol class that adds: a per-address and a total cap at accept (503 and close, before
 any parsing), a deadline by which each request (line, headers and body) must have
 arrived, counted from the connection's start or from the first byte of the next request
-on a kept-alive one (408 and close), a header byte limit, and uvicorn's keep-alive timer
+on a kept-alive one (408 and close; never while bytes it sent wait unread: a lab whose
+loop was late does not blame the client), a header byte limit, and uvicorn's keep-alive timer
 re-armed where uvicorn leaves a connection without one. Refusals and closes are logged as
 one summary line at most every 10 s, never a traceback. docs/server.md has the figures.
 """
@@ -30,6 +31,7 @@ import ipaddress
 import logging
 import os
 import resource
+import socket
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -49,6 +51,10 @@ MAX_HEADER_BYTES = 32 * 1024  # a request line and headers; browsers send ~1-2 K
 # mirror files, the trainer's log files, pidfd and status socket and the mirror's copies.
 FD_RESERVE_BASE = 256
 FD_RESERVE_PER_RUN = 16
+# A deadline that finds the request's bytes waiting unread (the lab's loop was late, not
+# the client) is put off this long, at most this often, before it is judged again.
+LATE_READ_GRACE_S = 1.0
+MAX_LATE_READS = 30
 MIN_CONNECTIONS = 16  # fewer than this left for connections: the lab refuses to start
 REPORT_EVERY_S = 10.0
 
@@ -266,6 +272,7 @@ class _Guard:
     _head_bytes = 0
     _head_tail = b""  # the last bytes of the head so far: its blank line may span two reads
     _got_bytes = False
+    _late_reads = 0  # deadlines put off because the request's bytes were waiting unread
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
@@ -339,6 +346,13 @@ class _Guard:
 
     def _too_slow(self) -> None:
         self._deadline = None
+        if self._unread_bytes() and self._late_reads < MAX_LATE_READS:
+            # The bytes are here; the lab has not read them: its loop was busy (uvloop runs
+            # due timers before the reads of the same turn). The client was in time: read
+            # them first, and judge the request again a moment later.
+            self._late_reads += 1
+            self._deadline = self.loop.call_later(LATE_READ_GRACE_S, self._too_slow)
+            return
         headers_in = self.cycle is not None and self.cycle is not self._cycle_at_start
         if not self._got_bytes:
             self._close(None, "closed: sent nothing within request_read_timeout_s")
@@ -346,6 +360,19 @@ class _Guard:
             self._close(None, "closed: body not in within request_read_timeout_s")
         else:
             self._close(TOO_SLOW, "closed: request not in within request_read_timeout_s")
+
+    def _unread_bytes(self) -> bool:
+        """Bytes of this connection wait in the kernel, not yet read by the lab."""
+        sock = self.transport.get_extra_info("socket")
+        if sock is None:
+            return False
+        try:
+            with socket.socket(fileno=os.dup(sock.fileno())) as peek:
+                return bool(peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return False
 
     def _close(self, answer: bytes | None, why: str) -> None:
         self.door.note(why)

@@ -26,7 +26,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,7 @@ class PassResult:
     runs_due: list[str] = field(default_factory=list)  # views to push within THROTTLE_S
     checks_due: list[str] = field(default_factory=list)
     untail: list[str] = field(default_factory=list)  # runs whose files are read to the end
+    stepped: list[str] = field(default_factory=list)  # runs with new step records stored
     more: bool = False  # some file has more to read
     error: DatabaseUnavailable | None = None  # the database failed partway
 
@@ -150,9 +151,15 @@ class IngestLoop:
         self.closed = False  # the database is closed (set under `lock`)
         self._tails: set[str] = set()  # runs whose records.jsonl is being ingested
         self._tailed: dict[str, Tailed] = {}  # the passes' own, per run read
+        # The passes' own: each run's newest record id published (a records message's
+        # `after`, so a page sees any hole its stream skipped; unknown before the first).
+        self._newest_id: dict[str, int] = {}
         self._checks_due: dict[str, float] = {}
         self._runs_due: dict[str, float] = {}
         self._task = BackgroundTask("crashdrill-ingest", log)
+        # On the loop, for each run a pass stored step records of: a crash test armed for
+        # its first step lands (server/run_control.py, fire_first_step_kill).
+        self.on_step: Callable[[str], None] | None = None
 
     # ---- on the loop ----------------------------------------------------------------
 
@@ -235,6 +242,12 @@ class IngestLoop:
             self._runs_due.setdefault(run_id, now + THROTTLE_S)
         for run_id in result.untail:
             self._tails.discard(run_id)
+        if self.on_step is not None:
+            for run_id in dict.fromkeys(result.stepped):
+                try:
+                    self.on_step(run_id)
+                except Exception:  # a database outage: the next step record tries again
+                    log.exception("the step hook of run %s failed", run_id)
 
     # ---- on a worker thread ---------------------------------------------------------
 
@@ -270,6 +283,7 @@ class IngestLoop:
             if row is None:
                 result.untail.append(run_id)
                 self._tailed.pop(run_id, None)
+                self._newest_id.pop(run_id, None)
                 continue
             tailed = self._tailed.setdefault(run_id, Tailed(Path(row["run_dir"])))
             # Asked before reading mirror.jsonl: once not busy, its last line is written.
@@ -285,6 +299,7 @@ class IngestLoop:
             if done and not copying and not more:
                 result.untail.append(run_id)
                 del self._tailed[run_id]
+                self._newest_id.pop(run_id, None)
         for run_id in job.runs_due:
             message = run_message(self.store, run_id)
             if message is not None:
@@ -332,11 +347,15 @@ class IngestLoop:
     def _batch_messages(self, batch: IngestBatch, result: PassResult) -> None:
         run_id = batch.run_id
         batch.inserted.extend(started_over_events(self.store, batch))
+        if "step" in batch.kinds:
+            result.stepped.append(run_id)
         if self.start_times is not None and "step" in batch.kinds:
             for _, rec in batch.inserted:
                 self.start_times.note_record(rec)
         if batch.inserted:
             items = [record_json(rid, run_id, rec.data) for rid, rec in batch.inserted]
+            after = self._newest_id.get(run_id)
+            self._newest_id[run_id] = max(rid for rid, _ in batch.inserted)
             message = Message(
                 event="records",
                 key=f"records:{run_id}",
@@ -344,6 +363,7 @@ class IngestLoop:
                 items=items,
                 run=run_id,
                 last_id=batch.inserted[-1][0],
+                after_id=after,
             )
             result.messages.append((f"run:{run_id}", message))
         if batch.resume_segments or "resume" in batch.kinds:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from crashdrill.server.admission import Admission
 from crashdrill.server.catalog import check_corpora
 from crashdrill.server.cluster import executor_for, watch_cluster
 from crashdrill.server.crash_modes import (
@@ -117,10 +118,15 @@ class Lab(RunControl):
         # Stops asked for while the scheduler was starting a run (state "starting", no
         # supervisor yet): whoever of the Stop and _started comes second carries it out.
         self._stop_when_started: dict[str, str] = {}
+        self._first_step_kills: set[str] = set()  # crash tests armed for a first step
         self.outage = Outage(log)  # the database unreachable: said once, and its end
         self.db.reached = self.outage.ok  # whoever reaches it first ends the outage
         # How long trainer starts take here, from the trainers' first step records.
         self.start_times = StartTimes()
+        # How many runs train at once: what this machine carries (server/admission.py).
+        self.admission = Admission.from_settings(settings)
+        if self.admission.warning:
+            log.warning("%s", self.admission.warning)
         self.ingest = IngestLoop(
             settings,
             self.store,
@@ -130,6 +136,7 @@ class Lab(RunControl):
             self.supervisors,
             self.start_times,
         )
+        self.ingest.on_step = self.fire_first_step_kill
         self.scheduler = Scheduler(
             settings,
             self.store,
@@ -138,6 +145,7 @@ class Lab(RunControl):
             self._supervisor,
             self._started,
             self.start_times,
+            self.admission,
         )
         self.reports = SupervisorReports(
             self.store, self.ingest, self.fanout, self.outage, self._ended, self.mirror

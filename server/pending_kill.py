@@ -6,7 +6,15 @@ by a server that adopts a trainer after a restart (server/lab.py: an armed kill 
 again).
 
     stored = signalled("crash", "during_save", row)   # into runs.pending_kill_json
-    pending_kill(row, latest)   # {"kind", "mode", "armed", "at_step", "segment"} or None
+    stored = armed_for_first_step("kill", row, latest)   # pressed before the first step
+    pending_kill(row, latest)   # {"kind", "mode", "armed", "first_step", "at_step", "segment"}
+    fires(pending, latest)       # an armed-for-first-step kill: its step is stored now
+
+A crash test pressed while the run is starting or restarting is armed for the trainer's
+first step (`first_step`: its `segment` is the one whose first step record fires it: the
+run's own while it starts, the next one while a kill's restart is on its way). It stays
+armed until the lab signals it (server/run_control.py replaces it with `signalled`'s) or
+the run ends; it never expires by a newer segment, which is what it waits for.
 
 Why a column and not the records: the signal is the lab's, not the trainer's, and the
 supervisor writes into the records file only while no trainer is alive (workers/
@@ -48,6 +56,33 @@ def signalled(kind: str, mode: str, row: Row) -> str:
     )
 
 
+def armed_for_first_step(mode: str, row: Row, latest: Mapping[str, Any]) -> str:
+    """The runs.pending_kill_json of a crash test in `mode` pressed before the run's
+    trainer wrote its first step record (starting, or restarting after a kill whose
+    restart has written no step yet)."""
+    segment = row["segment"] or 0
+    before = pending_kill(row, latest)
+    if before is not None:  # a kill's restart: its trainer writes the next segment
+        segment = max(segment, before["segment"] + 1)
+    return json.dumps(
+        {
+            "kind": "crash",
+            "mode": mode,
+            "armed": True,
+            "first_step": True,
+            "at_step": row["step"],
+            "segment": segment,
+        }
+    )
+
+
+def fires(pending: Mapping[str, Any], latest: Mapping[str, Any]) -> bool:
+    """Whether an armed-for-first-step kill's step record is stored: a step of its segment
+    or a later one."""
+    newest = _newest_step_segment(latest)
+    return bool(pending.get("first_step")) and newest is not None and newest >= pending["segment"]
+
+
 def _newest_step_segment(latest: Mapping[str, Any]) -> int | None:
     step = latest.get("step")
     if not isinstance(step, dict):
@@ -72,6 +107,15 @@ def pending_kill(row: Row, latest: Mapping[str, Any]) -> dict[str, Any] | None:
         segment = int(kill["segment"])
     except (TypeError, ValueError, KeyError):
         return None
+    if kill.get("first_step"):  # armed until it is signalled (replaced) or the run ends
+        return {
+            "kind": "crash",
+            "mode": kill.get("mode"),
+            "armed": True,
+            "first_step": True,
+            "at_step": kill.get("at_step"),
+            "segment": segment,
+        }
     newest = _newest_step_segment(latest)
     if newest is not None and newest > segment:
         return None
@@ -84,6 +128,7 @@ def pending_kill(row: Row, latest: Mapping[str, Any]) -> dict[str, Any] | None:
         "kind": kill.get("kind"),
         "mode": kill.get("mode"),
         "armed": bool(kill.get("armed")) and not landed,
+        "first_step": False,
         "at_step": kill.get("at_step"),
         "segment": segment,
     }

@@ -20,6 +20,8 @@ exec where there is none (and why), so a lab whose crash tests got slow says so;
 torch (a Start meanwhile waits for it: 2–3 s on a small machine, then ~0.4 s), "ready"
 after, "none" where starts exec or a Ray cluster's nodes keep their own; the page shows
 "warming up" while it is "warming".
+`admission` how many runs train at once (server/admission.py): what this machine carries,
+and the warning when a `max_concurrent` above it was clamped.
 """
 
 from __future__ import annotations
@@ -59,6 +61,25 @@ class TrainerStarts(BaseModel):
     error: str | None = Field(description="why starts exec instead of forking, if they do")
 
 
+class Admission(BaseModel):
+    max_concurrent: int | None = Field(
+        description="the setting as configured; null on a cluster (its nodes are the queue)"
+    )
+    machine_runs: int = Field(description="runs this machine carries at full pace, always let in")
+    ceiling: int | None = Field(
+        description="the most runs at once: max_concurrent, or the machine's ceiling it was"
+        " clamped to"
+    )
+    limit: int | None = Field(description="runs at once as the newest scheduling pass admitted")
+    keeps_pace: bool | None = Field(
+        description="whether the runs training then kept the pace measured when the machine"
+        " had room (null before a pass)"
+    )
+    clamped: bool = Field(description="max_concurrent was above the machine's ceiling")
+    allow_overcommit: bool = Field(description="a max_concurrent above the ceiling is kept")
+    warning: str | None = Field(description="what the start line said of a clamp; null if none")
+
+
 class Health(BaseModel):
     ready: bool = Field(description="true: the lab takes requests and its database answers")
     version: str = Field(description="the crashdrill release")
@@ -74,6 +95,7 @@ class Health(BaseModel):
         description="how long starts take: the median of the newest trainers' own figure"
         " (process start to first step record) and how many"
     )
+    admission: Admission = Field(description="how many runs train at once, and why")
 
 
 @router.get(
@@ -98,4 +120,5 @@ def health(request: Request) -> dict[str, Any]:
         "trainers": starts,
         "warm_trainers": starts.get("warm", NONE),
         "start_times": lab.start_times.summary(),
+        "admission": lab.admission.status(),
     }

@@ -1,5 +1,12 @@
 """The lab's requests that signal runs: Crash test, Preempt, Stop, and who may ask.
 A part of the Lab facade (server/lab.py), which holds the state these use.
+
+A crash test pressed while the run is starting, restarting (after a crash test, a
+preemption or a lost host) or has not written the first step record of its newest segment
+is taken, not refused: it is armed for the trainer's first step (server/pending_kill.py,
+`first_step`), and the ingest loop fires it when that step record is stored (`stepped`):
+the student pressed while a crowded machine was still starting their run, and the run
+would have been crashed a moment later anyway.
 """
 
 from __future__ import annotations
@@ -14,7 +21,13 @@ from crashdrill.server.crash_modes import crash_mode
 from crashdrill.server.db import Row
 from crashdrill.server.errors import Conflict, Forbidden, NotFound
 from crashdrill.server.ingest_loop import IngestLoop
-from crashdrill.server.pending_kill import PREEMPT_MODE, pending_kill, signalled
+from crashdrill.server.pending_kill import (
+    PREEMPT_MODE,
+    armed_for_first_step,
+    fires,
+    pending_kill,
+    signalled,
+)
 from crashdrill.server.store import ACTIVE_STATES, TERMINAL_STATES, Store
 from crashdrill.server.views import training
 from crashdrill.trainer.crash_modes import mode_named
@@ -46,6 +59,7 @@ class RunControl:
     ingest: IngestLoop
     _stop_when_started: dict[str, str]
     schedule: Callable[[], None]
+    _first_step_kills: set[str]  # runs with a crash test armed for their first step
 
     def run_row(self, run_id: str) -> Row:
         row = self.store.run(run_id)
@@ -74,7 +88,9 @@ class RunControl:
         pending = pending_kill(row, latest)
         if pending is not None:
             why = "is restarting after a crash test or a preemption"
-            if pending["armed"]:
+            if pending.get("first_step"):
+                why = "has a crash test armed: its SIGKILL lands at the trainer's first step"
+            elif pending["armed"]:
                 why = "has a crash test armed: its SIGKILL lands at the next checkpoint write"
             raise Conflict(not_now(row, verb, why))
         if not training(row, latest):
@@ -117,8 +133,58 @@ class RunControl:
 
     def crash(self, run_id: str, session: str, instructor: bool) -> dict[str, Any]:
         row = self.check_may_control(run_id, session, instructor)
-        sup = self._training(row, "crash")
         mode = crash_mode(self.store.pair(row["pair_id"]))
+        latest = json.loads(row["latest_json"] or "{}")
+        if _before_first_step(row, latest):
+            return self._arm_for_first_step(row, latest, mode)
+        sup = self._training(row, "crash")
+        return self._signal_crash(row, sup, mode)
+
+    def _arm_for_first_step(self, row: Row, latest: dict[str, Any], mode: str) -> dict[str, Any]:
+        """A run not training yet: the kill waits for its trainer's first step record."""
+        run_id = row["id"]
+        self.store.update_run(run_id, pending_kill_json=armed_for_first_step(mode, row, latest))
+        self._first_step_kills.add(run_id)
+        self.ingest.publish_run(run_id)
+        self.fire_first_step_kill(run_id)  # its step may be stored already
+        return {
+            "run": run_id,
+            "killed_pid": None,
+            "at_step": row["step"],
+            "state": self.run_row(run_id)["state"],
+            "crash_mode": mode,
+            "armed": True,
+            "first_step": True,
+        }
+
+    def fire_first_step_kill(self, run_id: str) -> None:
+        """The ingest stored a step record of the run (on the loop): a crash test armed
+        for its first step lands now, as a press would (a crash mode that waits for a save
+        arms that wait now). Gone without a trace it is not: a trainer that ended first
+        clears it, said in the log."""
+        if run_id not in self._first_step_kills:
+            return
+        row = self.store.run(run_id)
+        latest = json.loads((row or {}).get("latest_json") or "{}")
+        pending = pending_kill(row, latest) if row is not None else None
+        if row is None or pending is None or not pending.get("first_step"):
+            self._first_step_kills.discard(run_id)
+            return
+        if not (training(row, latest) and fires(pending, latest)):
+            return  # not its first step yet (or not the newest segment's)
+        self._first_step_kills.discard(run_id)
+        sup = self.supervisors.get(run_id)
+        try:
+            if sup is None:
+                raise NotRunning("no trainer process is watched")
+            self._signal_crash(row, sup, pending["mode"])
+        except (NotRunning, Conflict) as e:
+            log.warning("the crash test armed for run %s's first step is gone: %s", run_id, e)
+            self.store.update_run(run_id, pending_kill_json=None)
+            self.ingest.publish_run(run_id)
+
+    def _signal_crash(self, row: Row, sup: Supervisor, mode: str) -> dict[str, Any]:
+        run_id = row["id"]
         try:
             pid = sup.crash(mode)
         except NotRunning as e:
@@ -187,6 +253,10 @@ class RunControl:
         pending = pending_kill(row, json.loads(row["latest_json"] or "{}"))
         if pending is None or not pending["armed"]:
             return
+        if pending.get("first_step"):  # the ingest fires it at the trainer's first step
+            self._first_step_kills.add(row["id"])
+            self.fire_first_step_kill(row["id"])
+            return
         try:
             sup.crash(pending["mode"])
             log.info("armed the crash test of run %s again", row["id"])
@@ -239,3 +309,22 @@ class RunControl:
                 continue
             self.ingest.publish_run(row["id"])
         self.schedule()
+
+
+# Stages before a trainer trains (and "train" before its first step record): a crash test
+# pressed then is armed for the first step. A run in any other stage (finished, failed) is
+# past crashing.
+BEFORE_TRAINING = ("queued", "starting", "restarting", "download", "tokenize", "build", "warmup")
+
+
+def _before_first_step(row: Row, latest: dict[str, Any]) -> bool:
+    """Active and not training yet: starting, restarting after a kill (whose restart has
+    written no step record yet), or in stage train with no step of its newest segment."""
+    if row["state"] not in ("starting", "running", "restarting"):
+        return False
+    pending = pending_kill(row, latest)
+    if pending is not None:
+        return not pending["armed"]  # a kill's restart; a second armed one is refused
+    if training(row, latest):
+        return False
+    return row["stage"] in (*BEFORE_TRAINING, "train")

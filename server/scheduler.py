@@ -5,10 +5,12 @@
     scheduler.schedule()   # from any thread: a pass soon (a pair was created, a run ended)
     await scheduler.stop() # no new starts from now on
 
-At most `max_concurrent` runs are starting/running/restarting; the rest wait in FIFO
-order, a pair's two runs together. On a Ray cluster with no `max_concurrent` given, every
-queued run starts at once and waits for a node with the resources its preset needs: the
-queue and the limit are then the cluster's (its log says what it waits for).
+At most as many runs as the machine carries are starting/running/restarting (the
+lab's Admission, server/admission.py: measured each pass from the runs' pace, never more
+than `max_concurrent`); the rest wait in FIFO order, a pair's two runs together. On a Ray
+cluster with no `max_concurrent` given, every queued run starts at once and waits for a
+node with the resources its preset needs: the queue and the limit are then the cluster's
+(its log says what it waits for).
 
 A pass's database work (the queue, marking runs starting, every queued run's new place
 and its estimated wait, server/queue_wait.py) runs on a worker thread: a remote
@@ -29,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from crashdrill.server.admission import Admission
 from crashdrill.server.background import BackgroundTask, on_signal
 from crashdrill.server.db import DatabaseUnavailable, Row
 from crashdrill.server.fanout import Fanout, Message
@@ -67,12 +70,15 @@ class Scheduler:
         build: Callable[[Row, Row | None], Supervisor],
         started: Callable[[str, Supervisor], None],
         start_times: StartTimes | None = None,
+        admission: Admission | None = None,
     ) -> None:
         """`build(run, pair)`: a run's supervisor, not started (on a worker thread);
         `started(run_id, supervisor)`: on the loop, to watch it and start it;
-        `start_times`: how long starts take here (a queued run's wait includes one)."""
+        `start_times`: how long starts take here (a queued run's wait includes one);
+        `admission`: how many runs at once (default: from `settings`)."""
         self.settings = settings
         self.start_times = start_times
+        self.admission = admission or Admission.from_settings(settings)
         self.waits = QueueWaits()  # each queued run's estimated wait, from the newest pass
         self.store = store
         self.fanout = fanout
@@ -140,7 +146,8 @@ class Scheduler:
             return plan
         active_rows = self.store.runs_in(ACTIVE_STATES)
         active = len(active_rows)
-        limit = self.settings.max_concurrent
+        paces = [run_work(r, None) for r in active_rows]
+        limit = self.admission.limit(paces, self.start_times)
         if limit is None:  # on a cluster: each run starts and waits for a node of its own
             limit = active + len(queued)
         free = limit - active
@@ -165,7 +172,7 @@ class Scheduler:
             plan.starts.append((row["id"], self._build(row, pairs.get(row["pair_id"]))))
         positions = queue_positions(queued)
         plan.queued = len(queued)
-        waits = self._estimate(active_rows + started, queued, pairs)
+        waits = self._estimate(active_rows + started, queued, pairs, limit)
         for row in started + queued:
             pair = pairs.get(row["pair_id"])
             if pair is not None:
@@ -174,10 +181,11 @@ class Scheduler:
         return plan
 
     def _estimate(
-        self, active: list[Row], queued: list[Row], pairs: dict[str, Row]
+        self, active: list[Row], queued: list[Row], pairs: dict[str, Row], limit: int
     ) -> dict[str, float | None]:
-        """Each queued run's wait, once for the pass (server/queue_wait.py); kept for the
-        views that requests build until the next pass."""
+        """Each queued run's wait, once for the pass (server/queue_wait.py), with the runs
+        at once this pass admitted (`limit`); kept for the views that requests build until
+        the next pass."""
         if not queued:
             self.waits.set({}, time.time())
             return {}
@@ -185,7 +193,7 @@ class Scheduler:
         waits = queue_waits(
             [run_work(r, pairs.get(r["pair_id"])) for r in active],
             [run_work(r, pairs.get(r["pair_id"])) for r in queued],
-            self.settings.max_concurrent,
+            None if self.settings.max_concurrent is None else limit,
             startup,
         )
         self.waits.set(waits, time.time())

@@ -83,8 +83,16 @@ class PendingKill(BaseModel):
         description="a crash mode that waits for a save (during_save) whose SIGKILL has not"
         " landed yet: the run trains on until its next checkpoint write begins"
     )
+    first_step: bool = Field(
+        False,
+        description="a crash test pressed while the run was starting or restarting: armed"
+        " until its trainer's first step record of `segment`, then signalled",
+    )
     at_step: int | None = Field(description="the run's step when it was signalled")
-    segment: int = Field(description="the segment it hit; it ends when a newer one writes a step")
+    segment: int = Field(
+        description="the segment it hit (it ends when a newer one writes a step); for"
+        " first_step the segment whose first step fires it"
+    )
 
 
 class RunStatus(BaseModel):
@@ -224,7 +232,9 @@ class PreemptResult(BaseModel):
 
 class CrashResult(BaseModel):
     run: str
-    killed_pid: int
+    killed_pid: int | None = Field(
+        description="the trainer signalled; null when armed for its first step (none yet)"
+    )
     at_step: int | None
     state: RunState
     crash_mode: CrashModeName = Field(
@@ -236,6 +246,11 @@ class CrashResult(BaseModel):
         False,
         description="the kill waits for the run's next checkpoint write (crash mode"
         " during_save): the run trains on, and its state stays as it was until the kill lands",
+    )
+    first_step: bool = Field(
+        False,
+        description="the run was starting or restarting: the kill is armed for its"
+        " trainer's first step record and lands then (as a press then would)",
     )
 
 

@@ -90,15 +90,12 @@ def default_disk_bytes_per_run(gpus: int | None = None) -> int:
 
 
 def default_max_concurrent() -> int:
-    """One pair per GPU; on CPU one run per core (presets train with threads = 1), ≥ 2."""
-    gpus = count_gpus()
-    if gpus:
-        return 2 * gpus
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(2, cores)
+    """What this machine carries (server/admission.py): one pair per GPU; on CPU one run
+    per core (presets train with threads = 1, at least 2), up to two per core while the
+    runs keep their pace."""
+    from crashdrill.server.admission import machine_ceiling
+
+    return machine_ceiling(count_gpus())
 
 
 @dataclass(frozen=True)
@@ -106,16 +103,20 @@ class Settings:
     data_dir: Path = field(default_factory=default_data_dir)
     host: str = "127.0.0.1"
     port: int = 8000
-    # Runs training at once. None: from this machine (default_max_concurrent); on an
+    # Runs training at once, at most (server/admission.py: what the machine carries is
+    # measured below it). None: from this machine (default_max_concurrent); on an
     # executor that queues itself (ray) it stays None: every run waits for a node with
-    # its resources (the cluster's queue).
+    # its resources (the cluster's queue). Above this machine's ceiling it is clamped
+    # unless allow_overcommit.
     max_concurrent: int | None = None
+    allow_overcommit: bool = False
     instructor_token: str | None = None
     max_wrong_tokens: int = 10  # per client address per minute; 0: no limit
     secret_key: str | None = None  # None: generated once and kept in data_dir/secret_key
     trainer_command: tuple[str, ...] = DEFAULT_COMMAND
-    # A trainer drops to this nice value once it trains (trainer/priority.py): starts,
-    # restarts and the server keep the CPU first when a class shares a machine. 0: never.
+    # Every trainer runs at this nice value (and SCHED_BATCH) from its first instruction
+    # (trainer/priority.py): the server keeps the CPU first when a class shares a machine.
+    # 0: trainers keep the server's priority.
     trainer_nice: int = 10
     max_body_bytes: int = 64 * 1024
     max_pairs_per_session: int = 3
@@ -185,7 +186,10 @@ class Settings:
     max_connections: int = 2000  # open at once, all addresses; lowered to fit open files
     max_connections_per_address: int = 256  # a class of 60 behind one NAT uses ~120-200
     request_read_timeout_s: float = 10.0  # a request's line, headers and body, from its start
-    keep_alive_timeout_s: float = 5.0  # an idle connection after a response
+    # An idle connection after a response: longer than the clients' own idle expiry
+    # (httpx 5 s, aiohttp 15 s), so that the client, never the server, closes an idle one:
+    # a server that closes it as the client reuses it drops that request unanswered.
+    keep_alive_timeout_s: float = 75.0
     listen_backlog: int = 256  # connections the kernel queues before the lab accepts them
 
     def __post_init__(self) -> None:

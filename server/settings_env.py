@@ -28,6 +28,8 @@ def values_from_env() -> dict[str, object]:
         values["secret_key"] = env["CRASHDRILL_SECRET_KEY"]
     if env.get("CRASHDRILL_MAX_CONCURRENT"):
         values["max_concurrent"] = _int("CRASHDRILL_MAX_CONCURRENT")
+    if env.get("CRASHDRILL_ALLOW_OVERCOMMIT", "").strip():
+        values["allow_overcommit"] = _bool("CRASHDRILL_ALLOW_OVERCOMMIT")
     if env.get("CRASHDRILL_TRAINER_NICE", "").strip():
         values["trainer_nice"] = _int("CRASHDRILL_TRAINER_NICE")
     if env.get("CRASHDRILL_TRAINER_COMMAND"):
@@ -157,3 +159,12 @@ def _int(name: str) -> int:
         return int(os.environ[name])
     except ValueError:
         raise SettingsError(f"{name} = {os.environ[name]!r}: a whole number") from None
+
+
+def _bool(name: str) -> bool:
+    raw = os.environ[name].strip().lower()
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{name} = {os.environ[name]!r}: 1, true, yes, on or 0, false, no, off")

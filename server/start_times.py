@@ -56,6 +56,12 @@ class StartTimes:
         with self._lock:
             self._seconds.append(float(seconds))
 
+    def fastest(self) -> float | None:
+        """The fastest of the newest starts (None with none): what a start takes here when
+        the machine has room (server/admission.py compares the median with it)."""
+        with self._lock:
+            return min(self._seconds) if self._seconds else None
+
     def summary(self) -> dict[str, Any]:
         """`median_s` of the newest starts (null with none) and `count` of them."""
         with self._lock:

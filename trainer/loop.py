@@ -35,7 +35,6 @@ from crashdrill.trainer.preemption import (
     process_age_s,
     stop_and_save,
 )
-from crashdrill.trainer.priority import settle_after_first_step
 from crashdrill.trainer.record_contract import to_json
 from crashdrill.trainer.records import NO_CHECKPOINT_CODE, RecordWriter, float32_bits
 from crashdrill.trainer.run_files import RUN_JSON
@@ -443,8 +442,6 @@ def _train(
                 dt=round(dt, 5),
                 **startup,
             )
-            if startup:  # started: make way for the lab's other starts (trainer/priority.py)
-                settle_after_first_step()
             if opts.jsonl:
                 line = {
                     "step": st.step,

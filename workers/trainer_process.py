@@ -17,8 +17,11 @@ their own or were re-parented (torchrun's ranks, a data loader's workers).
 
 With `warm` (workers/warm.py) the built-in trainer is forked from the machine's warm
 process instead of exec'd: the same command line, session, files and environment, its
-exit status relayed by the warm process. A wait blocks on the process's end (its status
-socket, or a pidfd), so the supervisor hears of a death at once, not at its next poll.
+exit status relayed by the warm process. Either way a trainer whose environment asks for
+the lab's nice value (trainer/priority.py) yields the CPU from its first instruction: set
+in the child right after the fork, or before the exec, never after its imports. A wait
+blocks on the process's end (its status socket, or a pidfd), so the supervisor hears of a
+death at once, not at its next poll.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import IO
 
 import psutil
 
+from crashdrill.processes.cpu_priority import yield_cpu
 from crashdrill.processes.forkserver import (
     ForkedProcess,
     ForkServerError,
@@ -41,6 +45,7 @@ from crashdrill.processes.forkserver import (
     readable,
 )
 from crashdrill.processes.process_tree import kill_tree, members, tree_marker
+from crashdrill.trainer.priority import wanted_nice
 from crashdrill.workers.warm import WarmTrainers
 
 
@@ -103,10 +108,18 @@ class TrainerProcess:
         raises OSError when it cannot be started."""
         run_dir = _run_dir_of(argv)
         env = {**env, **tree_marker(run_dir)} if run_dir else dict(env)
+        nice = wanted_nice(env)  # the lab's: yield the CPU from the first instruction on
         if warm is not None:
-            child = warm.spawn(argv, env, stdout=stdout, stderr=stderr)
+            child = warm.spawn(argv, env, stdout=stdout, stderr=stderr, nice=nice)
             if child is not None:
                 return cls(child.pid, forked=child, argv=argv)
+
+        def before_exec() -> None:  # in the child, before its imports
+            if die_with_parent:
+                die_with_parent_process()
+            if nice is not None:
+                yield_cpu(nice)
+
         popen = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -114,7 +127,7 @@ class TrainerProcess:
             stderr=stderr,
             env=env,
             start_new_session=True,  # outlives the server; a crash kills its group
-            preexec_fn=die_with_parent_process if die_with_parent else None,
+            preexec_fn=before_exec if die_with_parent or nice is not None else None,
         )
         return cls(popen.pid, popen)
 

@@ -163,9 +163,11 @@ class WarmTrainers:
         stdout: IO[bytes],
         stderr: IO[bytes],
         cwd: str | None = None,
+        nice: int | None = None,
     ) -> ForkedProcess | None:
-        """The trainer forked from the warm process; None when it must be exec'd (not the
-        built-in trainer's command, no warm process, or it failed just now)."""
+        """The trainer forked from the warm process (`nice`: yielding the CPU from the fork
+        on); None when it must be exec'd (not the built-in trainer's command, no warm
+        process, or it failed just now)."""
         if not forkable(argv, self.command):
             return None  # not ours to start: no fallback to count
         with self._lock:
@@ -173,7 +175,9 @@ class WarmTrainers:
         child = None
         if server is not None:
             try:  # not under the lock: the first start waits for the imports; status not
-                child = server.spawn(list(argv), dict(env), cwd, stdout=stdout, stderr=stderr)
+                child = server.spawn(
+                    list(argv), dict(env), cwd, stdout=stdout, stderr=stderr, nice=nice
+                )
             except CommandTooLong:
                 pass  # this one execs; the warm process stays for the others
             except ForkServerError as e:

@@ -60,6 +60,8 @@ import warnings
 from dataclasses import dataclass
 from typing import IO, Any, NoReturn
 
+from crashdrill.processes.cpu_priority import yield_cpu
+
 # What a warm process imports for trainers (the lab's, workers/warm.py, and the drill's,
 # drill/builtin.py): code only (torch and everything `crashdrill run` imports), never a
 # run's state, never CUDA. Names, not imports: this module stays below the trainer.
@@ -239,10 +241,13 @@ class ForkServer:
         *,
         stdout: IO[bytes] | None = None,
         stderr: IO[bytes] | None = None,
+        nice: int | None = None,
     ) -> ForkedProcess:
         """Start `python -m MODULE ARGS…` (argv as exec would get it) as a forked child.
         Its stdout and stderr: pipes to read (the child's `stdout`, `stderr`), or the open
-        files given (appended to by the child alone, as an exec'd process would)."""
+        files given (appended to by the child alone, as an exec'd process would). `nice`:
+        the child yields the CPU from its first instruction (cpu_priority.yield_cpu: nice
+        and SCHED_BATCH, set right after the fork), not once it has started."""
         if argv[:2] != [sys.executable, "-m"] or len(argv) < 3:
             raise ValueError(f"the fork server runs `{sys.executable} -m MODULE …`, not {argv}")
         if (stdout is None) != (stderr is None):
@@ -252,7 +257,14 @@ class ForkServer:
                 f"the command line of {argv[2]} is {len(_title(argv))} bytes, more than the"
                 f" {TITLE_ROOM} a forked child can show"
             )
-        request = {"module": argv[2], "args": argv[3:], "env": env, "cwd": cwd, "argv": argv}
+        request = {
+            "module": argv[2],
+            "args": argv[3:],
+            "env": env,
+            "cwd": cwd,
+            "argv": argv,
+            "nice": nice,
+        }
         ours: list[int] = []  # the read ends of pipes made here
         theirs: list[int] = []  # what the child writes to (closed here once sent)
         for given in (stdout, stderr):
@@ -368,6 +380,7 @@ class _Request:
     env: dict[str, str]
     cwd: str | None
     argv: list[str]  # the command line it shows, as an exec'd one would
+    nice: int | None = None  # yield the CPU from the fork on (cpu_priority.yield_cpu)
 
 
 @dataclass
@@ -518,6 +531,8 @@ def _shutdown(children: dict[int, _Child]) -> None:
 
 def _become(request: _Request, stdout_fd: int, stderr_fd: int) -> None:
     """Turn the forked server into the process `python -m MODULE` would have been."""
+    if request.nice is not None:
+        yield_cpu(request.nice)  # before anything of its own: the server keeps the CPU
     os.setsid()  # its own session and process group, as with start_new_session=True
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 from crashdrill.server.fanout import LocalFanout, Message
@@ -115,3 +116,23 @@ def test_running_and_restarting_alternate_and_the_hello_seeds_what_is_stale() ->
             assert [parse(f)[2]["state"] for f in await sub.next(1.0)] == [state]
 
     asyncio.run(main())
+
+
+def test_merged_record_messages_say_the_record_before_their_first() -> None:
+    """`after` of a records frame is the run's record before its first item, also when
+    several published batches are merged for a client: the page checks it against its own
+    newest id (web/static/model.js missedBefore)."""
+
+    async def main() -> list[object]:
+        fan = LocalFanout(max_items=100)
+        sub = fan.subscribe(["run:a"])
+        seen: list[object] = []
+        for start in (10, 13, 16):
+            m = records("a", range(start, start + 3))
+            fan.publish("run:a", dataclasses.replace(m, after_id=start - 1))
+        seen += [parse(f)[2]["after"] for f in await sub.next(1.0)]
+        fan.publish("run:a", records("a", range(19, 20)))  # the publisher did not know
+        seen += [parse(f)[2].get("after") for f in await sub.next(1.0)]
+        return seen
+
+    assert asyncio.run(main()) == [9, None]

@@ -5,6 +5,7 @@ tests/integration/test_front_door.py)."""
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import subprocess
 import sys
@@ -242,3 +243,80 @@ def test_an_http_1_1_request_without_host_is_400_and_an_http_1_0_one_passes(guar
     assert answer(guarded, b"GET / HTTP/1.1\r\n\r\n") == b"HTTP/1.1 400 Bad Request"
     assert answer(guarded, b"GET / HTTP/1.0\r\n\r\n") == b"HTTP/1.1 200 OK"
     assert answer(guarded, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n") == b"HTTP/1.1 200 OK"
+
+
+def test_an_idle_connection_is_closed_by_the_client_before_the_server_closes_it() -> None:
+    """A server that closes an idle connection just as the client reuses it drops that
+    request unanswered ("Server disconnected without sending a response", issue 38): its
+    keep-alive outlasts the clients' own idle expiry (httpx's default pool: 5 s)."""
+    import httpx
+
+    pool = httpx.AsyncHTTPTransport()._pool  # what a student's httpx client keeps
+    assert Settings().keep_alive_timeout_s > 2 * pool._keepalive_expiry
+
+
+def test_a_request_sent_in_time_is_answered_when_the_lab_s_loop_was_late_to_read_it(
+    tmp_path: Path,
+) -> None:
+    """A lab whose event loop stalls past request_read_timeout_s (a CPU-starved machine)
+    found the deadline before the bytes: uvloop runs due timers before the reads of the
+    same turn, and the connection was closed unanswered ("sent nothing"). The door
+    now reads what is waiting first (issue 38)."""
+    import socket
+    import threading
+    import time
+
+    settings = Settings(data_dir=tmp_path, request_read_timeout_s=0.5)
+    d = FrontDoor(ConnectionLimits.fit(settings, (1 << 20, 1 << 20)))
+
+    async def app(scope: dict, receive: object, send: object) -> None:  # type: ignore[type-arg]
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})  # type: ignore[operator]
+        await send({"type": "http.response.body", "body": b"ok"})  # type: ignore[operator]
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        loop="uvloop",
+        log_level="error",
+        **d.uvicorn_options(settings),
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not server.started:
+            assert time.monotonic() < deadline, "the test server never started"
+            time.sleep(0.02)
+        with socket.create_connection(("127.0.0.1", port)) as c:
+            time.sleep(0.2)  # accepted: the door's deadline runs
+            # Stall the server's loop past the deadline inside an I/O callback (as a
+            # starved process is stopped anywhere), and send the request meanwhile.
+            stalled = threading.Event()
+            loop = server.servers[0].get_loop()
+            r, w = os.pipe()
+
+            def stall() -> None:
+                loop.remove_reader(r)
+                stalled.set()
+                time.sleep(1.5)
+
+            loop.call_soon_threadsafe(loop.add_reader, r, stall)
+            time.sleep(0.1)
+            os.write(w, b"x")
+            assert stalled.wait(5)
+            c.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            c.settimeout(10)
+            got = b""
+            while chunk := c.recv(4096):
+                got += chunk
+        assert got.startswith(b"HTTP/1.1 200"), got
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -59,6 +59,7 @@ def lab_on(store: Store, sup: FakeSupervisor | None = None) -> RunControl:
     lab.store = store
     lab.supervisors = {RUN: sup or FakeSupervisor()}  # type: ignore[dict-item]
     lab.ingest = FakeIngest()  # type: ignore[assignment]
+    lab._first_step_kills = set()
     return lab
 
 
@@ -105,6 +106,7 @@ def test_a_crash_test_is_pending_until_the_restarted_segment_writes_a_step(
         "kind": "crash",
         "mode": "kill",
         "armed": False,
+        "first_step": False,
         "at_step": 40,
         "segment": 0,
     }
@@ -216,3 +218,88 @@ def test_a_pending_crash_that_is_not_armed_is_not_signalled_again_on_adopt(
     assert row is not None
     lab_on(store, adopted).rearm(row, adopted)  # type: ignore[arg-type]
     assert adopted.asked == []
+
+
+def starts(store: Store, **fields: Any) -> None:
+    """The run is taken off the queue; its trainer has written no step record yet."""
+    store.update_run(RUN, state="starting", stage="starting", step=None, **fields)
+
+
+def test_a_crash_test_on_a_starting_run_is_armed_and_lands_at_its_first_step(
+    store: Store, tmp_path: Path
+) -> None:
+    new_pair(store, tmp_path, "kill")
+    starts(store)
+    sup = FakeSupervisor()
+    lab = lab_on(store, sup)
+    answer = lab.crash(RUN, "me", False)
+    assert answer["armed"] and answer["first_step"] and answer["killed_pid"] is None
+    assert sup.asked == []  # nothing to kill yet
+    v = view(store)
+    assert v["pending_kill"]["first_step"] and v["pending_kill"]["armed"]
+    assert v["pending_kill"]["segment"] == 0 and not v["can_crash"]
+    with pytest.raises(Conflict, match="lands at the trainer's first step"):
+        lab.crash(RUN, "me", False)  # one press is one crash test
+    store.update_run(RUN, state="running", stage="build")
+    lab.fire_first_step_kill(RUN)  # stage records, no step: not yet
+    assert sup.asked == []
+    trains(store, 0, 0)
+    lab.fire_first_step_kill(RUN)
+    assert sup.asked == ["kill"]
+    v = view(store)
+    assert v["state"] == "restarting" and v["crashes"] == 1
+    assert v["pending_kill"]["first_step"] is False and v["pending_kill"]["segment"] == 0
+    lab.fire_first_step_kill(RUN)  # fired once
+    assert sup.asked == ["kill"]
+
+
+def test_a_crash_test_while_a_kill_s_restart_is_on_its_way_lands_in_the_next_segment(
+    store: Store, tmp_path: Path
+) -> None:
+    new_pair(store, tmp_path, "kill")
+    trains(store, 0, 40)
+    sup = FakeSupervisor()
+    lab = lab_on(store, sup)
+    lab.crash(RUN, "me", False)
+    answer = lab.crash(RUN, "me", False)  # pressed again while it restarts
+    assert answer["first_step"] and sup.asked == ["kill"]
+    assert view(store)["pending_kill"]["segment"] == 1
+    trains(store, 0, 41)  # a late record of the killed trainer
+    lab.fire_first_step_kill(RUN)
+    assert sup.asked == ["kill"]
+    trains(store, 1, 21)  # the restart's first step
+    lab.fire_first_step_kill(RUN)
+    assert sup.asked == ["kill", "kill"] and view(store)["crashes"] == 2
+
+
+def test_a_run_past_its_training_is_still_refused(store: Store, tmp_path: Path) -> None:
+    new_pair(store, tmp_path, "kill")
+    store.update_run(RUN, state="running", stage="finished", step=100)
+    with pytest.raises(Conflict, match="in stage 'finished'"):
+        lab_on(store).crash(RUN, "me", False)
+
+
+def test_an_armed_first_step_crash_whose_trainer_ended_is_forgotten_saying_so(
+    store: Store, tmp_path: Path
+) -> None:
+    new_pair(store, tmp_path, "kill")
+    starts(store)
+    gone = FakeSupervisor(refuse=True)
+    lab = lab_on(store, gone)
+    lab.crash(RUN, "me", False)
+    trains(store, 0, 0)
+    lab.fire_first_step_kill(RUN)
+    assert view(store)["pending_kill"] is None
+
+
+def test_after_a_server_restart_a_first_step_crash_fires_on_adopt(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    new_pair(store, tmp_path, "kill")
+    starts(store)
+    lab_on(store).crash(RUN, "me", False)
+    trains(store, 0, 3)  # its first steps were stored while no server watched
+    adopted = FakeSupervisor()
+    row = store.run(RUN)
+    assert row is not None
+    lab_on(store, adopted).rearm(row, adopted)  # type: ignore[arg-type]
+    assert adopted.asked == ["kill"]

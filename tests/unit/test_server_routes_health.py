@@ -87,3 +87,20 @@ def test_health_answers_503_with_retry_after_while_the_database_is_unreachable(
         assert r.status_code == 503, r.text
         assert r.headers["retry-after"] and "unreachable" in r.json()["detail"]
         assert client.get("/api/health").status_code == 200  # and ready again after
+
+
+def test_health_says_a_max_concurrent_above_the_machine_was_clamped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRASHDRILL_WARM_TRAINERS", "0")  # no warm process needed here
+    from crashdrill.server.settings import default_max_concurrent
+
+    ceiling = default_max_concurrent()
+    settings = Settings(data_dir=tmp_path / "lab", telemetry=False, max_concurrent=10 * ceiling)
+    with TestClient(create_app(settings, sampler_factory=no_sampler)) as client:
+        admission = client.get("/api/health").json()["admission"]
+    assert admission["clamped"] is True and admission["ceiling"] == ceiling
+    assert admission["max_concurrent"] == 10 * ceiling and not admission["allow_overcommit"]
+    assert (
+        f"max_concurrent {10 * ceiling} is more than this machine carries" in (admission["warning"])
+    )

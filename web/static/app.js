@@ -375,9 +375,13 @@ async function catchUpAll() {
 function onRecords(d) {
   const run = page.pair?.runs.get(d.run);
   if (!run) return;
-  if (d.gap) {
-    // Older records were dropped for us: fetch the hole, and keep these meanwhile.
-    catchUp(run, run.lastId);
+  const missed = run.missedBefore(d);
+  if (missed !== null) {
+    // Records were dropped for us, or the stream skipped some: fetch the hole, and keep
+    // these meanwhile.
+    page.gapsRefetched = (page.gapsRefetched || 0) + 1;
+    document.body.dataset.gapsRefetched = String(page.gapsRefetched);
+    catchUp(run, missed);
   }
   run.add(d.records || []);
   if ((d.records || []).some((r) => r.kind === "step" && Object.hasOwn(r, "startup_s"))) refreshStarts();

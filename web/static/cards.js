@@ -329,6 +329,11 @@ export class RunCard {
    * trainer's crash event says where the kill really landed, and replaces it when it comes. */
   killed(res, segment) {
     this.kill = { pid: res.killed_pid, step: res.at_step, segment, done: false, text: "" };
+    if (res.first_step) {
+      // Pressed while the run was starting or restarting: it lands at the first step.
+      this.say(`Crash test armed: SIGKILL when the trainer writes its first step (it is still starting).`);
+      return;
+    }
     if (res.armed) {
       // A mode that waits for a save: the kill lands at the next checkpoint write.
       this.run.armed = { segment, pid: res.killed_pid, step: res.at_step };

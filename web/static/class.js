@@ -105,7 +105,9 @@ function turn(delta) {
 async function act(run, what) {
   try {
     const res = await request("POST", `/api/runs/${enc(run.id)}/${what}`);
-    const armed = `Crash test armed on run ${run.label} at step ${res.at_step ?? "?"}: the SIGKILL lands when the next checkpoint write begins.`;
+    const armed = res.first_step
+      ? `Crash test armed on run ${run.label}: it is still starting, the SIGKILL lands at its first step.`
+      : `Crash test armed on run ${run.label} at step ${res.at_step ?? "?"}: the SIGKILL lands when the next checkpoint write begins.`;
     const killed = `Crash test: killed process ${res.killed_pid} of run ${run.label} at step ${res.at_step ?? "?"}.`;
     status(what === "crash" ? (res.armed ? armed : killed) : `Stopping run ${run.label}.`);
   } catch (e) {

@@ -137,6 +137,16 @@ export class RunModel {
     return "crash";
   }
 
+  /** The record id to refetch after when a stream message skipped records (`d`: a
+   * `records` message): its `gap` (the server dropped some for us), or its `after` (the
+   * run's record before its first one) past the newest id this page has — a hole however
+   * it came. null when nothing was skipped. Taken before the message's records are added. */
+  missedBefore(d) {
+    if (d.gap) return this.lastId;
+    if (Number.isInteger(d.after) && d.after > this.lastId) return this.lastId;
+    return null;
+  }
+
   /** Add records (objects with id when they came from the server); returns how many were new. */
   add(records) {
     let added = 0;
