@@ -30,7 +30,8 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 def exit_code(signum: int) -> int:
     """What the drill exits with after this signal: 128 + its number."""
-    return {signal.SIGINT: EXIT_SIGINT, signal.SIGTERM: EXIT_SIGTERM}.get(signum, 128 + signum)
+    known = {int(signal.SIGINT): EXIT_SIGINT, int(signal.SIGTERM): EXIT_SIGTERM}
+    return known.get(signum, 128 + signum)
 
 
 class DrillInterrupted(BaseException):
