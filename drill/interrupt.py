@@ -23,12 +23,15 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+from crashdrill.trainer.exit_codes import EXIT_SIGINT, EXIT_SIGTERM
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def exit_code(signum: int) -> int:
     """What the drill exits with after this signal: 128 + its number."""
-    return 128 + signum
+    known = {int(signal.SIGINT): EXIT_SIGINT, int(signal.SIGTERM): EXIT_SIGTERM}
+    return known.get(signum, 128 + signum)
 
 
 class DrillInterrupted(BaseException):

@@ -24,9 +24,12 @@ Every command (`crashdrill run|verify|inspect|presets|doctor|serve`):
                           failure; the user is invited to retry"
 
 A command whose output was closed (`crashdrill … | head`) exits 141, 128 + SIGPIPE, as a
-shell reports it (crashdrill/closed_output.py, below the trainer). `crashdrill verify`
-stopped by SIGINT or SIGTERM exits 130 or 143 the same way, 128 + the signal, after its
-report of what it saw (drill/interrupt.py). Killed by a signal, a
+shell reports it (crashdrill/closed_output.py, below the trainer).
+
+`crashdrill verify` adds, 128 + the signal as a shell reports it:
+  EXIT_SIGINT         130  stopped by SIGINT (Ctrl-C) after its report of what it saw,
+  EXIT_SIGTERM        143  or by SIGTERM: every process killed, temp dirs removed
+                           (drill/interrupt.py) Killed by a signal, a
 process has no status of its own: Python's subprocess reports -9 for SIGKILL, a shell
 128 + 9.
 
@@ -41,3 +44,5 @@ EXIT_USAGE = 2
 EXIT_NO_CHECKPOINT = 3
 EXIT_DIVERGED = 4
 EXIT_STOPPED = 75
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143

@@ -23,6 +23,8 @@ def test_every_exit_code_has_its_own_value_and_they_are_the_published_ones():
         "EXIT_NO_CHECKPOINT": 3,
         "EXIT_DIVERGED": 4,
         "EXIT_STOPPED": 75,
+        "EXIT_SIGINT": 130,
+        "EXIT_SIGTERM": 143,
     }
 
 
