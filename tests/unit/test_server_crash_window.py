@@ -20,6 +20,7 @@ def run_row(state: str, stage: str, segment: int, latest: dict[str, Any]) -> dic
     return {
         "id": "r1",
         "pair_id": "p1",
+        "label": "A",
         "state": state,
         "stage": stage,
         "segment": segment,
@@ -112,21 +113,25 @@ def control(row: dict[str, Any]) -> tuple[RunControl, FakeSupervisor, FakeStore]
     lab.store = FakeStore(row)  # type: ignore[assignment]
     lab.supervisors = {"r1": sup}  # type: ignore[dict-item]
     lab.ingest = FakeIngest()  # type: ignore[assignment]
+    lab._first_step_kills = set()  # the Lab's: crash tests armed for a first step
     return lab, sup, lab.store  # type: ignore[return-value]
 
 
-def test_a_crash_test_is_taken_from_the_first_step_record_and_not_again_until_the_next() -> None:
+def test_a_crash_test_is_taken_from_the_first_step_record_and_a_second_waits_for_the_next() -> None:
     # The restarted trainer's first step is stored; the report that it runs is not yet.
     latest = {"step": step_of(0, 5)}
     lab, sup, store = control(run_row("starting", "train", 0, latest))
     assert lab.crash("r1", "me", False)["killed_pid"] == 4242
-    # A late record of the killed trainer says train again: still no second crash test.
+    # A late record of the killed trainer says train again: a second press is no kill of
+    # the dead trainer, it is armed for the restart's first step (issue 38), not refused.
     late = {"step": step_of(0, 6)}
     store.row.update(stage="train", state="running", latest_json=json.dumps(late))
-    with pytest.raises(Conflict, match="restarting after a crash test"):
-        lab.crash("r1", "me", False)
-    # The restart's first step record: crashable again, whatever the state says.
+    second = lab.crash("r1", "me", False)
+    assert second["first_step"] and second["killed_pid"] is None and sup.kills == 1
+    lab.fire_first_step_kill("r1")  # the late record again: not the restart's step
+    assert sup.kills == 1
+    # The restart's first step record: the armed kill lands, whatever the state says.
     new = {"step": step_of(1, 3)}
     store.row.update(stage="train", state="restarting", segment=1, latest_json=json.dumps(new))
-    lab.crash("r1", "me", False)
+    lab.fire_first_step_kill("r1")  # what the ingest calls when it stores a step record
     assert sup.kills == 2
