@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from crashdrill.server.errors import Conflict
 from crashdrill.server.ingest import run_fields_after
 from crashdrill.server.run_control import RunControl
 from crashdrill.server.views import training
