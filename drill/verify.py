@@ -144,13 +144,7 @@ def verify_preset(
         raise
     marks["preset read"] = time.monotonic() - t0
     target.fork_server = server
-    limits = DrillLimits(
-        max_restarts if max_restarts is not None else restart_cap(kills),
-        deadline,
-        work_dir=None if work_dir is None else str(work_dir),
-    )
-    if deadline is not None:
-        target.deadline = t0 + deadline
+    limits = _limits(target, t0, kills, max_restarts, deadline, work_dir)
     if target.fork_server is not None:
         try:
             with target.fork_server:
@@ -287,13 +281,7 @@ def verify_command(
         rank=rank,
         checkpoint_globs=checkpoint_globs,
     )
-    limits = DrillLimits(
-        max_restarts if max_restarts is not None else restart_cap(kills),
-        deadline,
-        work_dir=None if work_dir is None else str(work_dir),
-    )
-    if deadline is not None:
-        target.deadline = t0 + deadline
+    limits = _limits(target, t0, kills, max_restarts, deadline, work_dir)
     with _work_dirs(work_dir) as (ref_dir, crash_dir):
         ref: Segment | None = None
         plan: list[KillPoint] = []
@@ -342,6 +330,26 @@ def verify_command(
         look = CheckpointLook(target.checkpoint_root(crash_dir))  # read only if a finding asks
         evidence = Evidence(target, ref, ref_snapshot, crashed, plan, final, checkpoint=look)
         return _finish(target, "command", seed, kills, plan, evidence, t0, None, limits, gaps=gaps)
+
+
+def _limits(
+    target: Target,
+    t0: float,
+    kills: int,
+    max_restarts: int | None,
+    deadline: float | None,
+    work_dir: str | Path | None,
+) -> DrillLimits:
+    """The drill's bounds as asked (None: the defaults of drill/drill_end.py; a deadline
+    left None is derived from the reference's time once it ends), the target's deadline set."""
+    limits = DrillLimits(
+        max_restarts if max_restarts is not None else restart_cap(kills),
+        deadline,
+        work_dir=None if work_dir is None else str(work_dir),
+    )
+    if deadline is not None:
+        target.deadline = t0 + deadline
+    return limits
 
 
 def _nothing(t0: float) -> Segment:
