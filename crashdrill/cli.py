@@ -167,6 +167,11 @@ def _cmd_presets(args: argparse.Namespace) -> int:
             print(f"crashdrill presets: {e}", file=sys.stderr)
         return EXIT_USAGE
     print(f"{args.name}: ok — {p.id} · {p.title} · {p.knob_text()} · crash {p.crash.mode}")
+    if args.action == "validate":
+        from crashdrill.trainer.presets import window_warnings
+
+        for warning in window_warnings(p):
+            print(f"  warning: {warning}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -333,7 +333,7 @@ def test_lesson_1_15_without_a_cluster_losing_the_machine_wipes_the_disk_and_say
     for label in "AB":
         text = crash_event(pair, label)["text"]
         assert "There is no other machine to move to" in text, text
-    assert "pulled step" in crash_event(pair, "B")["text"]
+    assert "pulled the checkpoint at step" in crash_event(pair, "B")["text"]
     (b,) = pair.checks("B")
     assert b["from_step"] >= first and b["bit_identical"] is True and b["complete"]
 
@@ -354,7 +354,9 @@ def test_lesson_1_11_only_the_mirrored_run_survives_its_disk(client: httpx.Clien
     assert runs[0]["exit_code"] == 3
     assert not pair.records("A", "mirror")  # mirror = "off": nothing left the machine
     text_b = crash_event(pair, "B")["text"]
-    assert "checkpoint directory was deleted" in text_b and "pulled step" in text_b, text_b
+    assert (
+        "checkpoint directory was deleted" in text_b and "pulled the checkpoint at step" in text_b
+    ), text_b
     (b,) = pair.checks("B")
     at_b = crash_event(pair, "B")["step"]
     assert b["from_step"] >= first and b["bit_identical"] is True and b["complete"]

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from crashdrill.trainer.presets import PresetError, get_preset, list_presets, parse_preset
@@ -230,10 +232,26 @@ def test_a_crash_window_survives_any_what_to_watch_text() -> None:
             r"\[crash\] window: unknown run 'C'; allowed: A, B",
         ),
         ({"A": [1, 4], "B": "x"}, r"\[crash\] window.B = 'x'"),
-        ([10, "end"], r"run A's window starts at step 10, but the run trains 10 steps"),
-        ([2, 11], r"run A's window ends at step 11, past the run's 10 steps"),
     ],
 )
 def test_a_bad_crash_window_names_the_field_the_value_and_what_is_allowed(window, message):
     with pytest.raises(PresetError, match=message):
         parse_preset({**VALID, "crash": {"window": window}})
+
+
+@pytest.mark.parametrize(
+    ("window", "message"),
+    [
+        ([10, "end"], r"run A's window starts at step 10, but the run trains 10 steps"),
+        ([2, 11], r"run A's window ends at step 11, past the run's 10 steps"),
+    ],
+)
+def test_a_window_that_misses_the_run_s_steps_is_a_warning_and_the_preset_still_loads(
+    window, message
+):
+    # A run shortened on purpose (a student's steps, a smoke size) keeps its lesson.
+    from crashdrill.trainer.presets import window_warnings
+
+    preset = parse_preset({**VALID, "crash": {"window": window}})
+    warnings = window_warnings(preset)  # one per run: both train 10 steps
+    assert len(warnings) == 2 and re.search(message, warnings[0]), warnings
