@@ -51,7 +51,9 @@ LOG_DIRS = frozenset(
 )  # fmt: skip
 _EVENT_LOG = re.compile(r"^events\.out\.tfevents\.")
 _CHECKPOINT_DIR = re.compile(r"^(checkpoint[-_]?\d+|step[-_]?\d+|global_step\d+)$")
-_LOG_JSON = re.compile(r"log|metric|histor|result|stat|summar|event|loss|eval|sample|progress")
+_LOG_JSON = re.compile(
+    r"log|metric|histor|result|stats|statistic|summar|event|loss|eval|sample|progress"
+)
 _TEMP_MARKS = re.compile(r"(\.(tmp|temp|part|partial|new)|~)$")
 
 TAKEN, TEMP, IGNORED = "checkpoint", "temp", "ignored"

@@ -32,6 +32,8 @@ def test_checkpoints_are_taken_and_the_logs_beside_them_are_ignored(tmp_path: Pa
             "state": pickle.dumps({"step": 3}, protocol=4),
             "head.safetensors": SAFETENSORS,
             "ckpt.json": b'{"step": 3}',
+            "state.json": b'{"step": 3, "w": 0.5}',  # "state" is no "stats" log
+            "run_stats.json": b'{"loss": 1.0}',
             "checkpoint-200/trainer_state.json": b"{}",
             "checkpoint-200/vocab.txt": b"a b c",
             "dcp/.metadata": b"\x80\x04",
@@ -60,8 +62,10 @@ def test_checkpoints_are_taken_and_the_logs_beside_them_are_ignored(tmp_path: Pa
         "lightning_logs/version_0/checkpoints/last.ckpt",
         "model.pt",
         "state",
+        "state.json",
         "weights",
     ]
+    assert files.ignored["run_stats.json"] == "a JSON log by its name"
     assert files.ignored["events.out.tfevents.1700000000.host.1"] == "a TensorBoard event log"
     assert files.ignored["log.csv"] == "a log or text file (.csv)"
     assert files.ignored["metrics.json"] == "a JSON log by its name"
