@@ -104,7 +104,10 @@ def test_a_lesson_whose_crash_comes_by_itself_asks_before_start(
         assert row.locator(".predicted").inner_text() == guess
     page.locator("#predict tr[data-run=B][data-status=measured]").wait_for(timeout=RUN_MS)
     page.locator("#predict tr[data-run=A][data-status=measured]").wait_for(timeout=RUN_MS)
-    assert page.locator("#predict tr[data-run=B] .measured").inner_text() == "60 steps"
+    # B dies at the wall's SIGTERM; a step already in flight may land first (60 or 61 lost):
+    # within the rule's 2 steps either way, so the verdict is the same.
+    measured = page.locator("#predict tr[data-run=B] .measured").inner_text()
+    assert measured in ("60 steps", "61 steps", "62 steps"), measured
     assert page.locator("#predict tr[data-run=B] .verdict").inner_text() == "✓ as predicted"
     assert "No prediction was made" not in page.locator("#predict").inner_text()
     assert page.errors == []
