@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from crashdrill.trainer.prediction import number_tolerance
 from tests.browser.conftest import LabServer, open_page, serve_lab
 from tests.support.browser_lab import RUN_MS, resume_check, run_view, wait_step
 
@@ -104,11 +105,14 @@ def test_a_lesson_whose_crash_comes_by_itself_asks_before_start(
         assert row.locator(".predicted").inner_text() == guess
     page.locator("#predict tr[data-run=B][data-status=measured]").wait_for(timeout=RUN_MS)
     page.locator("#predict tr[data-run=A][data-status=measured]").wait_for(timeout=RUN_MS)
-    # B dies at the wall's SIGTERM; a step already in flight may land first (60 or 61 lost):
-    # within the rule's 2 steps either way, so the verdict is the same.
+    # B dies at the wall's SIGTERM, at step 60 or later when the machine is busy (the lab
+    # sends it once it has read step 60): the verdict is the one rule's, whatever it lost.
     measured = page.locator("#predict tr[data-run=B] .measured").inner_text()
-    assert measured in ("60 steps", "61 steps", "62 steps"), measured
-    assert page.locator("#predict tr[data-run=B] .verdict").inner_text() == "✓ as predicted"
+    lost = int(measured.split()[0])
+    assert lost >= 60, measured
+    right = abs(60 - lost) <= number_tolerance(lost)
+    verdict = page.locator("#predict tr[data-run=B] .verdict").inner_text()
+    assert verdict == ("✓ as predicted" if right else "✗ not as predicted"), (measured, verdict)
     assert "No prediction was made" not in page.locator("#predict").inner_text()
     assert page.errors == []
     page.context.close()
