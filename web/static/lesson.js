@@ -170,6 +170,12 @@ const openFieldLists = new Set(); // "run:segment" of the checks whose metric li
 
 export function renderResumeChecks(pair) {
   const list = $("#resume-checks");
+  // What the student has open right now, read from the page before it is rebuilt: a click
+  // whose toggle event has not fired yet still counts.
+  for (const d of list.querySelectorAll("details.check-fields")) {
+    if (d.open) openFieldLists.add(d.dataset.key);
+    else openFieldLists.delete(d.dataset.key);
+  }
   list.replaceChildren();
   let n = 0;
   for (const r of pair.ordered()) {
@@ -182,6 +188,7 @@ export function renderResumeChecks(pair) {
       if (fields) {
         // The list is rebuilt on every new record: a metric list the student opened stays open.
         const key = `${r.id}:${c.segment}`;
+        fields.dataset.key = key;
         fields.open = openFieldLists.has(key);
         fields.addEventListener("toggle", () => {
           if (fields.open) openFieldLists.add(key);
