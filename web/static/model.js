@@ -335,7 +335,10 @@ export class PairModel {
   }
 
   setView(view) {
-    this.view = { ...this.view, ...view };
+    // A prediction, once made, is never unmade: a view fetched before it was saved (and
+    // answered after) must not reopen the question.
+    const prediction = view.prediction ?? this.view.prediction ?? null;
+    this.view = { ...this.view, ...view, prediction };
     for (const rv of view.runs || []) {
       const run = this.runs.get(rv.id);
       if (run) run.setView(rv);

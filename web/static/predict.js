@@ -261,7 +261,11 @@ export class PredictionPanel {
   refresh(pair, signature) {
     const view = pair.view.prediction;
     const q = this.question(pair);
-    if (!q || !view || view.skipped || this.fetching || signature === this.refreshedFor) return;
+    if (!q || !view || view.skipped || signature === this.refreshedFor) return;
+    if (this.fetching) {
+      this.again = signature; // asked again while an answer is on its way: once more after it
+      return;
+    }
     if (q.runs.every((r) => ["measured", "none"].includes(view.results?.[r]?.status))) return;
     // Each ask measures on the server: at most every REFRESH_MS, the last change included.
     const wait = REFRESH_MS - (performance.now() - this.refreshedAt);
@@ -278,6 +282,9 @@ export class PredictionPanel {
       this.update(pair);
     }).catch(() => {}).finally(() => {
       this.fetching = false;
+      const again = this.again;
+      this.again = null;
+      if (again) this.refresh(pair, again);
     });
   }
 }
