@@ -115,6 +115,9 @@ class Lab(RunControl):
         self.telemetry = TelemetryFeed(settings, self.store, self.fanout, sampler_factory)
         watch_cluster(self.executor, self.telemetry, settings)  # nodes' samples, reachability
         self.supervisors: dict[str, Supervisor] = {}  # runs whose trainer is watched
+        # The starts on their way (a thread each, `_started`): a stop waits for them, so a
+        # run stopped while its trainer was still being started reports it stopped.
+        self._starts: dict[str, threading.Thread] = {}
         # Stops asked for while the scheduler was starting a run (state "starting", no
         # supervisor yet): whoever of the Stop and _started comes second carries it out.
         self._stop_when_started: dict[str, str] = {}
@@ -185,6 +188,8 @@ class Lab(RunControl):
         if self.settings.stop_runs_on_exit:
 
             def join_all() -> None:
+                for t in list(self._starts.values()):
+                    t.join(15)  # a start that waited gives up on the stop flag
                 for s in sups:
                     s.join(10)
 
@@ -260,8 +265,12 @@ class Lab(RunControl):
                 self.store.update_run(run_id, state="failed", ended_at=time.time(), **fields)
                 self.supervisors.pop(run_id, None)
                 self.schedule()
+            finally:
+                self._starts.pop(run_id, None)
 
-        threading.Thread(target=start, name=f"start-{run_id}", daemon=True).start()
+        thread = threading.Thread(target=start, name=f"start-{run_id}", daemon=True)
+        self._starts[run_id] = thread
+        thread.start()
 
     def _ended(self, run_id: str, row: Row) -> None:
         """A supervisor's report that the run ended is stored: its slot is free."""
