@@ -375,7 +375,7 @@ def run_tests() -> int:
         *eslint_step(),  # the page's JS: web/static
         [PY, "scripts/typecheck.py"],  # mypy over the whole package, across modules
         [PY, "scripts/lint_imports.py"],  # the layers: import-linter contracts in pyproject
-        [PY, "-m", "pytest", "tests", "-p", "no:cacheprovider"],
+        [PY, "-m", "pytest", "tests", "-p", "no:cacheprovider", "--durations=30"],
         [BIN / "crashdrill", "verify", "--preset", "quick", "--kills", "2"],
     ]
     for cmd in steps:
