@@ -65,7 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-install", action="store_true", help="copy only; never run npm")
     args = parser.parse_args(argv)
-    stale = [p for p in (*VENDORED, *TOOLS) if installed_version(p) != pinned_version(p)]
+    # --no-install copies what is there: the vendored packages must be; the tools (a dev
+    # dependency, left out of an image's `npm ci --omit=dev`) need not.
+    wanted_here = tuple(VENDORED) if args.no_install else (*VENDORED, *TOOLS)
+    stale = [p for p in wanted_here if installed_version(p) != pinned_version(p)]
+    if args.no_install:
+        for tool in TOOLS:
+            if installed_version(tool) != pinned_version(tool):
+                version = pinned_version(tool)
+                print(f"build_web: no {tool} {version} in node_modules (not needed to copy)")
     if stale:
         if args.no_install:
             wanted = ", ".join(f"{p} {pinned_version(p)}" for p in stale)
