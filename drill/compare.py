@@ -33,7 +33,6 @@ from crashdrill.drill.resume_check import check_resume
 from crashdrill.drill.target import Segment, Target, last_step_trained
 from crashdrill.drill.trace import classify_precision, step_spacing
 from crashdrill.drill.verdicts import (
-    NOTHING_LEFT,
     Analysis,
     Evidence,
     Finding,
@@ -45,6 +44,7 @@ from crashdrill.drill.verdicts import (
     step_text,
 )
 from crashdrill.trainer.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from crashdrill.trainer.resume_outcome import ResumeOutcome
 
 
 def analyse(ev: Evidence) -> Analysis:
@@ -154,7 +154,8 @@ def analyse(ev: Evidence) -> Analysis:
         findings.append(Finding(FINAL_STATE_DIFFERS, f"final state: {what}"))
 
     failed = any(f.fails for f in findings) or any(
-        not r.bit_identical and r.verdict != NOTHING_LEFT for r in resumes
+        r.resume_outcome not in (ResumeOutcome.IDENTICAL, ResumeOutcome.NOTHING_LEFT)
+        for r in resumes
     )
     exit_code = EXIT_FAILED if failed else EXIT_OK
     return Analysis(resumes, findings, precision, "fail" if failed else "pass", exit_code)

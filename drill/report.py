@@ -11,7 +11,7 @@ from crashdrill.drill.compare import executed_kills
 from crashdrill.drill.plan import TRIAL_KINDS
 from crashdrill.drill.record_fields import fields_summary
 from crashdrill.drill.target import last_step_trained
-from crashdrill.drill.verdicts import NOTHING_LEFT, ResumeVerdict
+from crashdrill.drill.verdicts import ResumeVerdict
 from crashdrill.drill.verify import DrillResult
 from crashdrill.trainer.resume_compare import differing
 
@@ -152,6 +152,7 @@ def _resume(r: ResumeVerdict) -> dict[str, Any]:
         "latency_s": _num(r.latency_s, 3),
         "outcome": r.outcome,
         "verdict": r.verdict,
+        "resume_outcome": r.resume_outcome.value,
         "resume_args": r.resume_args,
         "differing": differing(r.fields),
         "fields": [f.to_json() for f in r.fields],
@@ -426,7 +427,7 @@ def _replays(result: DrillResult) -> str:
 def _held(r: ResumeVerdict) -> bool:
     """The resume matched (to the precision printed: too few digits is a finding about
     the whole run, not about one trial) or had nothing left to train."""
-    return r.verdict in ("bit-identical", NOTHING_LEFT) or r.verdict.startswith("equal at")
+    return r.resume_outcome.held
 
 
 _KIND_TEXT: dict[str, str] = {

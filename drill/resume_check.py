@@ -40,6 +40,7 @@ from crashdrill.drill.verdicts import (
     step_text,
 )
 from crashdrill.drill.write_evidence import incomplete_proof
+from crashdrill.trainer.resume_outcome import ResumeOutcome
 
 TINY_RELATIVE = 1e-4  # a first difference this small is rounding, not a different batch
 TORN = "write checkpoints atomically: a temp file, fsync, then os.replace"
@@ -226,6 +227,7 @@ def check_resume(
             fails=False,
         )
     verdict = ""
+    outcome: ResumeOutcome | None = None  # the verdict in one word (trainer/resume_outcome.py)
     div = target.diverged(seg)
     diverged_at = None  # a divergence of its own, where the reference did not
     if div is not None and not same_divergence(div, seg.points, ref.points, target.diverged(ref)):
@@ -237,9 +239,11 @@ def check_resume(
             f"step printed: {step_text(seg.last_step)}).{torn_note} stderr tail:{stderr_tail(seg)}",
         )
         verdict = "hung"
+        outcome = ResumeOutcome.TORN if torn_note else ResumeOutcome.HUNG
     elif diverged_at is not None and div is not None and not torn_note:
         add(RESUME_DIVERGED, resume_diverged_text(div, seg.points, ref.points, ref_div))
         verdict = f"diverged at step {diverged_at}"
+        outcome = ResumeOutcome.DIFFERENT
     elif seg.crashed and div is None:
         meaning = target.exit_meaning(seg.exit_code)
         what = meaning or f"crashed by itself with exit status {seg.exit_code}"
@@ -251,6 +255,10 @@ def check_resume(
         else:
             add(CRASHED, f"the restarted script {what}. stderr tail:{stderr_tail(seg)}")
         verdict = "refused" if meaning else "crashed"
+        if torn_note:
+            outcome = ResumeOutcome.TORN
+        else:
+            outcome = ResumeOutcome.REFUSED if meaning else ResumeOutcome.CRASHED
     elif seg.crashed and torn_note:  # it diverged after loading a torn checkpoint
         add(
             TORN_CHECKPOINT,
@@ -258,12 +266,14 @@ def check_resume(
             f"{torn_note} stderr tail:{stderr_tail(seg)}",
         )
         verdict = "diverged"
+        outcome = ResumeOutcome.TORN
     if from_start and saved:
         # A fresh start prints the reference's first loss; one that loaded the weights and
         # counted from 0 again prints another (the script is deterministic: `unrepeatable`)
         loaded = i == 0 and not unrepeatable and pairs[0][1].step == seg.first_step
         if torn_note:
             add(TORN_CHECKPOINT, f"restarted from the start.{torn_note}")
+            outcome = outcome or ResumeOutcome.TORN
         elif loaded:
             a, b = pairs[0]
             evidence.append(
@@ -279,6 +289,7 @@ def check_resume(
                 "follows the step (an LR schedule, a data position) starts over too." + lacks,
             )
             verdict = verdict or f"steps restarted from {b.step}"
+            outcome = outcome or ResumeOutcome.DIFFERENT
         else:
             add(
                 SILENT_FRESH_START,
@@ -288,12 +299,15 @@ def check_resume(
                 " or loads it and throws it away)",
             )
         verdict = verdict or "silent fresh start"
+        outcome = outcome or ResumeOutcome.FRESH
     if inherited is not None and not pairs and not verdict:
         verdict = f"not judged: the run had diverged at resume {inherited}"
+        outcome = ResumeOutcome.NOT_COMPARED
     if i is not None:
         a, b = pairs[i]
         worst = loss.max_abs_delta or 0.0  # there are pairs: never None here
         verdict = verdict or f"diverged at step {a.step}"
+        outcome = outcome or ResumeOutcome.DIFFERENT
         if not unrepeatable and not (from_start and saved):
             rel = a.delta(b) / max(abs(a.value), 1e-12)
             was_recomputed = recomputed is not None and a.step <= recomputed[1]
@@ -313,6 +327,7 @@ def check_resume(
                 pass  # the divergence is the finding: resume-diverged above
             elif torn_note:
                 add(TORN_CHECKPOINT, f"diverges from step {a.step}.{torn_note}")
+                outcome = ResumeOutcome.TORN
             elif i in (0, 1) and rel > TINY_RELATIVE:
                 at = "batch" if i == 0 else "update"
                 if at == "batch":
@@ -340,10 +355,12 @@ def check_resume(
     other = field_verdict(fields) if i is None and not verdict else None
     if other is not None:
         verdict = other[0]
+        outcome = ResumeOutcome.DIFFERENT
         add(FIELDS_DIFFER, other[1])
     exact = precision.exact
     if not verdict:
         verdict = "bit-identical" if exact else f"equal at {precision.digits} digits"
+        outcome = ResumeOutcome.IDENTICAL if exact else ResumeOutcome.EQUAL_AS_PRINTED
     if not pairs and not verdict.startswith(
         ("crashed", "hung", "refused", "not judged", "diverged")
     ):
@@ -351,8 +368,10 @@ def check_resume(
         ended = seg.exit_code == 0 and not seg.killed and not seg.points
         if ended and reached is not None and reached >= (ref.last_step or 0):
             verdict = NOTHING_LEFT  # a stop saved the last step: the restart had nothing to do
+            outcome = ResumeOutcome.NOTHING_LEFT
         else:
             verdict = "no steps"
+            outcome = ResumeOutcome.NOT_COMPARED
     return ResumeVerdict(
         index=k,
         killed_at_step=killed_at,
@@ -362,12 +381,13 @@ def check_resume(
         recomputed=recomputed,
         recomputed_steps=n_recomputed,
         loss=loss,
-        bit_identical=verdict == "bit-identical",
+        bit_identical=outcome is ResumeOutcome.IDENTICAL,
         restarted_from_start=from_start,
         progress_saved=saved,
         latency_s=latency,
         outcome=f"diverged (exit {seg.exit_code})" if div is not None else _outcome(seg),
         verdict=verdict,
+        resume_outcome=outcome or ResumeOutcome.NOT_COMPARED,
         resume_args=seg.resume_args,
         fields=fields,
         trial=_trial(prev, seg, landing, saved, from_step, ref.write_steps),

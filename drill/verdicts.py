@@ -20,6 +20,7 @@ from crashdrill.drill.snapshot import Snapshot
 from crashdrill.drill.target import Segment, Target
 from crashdrill.drill.trace import Precision, StepPoint
 from crashdrill.trainer.resume_compare import LOSS, FieldComparison, compare
+from crashdrill.trainer.resume_outcome import ResumeOutcome
 
 if TYPE_CHECKING:  # imported by the command drill only: the preset drill never inspects
     from crashdrill.drill.checkpoint_evidence import CheckpointLook
@@ -92,6 +93,8 @@ class ResumeVerdict:
     latency_s: float | None  # SIGKILL → first step record of the resumed process
     outcome: str  # how the resumed process ended: killed, finished, crashed, hung
     verdict: str
+    # The verdict in one word, the lab's words for it (trainer/resume_outcome.py)
+    resume_outcome: ResumeOutcome
     resume_args: bool | None = None  # started with the script's resume arguments
     # Every compared field of the run records (the built-in trainer), else only the loss
     fields: tuple[FieldComparison, ...] = ()

@@ -33,6 +33,7 @@ from crashdrill.server.ingest_loop import resume_checks
 from crashdrill.server.store import TERMINAL_STATES, Store
 from crashdrill.trainer.prediction import LABELS, RULE_TEXT, Prediction
 from crashdrill.trainer.records import NO_CHECKPOINT_CODE
+from crashdrill.trainer.resume_outcome import PENDING, ResumeOutcome
 
 CLASS_PAIRS = 500  # predictions per lab the class view reads, newest first
 
@@ -169,20 +170,18 @@ def run_outcome(store: Store, run: Row, measure: str) -> Any:
             return int(check["expected_points"])
         return int(run["step"] or 0) if refused else None
     if refused:
-        kind = "refused"
+        kind = ResumeOutcome.REFUSED
     elif check is None:
         return None
-    elif check["started_over"]:
-        kind = "fresh"
-    elif check["bit_identical"] is False:
-        kind = "different"
-    elif check["complete"] and (check["bit_identical"] or not check["expected_points"]):
-        kind = "identical"
     else:
-        return None  # identical so far: wait until every lost step is recomputed
+        kind = ResumeOutcome(check["outcome"])
+        if kind in PENDING:
+            return None  # identical so far: wait until every lost step is recomputed
+        if kind is ResumeOutcome.NOTHING_LEFT:
+            kind = ResumeOutcome.IDENTICAL  # nothing was lost: it resumed, bit-identical
     if measure == "bit_identical":
-        return "yes" if kind == "identical" else "no"
-    return kind
+        return "yes" if kind is ResumeOutcome.IDENTICAL else "no"
+    return kind.value
 
 
 def class_predictions(store: Store) -> list[dict[str, Any]]:

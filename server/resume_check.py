@@ -13,6 +13,10 @@ record), so a check that is not bit-identical can say why; `started_over` marks 
 segment that trained from step 0 again without a checkpoint (`from_step` null); a resume
 of the step-0 checkpoint is a resume (`from_step` 0), compared like any other.
 
+`outcome` says in one word what all that comes to (trainer/resume_outcome.py): decided
+here once and served in each check, so that the page and a lesson's prediction read it
+instead of deciding it again from the fields above.
+
 This module pairs the rows; what a pair is worth (equal bits, |Δ|, the first divergence)
 is `crashdrill.trainer.resume_compare`, the comparison `crashdrill verify` uses too.
 JSON has no infinity: a |Δ| that is not finite is null with `infinite_delta: true`.
@@ -35,6 +39,7 @@ from crashdrill.trainer.resume_compare import (
     loss_reading,
     not_finite,
 )
+from crashdrill.trainer.resume_outcome import ResumeOutcome
 
 Record = Mapping[str, Any]
 
@@ -84,6 +89,22 @@ class ResumeCheck:
     def first_divergent_step(self) -> int | None:
         return self.loss.first_divergent_step
 
+    @property
+    def outcome(self) -> ResumeOutcome:
+        """What this resume came to so far, in the order the page has always read it: no
+        checkpoint and nothing compared yet is a fresh start; nothing compared with nothing
+        lost is nothing left; a started-over segment is fresh whatever it matched (a new
+        model at the same seed); a match is final only once every lost step is in."""
+        if self.from_step is None and not self.points:
+            return ResumeOutcome.FRESH
+        if not self.points:
+            return ResumeOutcome.NOTHING_LEFT if not self.expected_points else ResumeOutcome.WAITING
+        if self.started_over:
+            return ResumeOutcome.FRESH
+        if self.bit_identical:
+            return ResumeOutcome.IDENTICAL if self.complete else ResumeOutcome.IDENTICAL_SO_FAR
+        return ResumeOutcome.DIFFERENT
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "segment": self.segment,
@@ -101,6 +122,7 @@ class ResumeCheck:
             "started_over": self.started_over,
             "differing": self.differing,
             "fields": [f.to_json() for f in self.fields],
+            "outcome": self.outcome.value,
         }
 
 

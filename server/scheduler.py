@@ -17,7 +17,7 @@ and its estimated wait, server/queue_wait.py) runs on a worker thread: a remote
 database's round trips would stall the loop, and a long queue means a view to push for
 each run. The wait is estimated once a pass, for all queued runs together; while runs
 wait, a pass also runs every ESTIMATE_EVERY_S to push a fresher estimate.
-A queued run is taken with UPDATE … WHERE state = 'queued', so a run a Stop click stopped
+A queued run is taken with UPDATE … WHERE the state is still queued, so a run a Stop click stopped
 while a pass planned it is not started anyway.
 """
 

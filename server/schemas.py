@@ -11,6 +11,7 @@ from crashdrill.server.pending_kill import KINDS as PENDING_KILL_KINDS
 from crashdrill.server.store import RUN_STATES
 from crashdrill.trainer import crash_modes
 from crashdrill.trainer.record_contract import KIND_NAMES
+from crashdrill.trainer.resume_outcome import ResumeOutcome
 
 # Choices that have one home elsewhere, derived here so that the routes' validation and the
 # OpenAPI schema list exactly those: the record kinds of the run-record contract
@@ -312,6 +313,10 @@ class ResumeCheckOut(BaseModel):
     started_over: bool = Field(
         False, description="the segment trained from step 0 again (no checkpoint was resumed)"
     )
+    outcome: ResumeOutcome = Field(
+        description="what the resume came to, in one word (trainer/resume_outcome.py): the"
+        " page picks its words by it"
+    )
 
 
 class ResumeChecks(BaseModel):
@@ -382,6 +387,14 @@ class CrashModeOut(BaseModel):
     moves_host: bool = Field(description="the run restarts on another machine, from the mirror")
 
 
+class ResumeOutcomeOut(BaseModel):
+    value: str = Field(description="a resume check's `outcome`")
+    meaning: str
+    held: bool = Field(description="the resume kept the run (it matched, or lost nothing)")
+    pending: bool = Field(description="not final: more recomputed steps will decide")
+    lab_check: bool = Field(description="a check of the lab's API can have it")
+
+
 class RecordKinds(BaseModel):
     version: int = Field(description='the "v" of every record')
     common: list[RecordField] = Field(description="fields of every record")
@@ -389,6 +402,10 @@ class RecordKinds(BaseModel):
     events: list[EventCodeOut] = Field(description="every event code (trainer/event_codes.py)")
     crash_modes: list[CrashModeOut] = Field(
         description="every crash mode (trainer/crash_modes.py): the page acts on their fields"
+    )
+    resume_outcomes: list[ResumeOutcomeOut] = Field(
+        default_factory=list,
+        description="every outcome a resume check may have (trainer/resume_outcome.py)",
     )
 
 

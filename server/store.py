@@ -24,6 +24,19 @@ ACTIVE_STATES = ("starting", "running", "restarting")
 TERMINAL_STATES: tuple[str, ...] = ENDED  # finished, failed, stopped, diverged
 LIVE_STATES = ("queued", *ACTIVE_STATES)  # a run that is not over
 RUN_STATES = (*LIVE_STATES, *TERMINAL_STATES)
+QUEUED = LIVE_STATES[0]
+
+
+def sql_list(states: Sequence[str]) -> str:
+    """`'queued', 'starting'`: states as SQL literals, for a query's IN list. Only for the
+    constants above (never for input): queries name their states from this one home."""
+    unknown = [s for s in states if s not in RUN_STATES]
+    if unknown:
+        raise ValueError(f"not run states: {unknown}; the states are {', '.join(RUN_STATES)}")
+    return ", ".join(f"'{s}'" for s in states)
+
+
+_LIVE_IN = sql_list(LIVE_STATES)
 
 
 def marks(values: Sequence[object]) -> str:
@@ -121,8 +134,8 @@ class Store:
                 self.db.run(
                     "INSERT INTO runs"
                     " (id, pair_id, label, preset, run_dir, state, queued_at, lab)"
-                    " VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)",
-                    (run_id, pair_id, label, preset, run_dir, now + i * 1e-6, self.lab),
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (run_id, pair_id, label, preset, run_dir, QUEUED, now + i * 1e-6, self.lab),
                 )
 
     def set_prediction(self, pair_id: str, prediction_json: str) -> None:
@@ -171,7 +184,7 @@ class Store:
         """Pairs of `owner` with a run that is queued or has not ended."""
         row = self.db.one(
             "SELECT COUNT(DISTINCT p.id) AS n FROM pairs p JOIN runs r ON r.pair_id = p.id"
-            " WHERE p.owner = ? AND r.state IN ('queued', 'starting', 'running', 'restarting')",
+            f" WHERE p.owner = ? AND r.state IN ({_LIVE_IN})",
             (owner,),
         )
         return int(row["n"]) if row else 0
@@ -180,8 +193,8 @@ class Store:
         """One page of this lab's pairs for the class view, those with a queued or active
         run first, then newest first ({id, live}); and how many pairs there are in all."""
         page = self.db.run(
-            "SELECT p.id AS id, MAX(CASE WHEN r.state IN ('queued', 'starting', 'running',"
-            " 'restarting') THEN 1 ELSE 0 END) AS live, p.created_at AS created_at"
+            f"SELECT p.id AS id, MAX(CASE WHEN r.state IN ({_LIVE_IN})"
+            " THEN 1 ELSE 0 END) AS live, p.created_at AS created_at"
             " FROM pairs p JOIN runs r ON r.pair_id = p.id WHERE r.lab = ?"
             " GROUP BY p.id, p.created_at ORDER BY live DESC, p.created_at DESC, p.id"
             " LIMIT ? OFFSET ?",
@@ -219,7 +232,7 @@ class Store:
         """Pairs created from the address `client` with a run queued or not ended."""
         row = self.db.one(
             "SELECT COUNT(DISTINCT p.id) AS n FROM pairs p JOIN runs r ON r.pair_id = p.id"
-            " WHERE p.client = ? AND r.state IN ('queued', 'starting', 'running', 'restarting')",
+            f" WHERE p.client = ? AND r.state IN ({_LIVE_IN})",
             (client,),
         )
         return int(row["n"]) if row else 0
@@ -228,8 +241,7 @@ class Store:
         """What the live pairs from the address `client` will write to disk, together."""
         row = self.db.one(
             "SELECT COALESCE(SUM(disk_bytes), 0) AS n FROM pairs WHERE client = ? AND id IN"
-            " (SELECT pair_id FROM runs WHERE state IN ('queued', 'starting', 'running',"
-            " 'restarting'))",
+            f" (SELECT pair_id FROM runs WHERE state IN ({_LIVE_IN}))",
             (client,),
         )
         return int(row["n"]) if row else 0

@@ -34,14 +34,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from crashdrill.trainer.resume_outcome import ResumeOutcome
+
 LABELS = ("A", "B")
 MEASURES = ("lost_steps", "resume", "bit_identical")
-# code -> what the student reads; the codes are what is stored and measured.
+# code -> what the student reads; the codes are what is stored and measured: resume
+# outcomes (trainer/resume_outcome.py), the ones a first restart in the lab ends with.
 RESUME_CHOICES = {
-    "identical": "resumes, bit-identical",
-    "different": "resumes, but not bit-identical",
-    "fresh": "starts over from step 0",
-    "refused": "refuses to start (an error)",
+    ResumeOutcome.IDENTICAL.value: "resumes, bit-identical",
+    ResumeOutcome.DIFFERENT.value: "resumes, but not bit-identical",
+    ResumeOutcome.FRESH.value: "starts over from step 0",
+    ResumeOutcome.REFUSED.value: "refuses to start (an error)",
 }
 YES_NO = {"yes": "yes", "no": "no"}
 CHOICES: dict[str, dict[str, str]] = {"resume": RESUME_CHOICES, "bit_identical": YES_NO}

@@ -330,11 +330,12 @@ def kind(name: str) -> Kind:
 
 
 def contract_json() -> dict[str, Any]:
-    """The contract as JSON (GET /api/record-kinds), the event codes and crash modes
-    included."""
+    """The contract as JSON (GET /api/record-kinds), the event codes, crash modes and
+    resume outcomes included."""
     # event_codes builds on this module's Field: imported here, not at the top.
     from crashdrill.trainer.crash_modes import modes_json
     from crashdrill.trainer.event_codes import events_json
+    from crashdrill.trainer.resume_outcome import outcomes_json
 
     def fields(fs: tuple[Field, ...]) -> list[dict[str, Any]]:
         return [
@@ -359,4 +360,5 @@ def contract_json() -> dict[str, Any]:
         ],
         "events": events_json(),
         "crash_modes": modes_json(),  # what an event's crash_mode names does, by its fields
+        "resume_outcomes": outcomes_json(),  # what a resume check's `outcome` may be
     }

@@ -112,7 +112,8 @@ def test_a_crash_test_s_run_says_how_long_starts_take_and_never_restarts_once_fi
             const l = await import('/static/lesson.js');
             return l.resumeCheckText('A', {segment: 1, from_step: 100, steps: [101, 124],
                 points: 24, expected_points: 300, complete: false, bit_identical: true,
-                max_abs_delta: 0, mean_abs_delta: 0, missing: [], fields: []});
+                max_abs_delta: 0, mean_abs_delta: 0, missing: [], fields: [],
+                outcome: 'identical_so_far'});
         }"""
     )
     assert partial[2] != "identical" and "so far" in partial[1], partial

@@ -13,6 +13,7 @@ from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.trace import StepPoint
 from crashdrill.drill.verdicts import Evidence, FinalParams
 from crashdrill.drill.verify import DrillResult
+from crashdrill.trainer.resume_outcome import ResumeOutcome
 from tests.unit.test_drill_compare import CKPT, FakeTarget, _seg
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "verify.md"
@@ -45,7 +46,7 @@ RESUME_KEYS = {
     "recomputed", "points", "max_abs_delta", "mean_abs_delta", "first_divergent_step",
     "bit_identical", "restarted_from_start", "checkpoint_existed", "latency_s", "outcome",
     "verdict", "resume_args", "differing", "fields", "trial", "kill", "replay_of",
-    "compared_with",
+    "compared_with", "resume_outcome",
 }  # fmt: skip
 FIELD_KEYS = {
     "field", "equal", "points", "steps", "first_divergent_step", "max_abs_delta",
@@ -62,6 +63,15 @@ STOP_KEYS = {
     "index", "planned_step", "sigterm_step", "last_step", "exit_code", "stop_s", "grace_s",
     "within_grace", "wrote_checkpoint", "resumed_from", "steps_lost", "diagnosis", "text",
 }  # fmt: skip
+
+
+def test_each_resume_reports_its_outcome_in_the_lab_s_words(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    report.write_json(_result(), path)
+    resumes = json.loads(path.read_text())["resumes"]
+    values = {o.value for o in ResumeOutcome}
+    assert resumes and all(r["resume_outcome"] in values for r in resumes)
+    assert all((r["resume_outcome"] == "identical") == r["bit_identical"] for r in resumes)
 
 
 def test_json_report_has_the_documented_fields(tmp_path: Path) -> None:

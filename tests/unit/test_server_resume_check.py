@@ -16,6 +16,7 @@ from crashdrill.server.ingest_loop import resume_checks as resume_checks_of_run
 from crashdrill.server.resume_check import checks_from_rows, resume_checks
 from crashdrill.server.store import NewRecord, Store
 from crashdrill.trainer.checkpoint_layout import PART_WORDS, PARTS_FULL
+from crashdrill.trainer.resume_outcome import LAB_CHECK
 
 
 def bits(x: float) -> int:
@@ -152,3 +153,26 @@ def test_the_api_reads_every_compared_kind_from_the_database(tmp_path: Path) -> 
     [check] = resume_checks_of_run(store, "r1")
     assert check["bit_identical"] is False and check["differing"] == ["sample.text"]
     db.close()
+
+
+def _outcome(
+    steps: list[tuple[int, int, dict[str, object]]], resumes: dict[int, int | None]
+) -> str:
+    [check] = resume_checks(steps, resumes)
+    assert check.to_dict()["outcome"] == check.outcome.value  # what the API serves
+    assert check.outcome in LAB_CHECK
+    return check.outcome.value
+
+
+def test_every_kind_of_resume_gets_its_one_outcome_from_the_server() -> None:
+    original = [(0, s, row(1.0 / s)) for s in range(1, 11)]  # crashed after step 10
+    same = [(1, s, row(1.0 / s)) for s in range(7, 12)]  # resumed from 6, recomputed 7..10
+    assert _outcome(original + same, {1: 6}) == "identical"
+    assert _outcome(original + same[:2], {1: 6}) == "identical_so_far"
+    assert _outcome(original, {1: 6}) == "waiting"
+    assert _outcome(original, {1: 10}) == "nothing_left"  # the checkpoint was of step 10
+    other = [(1, 7, row(1.0 / 7)), (1, 8, row(0.5))]
+    assert _outcome(original + other, {1: 6}) == "different"
+    again = [(1, s, row(1.0 / s)) for s in range(1, 5)]  # no checkpoint: step 1 again
+    assert _outcome(original + again, {1: None}) == "fresh"
+    assert _outcome(original, {1: None}) == "fresh"  # it said so before its first step

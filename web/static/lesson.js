@@ -124,46 +124,58 @@ export function renderSamples(pair) {
   }
 }
 
-/** One line per resume, as the seed lab writes it, with a plain-language verdict. */
+/** The look (its check-* class) of each outcome a lab check can have: the check's
+ * `outcome`, decided by the server (trainer/resume_outcome.py), never again here. */
+const OUTCOME_LOOK = {
+  waiting: "pending",
+  identical_so_far: "pending",
+  identical: "identical",
+  nothing_left: "identical",
+  different: "different",
+  fresh: "fresh",
+};
+
+/** One line per resume, as the seed lab writes it, with a plain-language verdict picked
+ * by the check's `outcome`; the numbers in the words are the check's own. */
 export function resumeCheckText(label, c) {
   const head = `${label} · resume ${c.segment}`;
-  if (c.from_step === null || c.from_step === undefined) {
-    if (!c.points) return [head, "No checkpoint existed yet, so the run started over from step 0.", "fresh"];
+  const from = `${head} from step ${f.int(c.from_step)}`;
+  if (c.outcome === "fresh" && !c.points) return [head, "No checkpoint existed yet, so the run started over from step 0.", "fresh"];
+  if (c.outcome === "nothing_left") {  // a graceful stop saved its last step
+    return [from, "Nothing to recompute: the checkpoint was of the last step trained, so the restart lost 0 steps.", "identical"];
   }
-  if (!c.points && c.expected_points === 0) {  // a graceful stop saved its last step
-    return [`${head} from step ${f.int(c.from_step)}`, "Nothing to recompute: the checkpoint was of the last step trained, so the restart lost 0 steps.", "identical"];
-  }
-  if (!c.points) {
-    return [`${head} from step ${f.int(c.from_step)}`, "Waiting for the recomputed steps…", "pending"];
-  }
+  if (c.outcome === "waiting") return [from, "Waiting for the recomputed steps…", "pending"];
   const [lo, hi] = c.steps || [null, null];
   const progress = c.complete ? "" : ` (${c.points} of ${c.expected_points} lost steps recomputed so far)`;
   const line = `${head} steps ${lo}–${hi} (${c.points} points): max |Δloss| ${c.infinite_delta ? "∞" : f.sci(c.max_abs_delta)}, mean ${f.sci(c.mean_abs_delta)}${progress}`;
-  if (c.started_over) {
+  const look = OUTCOME_LOOK[c.outcome];
+  if (!look) return [c.points ? line : head, `The server said the outcome is “${c.outcome ?? "none"}”, which this page does not know: reload it.`, "pending"];
+  return [line, outcomeWords(c), look];
+}
+
+/** The verdict sentence of a check with recomputed steps, by its outcome. */
+function outcomeWords(c) {
+  if (c.outcome === "fresh") {
     // Not a resume: what was compared is a new model's steps with the original's at the
     // same steps (equal when the seed is), and the work before the crash is gone.
-    return [line, `No checkpoint was resumed: a new model trained from step 0 again, compared here with the original at the same steps; the ${f.int(c.expected_points)} steps trained before the crash were lost.`, "fresh"];
+    return `No checkpoint was resumed: a new model trained from step 0 again, compared here with the original at the same steps; the ${f.int(c.expected_points)} steps trained before the crash were lost.`;
   }
-  if (c.bit_identical && !c.complete) {
-    return [line, `Bit-identical so far: the ${f.int(c.points)} recomputed steps match exactly; ${f.int(c.expected_points - c.points)} lost steps are still to recompute.`, "pending"];
+  if (c.outcome === "identical_so_far") {
+    return `Bit-identical so far: the ${f.int(c.points)} recomputed steps match exactly; ${f.int(c.expected_points - c.points)} lost steps are still to recompute.`;
   }
-  if (c.bit_identical) {
-    return [line, "Bit-identical: the resume reproduced the lost steps exactly.", "identical"];
-  }
-  const other = otherFieldsVerdict(c);
-  if (other) return [line, other, "different"];
+  if (c.outcome === "identical") return "Bit-identical: the resume reproduced the lost steps exactly.";
+  const other = otherFieldsVerdict(c); // different: say what was measured to differ
+  if (other) return other;
   if (c.missing?.length) {
     // Say what was measured to differ (and what matched), then what the checkpoint lacked:
     // a part it lacked whose metrics still matched is not claimed to have "started over".
-    return [line,
-      `Not bit-identical from step ${f.int(c.first_divergent_step)}: ${measuredWords(c)} `
-      + `The checkpoint did not hold ${c.missing.join(", ")}, so the resumed run is a different run, even when its curve looks close.`, "different"];
+    return `Not bit-identical from step ${f.int(c.first_divergent_step)}: ${measuredWords(c)} `
+      + `The checkpoint did not hold ${c.missing.join(", ")}, so the resumed run is a different run, even when its curve looks close.`;
   }
-  return [line,
-    `Not bit-identical: the recomputed losses differ from the originals by up to ${f.sci(c.max_abs_delta)}. `
+  return `Not bit-identical: the recomputed losses differ from the originals by up to ${f.sci(c.max_abs_delta)}. `
     + "The checkpoint missed part of the training state (AdamW moments, the schedule position, an RNG stream "
     + "or the data position), or a kernel is not deterministic; the resumed run is a different run, "
-    + "even when its curve looks close.", "different"];
+    + "even when its curve looks close.";
 }
 
 const openFieldLists = new Set(); // "run:segment" of the checks whose metric list is open
