@@ -6,7 +6,8 @@
     crashdrill serve --ray HEAD:6379 --mirror …         the same, shorter
     python -m crashdrill.server …                      the same, without the main CLI
 
-Settings also come from CRASHDRILL_* environment variables (docs/server.md).
+Settings also come from CRASHDRILL_* environment variables (docs/server.md); the flags are
+the ones the settings' sections declare (server/settings_sections/).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from crashdrill.trainer.exit_codes import EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:
+    from crashdrill.server.setting_schema import Declared
     from crashdrill.server.settings import Settings
 
 
@@ -35,67 +37,59 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, help="port to listen on (default 8000)")
-    p.add_argument(
-        "--allowed-hosts",
-        metavar="NAMES",
-        help="host names the lab answers to besides localhost and IP addresses, comma-separated"
-        " (lab.example.org; default: CRASHDRILL_ALLOWED_HOSTS); other names get 400",
-    )
-    p.add_argument("--data-dir", help="database, run dirs and keys (default: user data dir)")
-    p.add_argument(
-        "--max-concurrent",
-        type=int,
-        help="runs that train at once, at most (default: what the machine carries, from"
-        " cores/GPUs and the runs' measured pace; on a Ray cluster, the cluster's nodes"
-        " decide); above the machine's ceiling it is clamped, unless --allow-overcommit",
-    )
-    p.add_argument(
-        "--allow-overcommit",
-        action="store_true",
-        default=None,
-        help="keep a --max-concurrent above what this machine carries (default: clamped)",
-    )
-    p.add_argument(
-        "--stop-runs-on-exit",
-        action="store_true",
-        default=None,
-        help="stop the runs when the server exits (default: they keep training and the"
-        " next start adopts them)",
-    )
-    p.add_argument(
-        "--mirror",
-        help="checkpoint mirror: a directory, gs://BUCKET[/PREFIX], or off (default: a"
-        " directory beside the data dir, DATA_DIR-mirror)",
-    )
-    _add_executor_arguments(p)
-    _add_connection_arguments(p)
+    """Every flag a section declares (server/settings_sections/), grouped by section, then
+    the flags that are no setting: --ray and --log-level."""
+    from crashdrill.server.setting_schema import SWITCH, declared_fields, flag_type
+    from crashdrill.server.settings_sections import SECTIONS, ClusterSection, LabSection
+
+    for section in SECTIONS:
+        flagged = [(n, d) for n, d in declared_fields(section) if d.flag]
+        if not flagged:
+            continue
+        g = p if section is LabSection else p.add_argument_group(section.TITLE.lower())
+        for name, declared in flagged:
+            assert declared.flag is not None and declared.parse is not None
+            if declared.parse is SWITCH:
+                g.add_argument(
+                    declared.flag,
+                    dest=name,
+                    action="store_true",
+                    default=None,
+                    help=_help(declared),
+                )
+                continue
+            g.add_argument(
+                declared.flag,
+                dest=name,
+                type=flag_type(declared.parse),
+                metavar=declared.metavar,
+                help=_help(declared),
+            )
+        if section is ClusterSection:
+            g.add_argument(
+                "--ray",
+                metavar="ADDRESS",
+                help="shorthand for --executor ray --ray-address ADDRESS",
+            )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
-def _add_executor_arguments(p: argparse.ArgumentParser) -> None:
-    """Where trainers run (docs/cluster.md): the executor by name, its options beside it."""
-    from crashdrill.workers.executor_registry import KINDS
+def _help(declared: Declared) -> str:
+    """A flag's help: its own words, else the docs' (argparse's % escaped)."""
+    return (declared.help or declared.what).replace("%", "%%")
 
-    g = p.add_argument_group("where trainers run")
-    g.add_argument(
-        "--executor",
-        metavar="NAME",
-        help="; ".join(f"{k.name}: {k.about}" for k in KINDS.values())
-        + " (default: local, or ray when a Ray address is set; CRASHDRILL_EXECUTOR)",
-    )
-    g.add_argument(
-        "--ray-address",
-        metavar="ADDRESS",
-        help="the Ray executor's cluster: auto, HOST:PORT or ray://HOST:PORT (needs"
-        " crashdrill[ray] and --mirror; CRASHDRILL_RAY_ADDRESS)",
-    )
-    g.add_argument(
-        "--ray",
-        metavar="ADDRESS",
-        help="shorthand for --executor ray --ray-address ADDRESS",
-    )
+
+def setting_flags(args: argparse.Namespace) -> dict[str, object]:
+    """The settings the flags gave, by Settings field name (None: not given)."""
+    from crashdrill.server.setting_schema import declared_fields
+    from crashdrill.server.settings_sections import SECTIONS
+
+    return {
+        name: getattr(args, name)
+        for section in SECTIONS
+        for name, declared in declared_fields(section)
+        if declared.flag
+    }
 
 
 def executor_options(args: argparse.Namespace) -> tuple[str | None, str | None]:
@@ -110,39 +104,6 @@ def executor_options(args: argparse.Namespace) -> tuple[str | None, str | None]:
             " cannot go with --executor or --ray-address naming something else"
         )
     return "ray", args.ray
-
-
-def _add_connection_arguments(p: argparse.ArgumentParser) -> None:
-    """The front door's caps (docs/server.md "The front door")."""
-    g = p.add_argument_group("connections")
-    g.add_argument(
-        "--max-connections",
-        type=int,
-        help="connections open at once, all addresses (default 2000, lowered to fit the"
-        " open-files limit)",
-    )
-    g.add_argument(
-        "--max-connections-per-address",
-        type=int,
-        help="connections open at once from one client address (default 256)",
-    )
-    g.add_argument(
-        "--request-read-timeout",
-        type=float,
-        metavar="SECONDS",
-        help="a request's line, headers and body must arrive within this (default 10)",
-    )
-    g.add_argument(
-        "--keep-alive-timeout",
-        type=float,
-        metavar="SECONDS",
-        help="close a connection idle this long after a response (default 75)",
-    )
-    g.add_argument(
-        "--listen-backlog",
-        type=int,
-        help="connections the kernel queues before the lab accepts them (default 256)",
-    )
 
 
 def run_limit_text(settings: Settings) -> str:
@@ -166,23 +127,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"crashdrill serve: {e}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        settings = Settings.from_env(
-            host=args.host,
-            port=args.port,
-            data_dir=args.data_dir,
-            max_concurrent=args.max_concurrent,
-            allow_overcommit=args.allow_overcommit,
-            stop_runs_on_exit=args.stop_runs_on_exit,
-            mirror=args.mirror,
-            executor=executor,
-            ray_address=ray_address,
-            allowed_hosts=parse_names(args.allowed_hosts) if args.allowed_hosts else None,
-            max_connections=args.max_connections,
-            max_connections_per_address=args.max_connections_per_address,
-            request_read_timeout_s=args.request_read_timeout,
-            keep_alive_timeout_s=args.keep_alive_timeout,
-            listen_backlog=args.listen_backlog,
-        )
+        flags = setting_flags(args) | {"executor": executor, "ray_address": ray_address}
+        settings = Settings.from_env(**flags)
         # Before anything opens a file: the soft limit up to the hard one, then the caps
         # fitted below it with a reserve for the database, runs and telemetry.
         door = FrontDoor(ConnectionLimits.fit(settings, open_files_limit()))
@@ -224,11 +170,6 @@ def run(args: argparse.Namespace) -> int:
     )
     uvicorn.Server(config).run()
     return EXIT_OK
-
-
-def parse_names(text: str) -> tuple[str, ...]:
-    """Names separated by commas or spaces."""
-    return tuple(text.replace(",", " ").split())
 
 
 def warm_text(starts: dict[str, Any]) -> str:

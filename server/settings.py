@@ -1,6 +1,12 @@
-"""Server settings: one frozen dataclass with embedded defaults, overridable by env and CLI.
+"""Server settings: `Settings`, the flat frozen view of the sections declared in
+server/settings_sections/, with the checks that span settings, and the data dir's keys and
+lock.
 
-Every setting is documented in docs/server.md (a test checks that).
+    Settings(data_dir=path, port=8080)   defaults, then these
+    Settings.from_env(port=args.port)    defaults, then CRASHDRILL_* variables, then these
+
+Every setting is in docs/server.md's table, generated from the declarations
+(scripts/settings_table.py; a test fails when the two differ).
 """
 
 from __future__ import annotations
@@ -10,21 +16,24 @@ import math
 import os
 import re
 import secrets
-import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from crashdrill.server.db import check_postgres_url
-from crashdrill.server.settings_env import (
-    SettingsError,
-    allowed_hosts_from_environ,
-    values_from_env,
+from crashdrill.server.setting_schema import SettingsError, check_allowed
+from crashdrill.server.settings_env import values_from_env
+from crashdrill.server.settings_sections import (
+    ClusterSection,
+    FrontDoorSection,
+    LabSection,
+    RealtimeSection,
+    StorageSection,
+    StudentsSection,
 )
+from crashdrill.server.settings_sections.lab import default_data_dir as default_data_dir
 from crashdrill.workers.executor_registry import ExecutorConfigError, executor_kind
-from crashdrill.workers.launch import DEFAULT_COMMAND
 from crashdrill.workers.mirror_backends import MirrorURLError, parse_mirror_url
-from crashdrill.workers.trainer_env import env_pass_from_environ
 
 # The instructor token (docs/presets.md#instructor-mode): surrounding whitespace is
 # stripped; the rest must be this long, printable, and hold this many bits by
@@ -55,17 +64,6 @@ def token_problem(token: str) -> str | None:
             f" {bits:.0f} bits (length × log2(distinct characters)); at least {MIN_TOKEN_BITS}"
         )
     return None
-
-
-def default_data_dir() -> Path:
-    """$CRASHDRILL_DATA_DIR, else the user's data directory (XDG) / crashdrill."""
-    env = os.environ.get("CRASHDRILL_DATA_DIR")
-    if env:
-        return Path(env).expanduser()
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Application Support" / "crashdrill"
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "crashdrill"
 
 
 def count_gpus() -> int:
@@ -99,132 +97,32 @@ def default_max_concurrent() -> int:
 
 
 @dataclass(frozen=True)
-class Settings:
-    data_dir: Path = field(default_factory=default_data_dir)
-    host: str = "127.0.0.1"
-    port: int = 8000
-    # Runs training at once, at most (server/admission.py: what the machine carries is
-    # measured below it). None: from this machine (default_max_concurrent); on an
-    # executor that queues itself (ray) it stays None: every run waits for a node with
-    # its resources (the cluster's queue). Above this machine's ceiling it is clamped
-    # unless allow_overcommit.
-    max_concurrent: int | None = None
-    allow_overcommit: bool = False
-    instructor_token: str | None = None
-    max_wrong_tokens: int = 10  # per client address per minute; 0: no limit
-    secret_key: str | None = None  # None: generated once and kept in data_dir/secret_key
-    trainer_command: tuple[str, ...] = DEFAULT_COMMAND
-    # Every trainer runs at this nice value (and SCHED_BATCH) from its first instruction
-    # (trainer/priority.py): the server keeps the CPU first when a class shares a machine.
-    # 0: trainers keep the server's priority.
-    trainer_nice: int = 10
-    max_body_bytes: int = 64 * 1024
-    max_pairs_per_session: int = 3
-    # Live pairs per client address too (0: by cookie alone, for a class behind one NAT).
-    max_pairs_per_address: int = 3
-    max_queued_runs: int = 200
-    idle_stop_s: float = 1800.0  # stop a pair nobody watched for this long; 0: never
-    housekeeping_interval_s: float = 10.0  # idle stops and disk cleanup, this often
-    # Lesson bounds (server/lesson_bounds.py): settings instructors may open to students
-    # beyond the default, and the budget of one run.
-    student_unlockable: tuple[str, ...] = ()
-    max_params_per_run: int = 50_000_000
-    max_tokens_per_run: int = 400_000_000
-    max_checkpoint_bytes_per_run: int = 2 * 1024**3
-    # Bytes a run writes over its life (one checkpoint × the checkpoints it saves, mirror
-    # copies counted), and a client address's live pairs together (0: no limit). None:
-    # from this machine (default_disk_bytes_per_run; per address 3 × per run).
-    max_disk_bytes_per_run: int | None = None
-    max_disk_bytes_per_address: int | None = None
-    # Disk: finished runs' checkpoints deleted after this long (0: kept), a budget for
-    # all checkpoints (0: none), and the free space below which new pairs get 503.
-    checkpoint_retention_s: float = 24 * 3600.0
-    disk_budget_bytes: int = 20 * 1024**3
-    min_free_disk_bytes: int = 1024**3
-    ingest_interval_s: float = 0.02
-    telemetry: bool = True
-    telemetry_interval_s: float = 2.0
-    telemetry_keep: int = 5000
-    price_per_kwh: float = 0.15
-    rent_per_hour: float = 0.0
-    stop_runs_on_exit: bool = False
-    stream_heartbeat_s: float = 15.0
-    stream_max_pending_records: int = 2000
-    # None: SQLite in data_dir. Never in a repr or a log line: it may hold a password.
-    database_url: str | None = field(default=None, repr=False)
-    # Supabase Realtime (docs/server.md "Supabase Realtime"): on when the URL and anon key are set.
-    supabase_url: str | None = None
-    supabase_anon_key: str | None = None  # public: the page subscribes with it
-    supabase_service_key: str | None = field(default=None, repr=False)  # server only, never sent
-    supabase_tick_s: float = 1.0
-    supabase_max_payload_bytes: int = 128 * 1024
-    supabase_max_messages_per_s: float = 20.0
-    presets_dir: Path | None = None  # None: data_dir/presets (instructor presets, TOML files)
-    # Checkpoint mirror: "" = the directory DATA_DIR-mirror beside the data dir; "off";
-    # a local directory; or gs://BUCKET[/PREFIX] (needs crashdrill[gcs]).
-    mirror: str = ""
-    # Where trainers run, by name (workers/executor_registry.py; docs/cluster.md): "local"
-    # (subprocesses on this machine) or "ray"; "": ray when ray_address is set, else local.
-    executor: str = ""
-    # The Ray executor's cluster: "auto", HOST:PORT or ray://HOST:PORT (needs
-    # crashdrill[ray] and an explicit mirror every node reaches).
-    ray_address: str | None = None
-    # ---- trainers, sessions, browsers, streams (docs/server.md "Running a lab for a class")
-    corpora_dir: Path | None = None  # None: data_dir/corpora; `file:` corpora only from there
-    # Names or PREFIX* a trainer inherits beyond the allowlist (workers/trainer_env.py).
-    trainer_env_pass: tuple[str, ...] = field(default_factory=env_pass_from_environ)
-    instructor_session_s: float = 12 * 3600.0  # an instructor login lasts this long
-    https: bool = False  # served over https (cookies get Secure)
-    trusted_proxies: tuple[str, ...] = ()  # proxy addresses whose X-Forwarded-* are believed
-    allowed_origins: tuple[str, ...] = ()  # other origins that may send state changes
-    # Host names the lab answers to beyond loopback names, IP addresses and `host`
-    # (server/allowed_hosts.py: DNS rebinding); "*" turns the check off.
-    allowed_hosts: tuple[str, ...] = field(default_factory=allowed_hosts_from_environ)
-    stream_max_per_address: int = 64  # open event streams per client address
-    stream_max_total: int = 1000  # open event streams in all
-    # ---- connections (docs/server.md "The front door"; server/front_door.py)
-    max_connections: int = 2000  # open at once, all addresses; lowered to fit open files
-    max_connections_per_address: int = 256  # a class of 60 behind one NAT uses ~120-200
-    request_read_timeout_s: float = 10.0  # a request's line, headers and body, from its start
-    # An idle connection after a response: longer than the clients' own idle expiry
-    # (httpx 5 s, aiohttp 15 s), so that the client, never the server, closes an idle one:
-    # a server that closes it as the client reuses it drops that request unanswered.
-    keep_alive_timeout_s: float = 75.0
-    listen_backlog: int = 256  # connections the kernel queues before the lab accepts them
+class Settings(
+    ClusterSection,
+    RealtimeSection,
+    StorageSection,
+    FrontDoorSection,
+    StudentsSection,
+    LabSection,
+):
+    """Every setting of the lab, flat (`settings.port`, `dataclasses.replace(settings,
+    port=...)`): the union of the sections declared in server/settings_sections/, lab's
+    fields first. The checks here are the ones that span settings or machines; each
+    setting's own range is declared beside it and checked by `check_allowed`."""
 
     def __post_init__(self) -> None:
         self._check_hardening()
-        if not 1 <= self.port <= 65535:
-            raise SettingsError(f"port = {self.port}: a number in 1..65535")
+        check_allowed(self)
         self._check_executor()
         if self.max_concurrent is None and not self.on_cluster:
             object.__setattr__(self, "max_concurrent", default_max_concurrent())
-        if self.max_concurrent is not None and self.max_concurrent < 1:
-            raise SettingsError(f"max_concurrent = {self.max_concurrent}: a whole number ≥ 1")
         if self.max_disk_bytes_per_run is None:
             object.__setattr__(self, "max_disk_bytes_per_run", default_disk_bytes_per_run())
         if self.max_disk_bytes_per_address is None:
             per_run = self.max_disk_bytes_per_run or 0
             object.__setattr__(self, "max_disk_bytes_per_address", 3 * per_run)
-        if self.max_pairs_per_session < 1 or self.max_queued_runs < 2:
-            raise SettingsError("max_pairs_per_session must be ≥ 1 and max_queued_runs ≥ 2")
         self._check_class_limits()
         self._check_connections()
-        if self.max_wrong_tokens < 0:
-            raise SettingsError(
-                f"max_wrong_tokens = {self.max_wrong_tokens}: a whole number ≥ 0 (0: no limit)"
-            )
-        if self.max_body_bytes < 1024:
-            raise SettingsError(f"max_body_bytes = {self.max_body_bytes}: at least 1024")
-        if not self.trainer_command:
-            raise SettingsError("trainer_command is empty: give the program that trains")
-        if not 0 <= self.trainer_nice <= 19:
-            raise SettingsError(
-                f"trainer_nice = {self.trainer_nice}: a nice value in 0..19 (0: trainers keep"
-                " the server's priority)"
-            )
-        if self.ingest_interval_s <= 0 or self.telemetry_interval_s <= 0:
-            raise SettingsError("ingest_interval_s and telemetry_interval_s must be > 0")
         if self.database_url is not None:
             try:
                 check_postgres_url(self.database_url, "CRASHDRILL_DATABASE_URL")
@@ -247,44 +145,14 @@ class Settings:
                 f"student_unlockable: {', '.join(unknown)} is not locked by the server;"
                 f" allowed: {', '.join(sorted(SERVER_LOCKED))}"
             )
-        for name in (
-            "max_pairs_per_address",
-            "disk_budget_bytes",
-            "min_free_disk_bytes",
-            "max_disk_bytes_per_address",
-        ):
-            if getattr(self, name) < 0:
-                raise SettingsError(f"{name} = {getattr(self, name)}: a whole number ≥ 0")
-        for name in (
-            "max_params_per_run",
-            "max_tokens_per_run",
-            "max_checkpoint_bytes_per_run",
-            "max_disk_bytes_per_run",
-        ):
-            if getattr(self, name) < 1:
-                raise SettingsError(f"{name} = {getattr(self, name)}: a whole number ≥ 1")
-        for name in ("idle_stop_s", "checkpoint_retention_s"):
-            if not getattr(self, name) >= 0:
-                raise SettingsError(f"{name} = {getattr(self, name)}: seconds ≥ 0 (0: off)")
-        if not self.housekeeping_interval_s > 0:
-            raise SettingsError(
-                f"housekeeping_interval_s = {self.housekeeping_interval_s}: seconds > 0"
-            )
 
     def _check_connections(self) -> None:
         """The front door's caps (server/front_door.py)."""
-        if not 16 <= self.max_connections <= 1_000_000:
-            raise SettingsError(f"max_connections = {self.max_connections}: 16 to 1000000")
         if not 1 <= self.max_connections_per_address <= self.max_connections:
             raise SettingsError(
                 f"max_connections_per_address = {self.max_connections_per_address}: 1 to"
                 f" max_connections ({self.max_connections})"
             )
-        for name in ("request_read_timeout_s", "keep_alive_timeout_s"):
-            if not 0.5 <= getattr(self, name) <= 300:
-                raise SettingsError(f"{name} = {getattr(self, name)}: 0.5 to 300 seconds")
-        if not 16 <= self.listen_backlog <= 65535:
-            raise SettingsError(f"listen_backlog = {self.listen_backlog}: 16 to 65535")
 
     def _check_executor(self) -> None:
         """The executor's name and its options (docs/cluster.md); "" becomes a name."""
@@ -333,14 +201,6 @@ class Settings:
             problem = token_problem(token)
             if problem:
                 raise SettingsError(f"CRASHDRILL_INSTRUCTOR_TOKEN {problem} ({TOKEN_ADVICE})")
-        if not 60 <= self.instructor_session_s <= 30 * 24 * 3600:
-            raise SettingsError(
-                f"instructor_session_s = {self.instructor_session_s}: 60 to 2592000 seconds"
-            )
-        if self.stream_max_per_address < 1 or self.stream_max_total < 1:
-            raise SettingsError(
-                "stream_max_per_address and stream_max_total must be whole numbers ≥ 1"
-            )
         for origin in self.allowed_origins:
             if not re.fullmatch(r"https?://[^/\s?#]+", origin):
                 raise SettingsError(
@@ -369,18 +229,6 @@ class Settings:
             )
         if self.supabase_service_key and self.supabase_service_key == self.supabase_anon_key:
             raise SettingsError("SUPABASE_SERVICE_KEY is the anon key: give the service_role key")
-        if not 0.1 <= self.supabase_tick_s <= 60:
-            raise SettingsError(f"supabase_tick_s = {self.supabase_tick_s}: 0.1 to 60 seconds")
-        if not 4096 <= self.supabase_max_payload_bytes <= 3_000_000:
-            raise SettingsError(
-                f"supabase_max_payload_bytes = {self.supabase_max_payload_bytes}: 4096 to"
-                " 3000000 (Supabase allows 256 KB on the Free plan, 3,000 KB on paid plans)"
-            )
-        if not 0 < self.supabase_max_messages_per_s <= 2500:
-            raise SettingsError(
-                f"supabase_max_messages_per_s = {self.supabase_max_messages_per_s}: > 0 and"
-                " at most 2500 (Supabase allows 100 a second on the Free plan)"
-            )
 
     @property
     def realtime(self) -> bool:

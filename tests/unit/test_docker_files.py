@@ -152,7 +152,8 @@ def test_every_crashdrill_variable_the_compose_files_give_the_server_is_one_it_r
     path: Path,
 ) -> None:
     read = (ROOT / "server" / "settings.py").read_text(encoding="utf-8")
-    read += (ROOT / "server" / "settings_env.py").read_text(encoding="utf-8")
+    for declared in sorted((ROOT / "server" / "settings_sections").glob("*.py")):
+        read += declared.read_text(encoding="utf-8")
     read += (DOCKER / "healthcheck.py").read_text(encoding="utf-8")
     services = compose(path)["services"]
     env = services["server" if "server" in services else "lab"]["environment"]
