@@ -23,8 +23,8 @@ from crashdrill.workers.mirror import CheckpointMirror
 from crashdrill.workers.supervisor import Supervisor
 from tests.support.gcs_emulator import BUCKET, gcs_emulator
 from tests.support.lab import lab_client
+from tests.support.supervising import Changes
 from tests.support.waiting import wait_until
-from tests.unit.test_supervisor import Changes
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -1,7 +1,8 @@
 """Shared pieces of the server tests: a free loopback port, the stand-in trainer's
 command and the settings and app of an in-process lab that runs it (telemetry from a
 FakeSampler), the real app served by uvicorn in a thread (and a client of it) or
-`crashdrill serve` as a subprocess, and waiting for a pair's runs to reach a state."""
+`crashdrill serve` as a subprocess, and starting a pair and waiting for its runs to reach
+a state."""
 
 from __future__ import annotations
 
@@ -13,13 +14,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+    from starlette.datastructures import State
 
     from crashdrill.server.settings import Settings
 
@@ -33,13 +37,13 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(settings: object, start_timeout: float = 30) -> Iterator[str]:
+def serving(settings: Settings, start_timeout: float = 30) -> Iterator[str]:
     """`create_app(settings)` on 127.0.0.1:settings.port until the block ends."""
     import uvicorn
 
     from crashdrill.server.app import create_app
 
-    port = settings.port  # type: ignore[attr-defined]
+    port = settings.port
     config = uvicorn.Config(
         create_app(settings),
         host="127.0.0.1",
@@ -114,7 +118,7 @@ def stop_server(proc: subprocess.Popen[bytes], wait_s: float = 30) -> None:
 
 
 def wait_for_pair(
-    client: httpx.Client,
+    client: httpx.Client | TestClient,
     pair: str,
     ok: Callable[[list[dict[str, Any]]], bool],
     what: str,
@@ -133,7 +137,48 @@ def wait_for_pair(
         time.sleep(poll_s)
 
 
+def wait_pair(
+    client: TestClient,
+    pair: str,
+    ok: Callable[[list[dict[str, Any]]], bool],
+    timeout: float = 30,
+) -> list[dict[str, Any]]:
+    """`wait_for_pair` for the in-process tests (Starlette's TestClient): a bound
+    of 30 s, under their 90 s pytest timeout, so a hang fails with the runs' states rather
+    than a stack dump."""
+    return wait_for_pair(client, pair, ok, "the pair's runs", timeout_s=timeout)
+
+
+def finished(runs: list[dict[str, Any]]) -> bool:
+    """Every run of the pair has ended, however it ended."""
+    return all(r["state"] in ("finished", "failed", "stopped") for r in runs)
+
+
+def start_pair(client: TestClient) -> dict[str, Any]:
+    """A pair of the quick lesson, asked for as a student; the 201 answer's body."""
+    r = client.post("/api/pairs", json={"preset": "quick"})
+    assert r.status_code == 201, r.text
+    created: dict[str, Any] = r.json()
+    return created
+
+
+def as_stranger(client: TestClient, fn: Callable[[], Any]) -> Any:
+    """`fn()` with the client's cookies put aside: what someone else's browser gets."""
+    saved = dict(client.cookies)
+    client.cookies.clear()
+    try:
+        return fn()
+    finally:
+        client.cookies.clear()
+        client.cookies.update(saved)
+
+
 CRASH_TRIES = 3
+
+
+def _crashable_past(runs: list[dict[str, Any]], index: int, step: int) -> bool:
+    """Run `index` may be crash-tested and has trained past `step`."""
+    return bool(runs[index]["can_crash"]) and (runs[index]["step"] or 0) >= step
 
 
 def crash_costing_steps(
@@ -147,7 +192,7 @@ def crash_costing_steps(
         runs = wait_for_pair(
             client,
             pair,
-            lambda rs, past=after_step: rs[index]["can_crash"] and (rs[index]["step"] or 0) >= past,
+            partial(_crashable_past, index=index, step=after_step),
             f"run {index} training past step {after_step}",
             timeout_s,
         )
@@ -209,6 +254,12 @@ class FakeSampler:
 
     def stop(self) -> None:
         self.stopped = True
+
+
+def app_state(client: TestClient) -> State:
+    """The state of the lab's app behind an in-process client (`.lab`, `.settings`):
+    TestClient types its app as any ASGI app, and this one is always create_app's."""
+    return cast("FastAPI", client.app).state
 
 
 def stand_in_app(settings: Settings, **changes: Any) -> FastAPI:

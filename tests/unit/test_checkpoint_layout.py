@@ -25,7 +25,7 @@ from crashdrill.workers.launch import Launch
 from crashdrill.workers.mirror import newest_local, restore_latest
 from crashdrill.workers.run_dir import RunDir
 from crashdrill.workers.supervisor import Supervisor
-from tests.unit.test_supervisor import Changes, records
+from tests.support.supervising import Changes, records
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -15,7 +15,7 @@ from crashdrill.workers.launch import Launch
 from crashdrill.workers.local_executor import LocalExecutor
 from crashdrill.workers.supervisor import Supervisor
 from tests.support.lab import STAND_IN
-from tests.unit.test_supervisor import Changes, records, wait_for_step
+from tests.support.supervising import Changes, records, wait_for_step
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -15,7 +15,7 @@ from crashdrill.workers.supervisor import Supervisor
 from tests.support.extras import require_extra
 from tests.support.gcs_emulator import BUCKET, free_port, write_checkpoint
 from tests.support.lab import STAND_IN
-from tests.unit.test_supervisor import Changes, records
+from tests.support.supervising import Changes, records
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -13,6 +13,7 @@ from crashdrill.server.settings import Settings, SettingsError
 from crashdrill.server.store import Store
 from crashdrill.trainer.config import ConfigError, TrainConfig
 from tests.support.postgres import open_test_database
+from tests.support.rows import present
 
 
 def test_the_default_mirror_is_a_directory_beside_the_data_dir(tmp_path: Path) -> None:
@@ -70,7 +71,7 @@ def test_mirror_jsonl_is_ingested_once_beside_records_jsonl(store: Store, tmp_pa
     mirror = _line(kind="mirror", step=50, seconds=1.3, url="gs://b/r1/step-00000050")
     event = _line(kind="event", level="info", code="mirror", step=50, text="copied")
     (tmp_path / "r1" / "mirror.jsonl").write_text(mirror + event + '{"kind": "eve')
-    batch = ingest_run(store, store.run("r1"))  # type: ignore[arg-type]
+    batch = ingest_run(store, present(store.run("r1"), "run r1"))
     assert batch is not None and len(batch.inserted) == 2
     row = store.run("r1")
     assert row is not None

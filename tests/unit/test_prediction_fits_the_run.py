@@ -15,8 +15,15 @@ from fastapi.testclient import TestClient
 
 from crashdrill.server.app import create_app
 from crashdrill.trainer.prediction import RULE_TEXT, Prediction, ask_when
-from tests.support.lab import stand_in_settings
-from tests.unit.test_server_routes import FakeSampler, as_stranger, finished, start_pair, wait_pair
+from tests.support.lab import (
+    FakeSampler,
+    app_state,
+    as_stranger,
+    finished,
+    stand_in_settings,
+    start_pair,
+    wait_pair,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -114,7 +121,7 @@ def test_a_crash_test_on_a_finished_run_is_refused_in_a_student_s_words(
 
 def trainer_status(client: TestClient, run_id: str, want: str) -> str:
     """The trainer's process status once it is `want` (a signal lands within moments)."""
-    lab = client.app.state.lab  # type: ignore[attr-defined]
+    lab = app_state(client).lab
     proc = psutil.Process(lab.supervisors[run_id].pid)
     deadline = time.monotonic() + 5
     while (status := str(proc.status())) != want and time.monotonic() < deadline:

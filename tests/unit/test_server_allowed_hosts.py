@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from crashdrill.server.allowed_hosts import host_allowed, name_of
 from crashdrill.server.settings import Settings, SettingsError
-from tests.support.lab import stand_in_app, stand_in_settings
+from tests.support.lab import app_state, stand_in_app, stand_in_settings
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -47,7 +47,7 @@ def test_a_rebound_name_with_a_matching_origin_cannot_start_a_pair_or_read_one(
     )
     assert r.status_code == 400, r.text
     assert REBIND in r.json()["detail"] and "CRASHDRILL_ALLOWED_HOSTS" in r.json()["detail"]
-    assert lab.app.state.lab.store.class_page(0, 10)[1] == 0  # type: ignore[attr-defined]
+    assert app_state(lab).lab.store.class_page(0, 10)[1] == 0
     made = lab.post("/api/pairs", json={"preset": "quick"})  # Host 127.0.0.1:8000
     assert made.status_code == 201, made.text
     pair = made.json()["pair"]

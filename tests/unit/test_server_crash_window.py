@@ -6,13 +6,16 @@ trainer claims (server/views.py `training`, server/ingest.py, server/run_control
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from crashdrill.server.ingest import run_fields_after
+from crashdrill.server.ingest_loop import IngestLoop
 from crashdrill.server.run_control import RunControl
+from crashdrill.server.store import Store
 from crashdrill.server.views import training
+from crashdrill.workers.supervisor import Supervisor
 
 
 def run_row(state: str, stage: str, segment: int, latest: dict[str, Any]) -> dict[str, Any]:
@@ -109,11 +112,13 @@ class FakeIngest:
 def control(row: dict[str, Any]) -> tuple[RunControl, FakeSupervisor, FakeStore]:
     lab = RunControl()
     sup = FakeSupervisor()
-    lab.store = FakeStore(row)  # type: ignore[assignment]
-    lab.supervisors = {"r1": sup}  # type: ignore[dict-item]
-    lab.ingest = FakeIngest()  # type: ignore[assignment]
+    store = FakeStore(row)
+    # the fakes stand in for the real classes: cast, as RunControl only calls what they have
+    lab.store = cast(Store, store)
+    lab.supervisors = {"r1": cast(Supervisor, sup)}
+    lab.ingest = cast(IngestLoop, FakeIngest())
     lab._first_step_kills = set()  # the Lab's: crash tests armed for a first step
-    return lab, sup, lab.store  # type: ignore[return-value]
+    return lab, sup, store
 
 
 def test_a_crash_test_is_taken_from_the_first_step_record_and_a_second_waits_for_the_next() -> None:

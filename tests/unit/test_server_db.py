@@ -16,6 +16,7 @@ from crashdrill.server.db import (
     mask_url,
 )
 from tests.support.postgres import open_test_database, table_names
+from tests.support.rows import present
 
 BACKENDS = ["sqlite", "postgres"]
 
@@ -158,7 +159,7 @@ def test_rows_are_dicts_with_the_types_both_backends_agree_on(
         " VALUES (?, ?, 'A', 'quick', '/r', 'queued', 1.0, ?)",
         ("r1", "p1", big),
     )
-    assert db.one("SELECT step FROM runs")["step"] == big  # type: ignore[index]
+    assert present(db.one("SELECT step FROM runs"), "row")["step"] == big
 
 
 def test_a_nul_character_in_a_parameter_finds_nothing_and_breaks_nothing(
@@ -205,7 +206,7 @@ def test_other_threads_wait_for_a_transaction_and_never_see_half_of_it(
 
     def count() -> None:
         inside.wait(5)
-        seen.append(db.one("SELECT COUNT(*) AS n FROM telemetry")["n"])  # type: ignore[index]
+        seen.append(present(db.one("SELECT COUNT(*) AS n FROM telemetry"), "row")["n"])
 
     reader = threading.Thread(target=count)
     reader.start()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ import pytest
 from crashdrill.server.ingest import ingest_run, parse_lines
 from crashdrill.server.store import NewRecord, Store
 from tests.support.postgres import open_test_database
+from tests.support.rows import present
 
 
 def line(kind: str, segment: int = 0, **fields: Any) -> str:
@@ -30,14 +31,14 @@ def store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Store]:
 
 
 def append(store: Store, text: str) -> None:
-    path = Path(store.run("r1")["run_dir"]) / "records.jsonl"  # type: ignore[index]
+    path = Path(present(store.run("r1"), "run r1")["run_dir"]) / "records.jsonl"
     with open(path, "a") as f:
         f.write(text)
 
 
 def ingest_all(store: Store) -> int:
     n = 0
-    while (batch := ingest_run(store, store.run("r1"))) is not None:  # type: ignore[arg-type]
+    while (batch := ingest_run(store, present(store.run("r1"), "run r1"))) is not None:
         n += len(batch.inserted)
     return n
 
@@ -67,7 +68,7 @@ def test_a_line_without_its_newline_waits(store: Store) -> None:
     full = line("step", step=1, loss=1.0)
     append(store, full + full.replace("1.0", "2.0")[:20])
     assert ingest_all(store) == 1
-    offset = store.run("r1")["ingest_offset"]  # type: ignore[index]
+    offset = present(store.run("r1"), "run r1")["ingest_offset"]
     assert offset == len(full)
     append(store, line("step", step=2, loss=2.0)[20:])
     assert ingest_all(store) == 1
@@ -94,18 +95,18 @@ def test_a_line_no_database_column_can_hold_is_skipped_not_retried_forever(
     ]
     append(store, line("step", step=1, loss=1.0) + "".join(poison) + line("step", step=2))
     batches = []
-    while (batch := ingest_run(store, store.run("r1"))) is not None:  # type: ignore[arg-type]
+    while (batch := ingest_run(store, present(store.run("r1"), "run r1"))) is not None:
         batches.append(batch)
     assert sum(len(b.inserted) for b in batches) == 2
     assert sum(b.bad_lines for b in batches) == len(poison)
     kept = store.records("r1", None, 0, 100)
     assert [json.loads(r["data"])["step"] for r in kept] == [1, 2]
-    assert store.run("r1")["step"] == 2  # type: ignore[index]
+    assert present(store.run("r1"), "run r1")["step"] == 2
     # The largest values a column holds are kept as they are.
     big = 2**63 - 1
     append(store, line("step", step=big, loss=1.0) + line("event", t=1e308, text="\ud7ff"))
     assert ingest_all(store) == 2
-    assert store.run("r1")["step"] == big  # type: ignore[index]
+    assert present(store.run("r1"), "run r1")["step"] == big
 
 
 def test_the_same_step_in_a_new_segment_is_a_new_row(store: Store) -> None:
@@ -141,7 +142,7 @@ def test_a_big_batch_with_a_repeated_key_is_stored_once_in_file_order(store: Sto
     assert store.insert_records("r1", batch[:10], 456, {}) == []  # all there already
     rows = store.records("r1", ["step"], 0, 5000)
     assert len(rows) == 1200 and json.loads(rows[6]["data"]) == {"loss": 1.0}
-    assert store.run("r1")["ingest_offset"] == 456  # type: ignore[index]
+    assert present(store.run("r1"), "run r1")["ingest_offset"] == 456
 
 
 def test_a_small_batch_is_one_statement_on_postgres_with_the_same_result(
@@ -151,7 +152,12 @@ def test_a_small_batch_is_one_statement_on_postgres_with_the_same_result(
     run's new offset go in one (a transaction would take four)."""
     statements: list[str] = []
     run = store.db.run
-    monkeypatch.setattr(store.db, "run", lambda sql, p=(): statements.append(sql) or run(sql, p))
+
+    def counted(sql: str, p: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        statements.append(sql)
+        return run(sql, p)
+
+    monkeypatch.setattr(store.db, "run", counted)
 
     def rec(step: int, loss: float) -> NewRecord:
         return NewRecord(f"0:{step}:step", 0, "step", step, 1.0, json.dumps({"loss": loss}))
@@ -181,7 +187,7 @@ def started_over_after(store: Store, resume: dict[str, Any]) -> list[str]:
     append(store, line("resume", segment=1, **resume))
     append(store, line("step", segment=1, step=1, loss=5.58))
     codes = []
-    while (batch := ingest_run(store, store.run("r1"))) is not None:  # type: ignore[arg-type]
+    while (batch := ingest_run(store, present(store.run("r1"), "run r1"))) is not None:
         for _rid, rec in started_over_events(store, batch):
             codes.append(json.loads(rec.data)["code"])
     return codes

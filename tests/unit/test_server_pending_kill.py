@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from crashdrill.server.db import Database
 from crashdrill.server.errors import Conflict
+from crashdrill.server.ingest_loop import IngestLoop
 from crashdrill.server.run_control import RunControl
 from crashdrill.server.store import Store
 from crashdrill.server.views import run_view
 from crashdrill.workers.launch import NotRunning
+from crashdrill.workers.supervisor import Supervisor
+from tests.support.rows import present
 
 RUN = "p1-A"
 
@@ -57,8 +60,9 @@ def open_store(path: Path) -> Store:
 def lab_on(store: Store, sup: FakeSupervisor | None = None) -> RunControl:
     lab = RunControl()
     lab.store = store
-    lab.supervisors = {RUN: sup or FakeSupervisor()}  # type: ignore[dict-item]
-    lab.ingest = FakeIngest()  # type: ignore[assignment]
+    # the fakes stand in for the real classes: cast, as RunControl only calls what they have
+    lab.supervisors = {RUN: cast(Supervisor, sup or FakeSupervisor())}
+    lab.ingest = cast(IngestLoop, FakeIngest())
     lab._first_step_kills = set()
     return lab
 
@@ -79,7 +83,7 @@ def trains(store: Store, segment: int, step: int, **fields: Any) -> None:
 def view(store: Store) -> dict[str, Any]:
     row = store.run(RUN)
     assert row is not None
-    return run_view(row, store.pair("p1"), {})
+    return run_view(row, present(store.pair("p1"), "pair p1"), {})
 
 
 @pytest.fixture
@@ -157,7 +161,7 @@ def test_a_preemption_then_an_armed_crash_test_is_armed_whatever_the_counts_say(
     v = view(store)
     assert v["pending_kill"]["kind"] == "preempt" and v["pending_kill"]["mode"] == "preempt"
     assert not v["pending_kill"]["armed"] and not v["can_preempt"]
-    assert lab.ingest.published == [RUN]  # type: ignore[attr-defined]
+    assert cast(FakeIngest, lab.ingest).published == [RUN]
     trains(store, 1, 61)  # resumed from its graceful stop's checkpoint
     assert view(store)["pending_kill"] is None
     lab.crash(RUN, "me", False)
@@ -189,7 +193,7 @@ def test_after_a_server_restart_an_armed_kill_is_still_pending_and_armed_again(
     adopted = FakeSupervisor()
     row = again.run(RUN)
     assert row is not None
-    lab_on(again, adopted).rearm(row, adopted)  # type: ignore[arg-type]
+    lab_on(again, adopted).rearm(row, cast(Supervisor, adopted))
     assert adopted.asked == ["during_save"]
     assert view(again)["pending_kill"]["armed"]
 
@@ -202,7 +206,7 @@ def test_an_armed_kill_that_cannot_be_armed_again_is_forgotten(tmp_path: Path) -
     gone = FakeSupervisor(refuse=True)
     row = store.run(RUN)
     assert row is not None
-    lab_on(store, gone).rearm(row, gone)  # type: ignore[arg-type]
+    lab_on(store, gone).rearm(row, cast(Supervisor, gone))
     v = view(store)
     assert v["pending_kill"] is None and v["can_crash"]
 
@@ -216,7 +220,7 @@ def test_a_pending_crash_that_is_not_armed_is_not_signalled_again_on_adopt(
     adopted = FakeSupervisor()
     row = store.run(RUN)
     assert row is not None
-    lab_on(store, adopted).rearm(row, adopted)  # type: ignore[arg-type]
+    lab_on(store, adopted).rearm(row, cast(Supervisor, adopted))
     assert adopted.asked == []
 
 
@@ -301,5 +305,5 @@ def test_after_a_server_restart_a_first_step_crash_fires_on_adopt(tmp_path: Path
     adopted = FakeSupervisor()
     row = store.run(RUN)
     assert row is not None
-    lab_on(store, adopted).rearm(row, adopted)  # type: ignore[arg-type]
+    lab_on(store, adopted).rearm(row, cast(Supervisor, adopted))
     assert adopted.asked == ["kill"]

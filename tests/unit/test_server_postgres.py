@@ -18,8 +18,9 @@ from crashdrill.server.db import Database, DatabaseUnavailable, PostgresDatabase
 from crashdrill.server.outage import Outage
 from crashdrill.server.settings import Settings, SettingsError
 from tests.conftest import run_cli
-from tests.support.lab import STAND_IN, free_port
+from tests.support.lab import STAND_IN, free_port, wait_pair
 from tests.support.postgres import PostgresServer, unavailable
+from tests.support.rows import present
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -113,7 +114,7 @@ def test_a_connection_the_server_drops_is_replaced(
     killer = PostgresDatabase(postgres_url)
 
     def drop() -> None:
-        pid = db.one("SELECT pg_backend_pid() AS pid")["pid"]  # type: ignore[index]
+        pid = present(db.one("SELECT pg_backend_pid() AS pid"), "row")["pid"]
         assert killer.one("SELECT pg_terminate_backend(?) AS ok", (pid,)) == {"ok": True}
         time.sleep(0.1)
 
@@ -166,18 +167,6 @@ class NoSampler:
 
     def stop(self) -> None:
         pass
-
-
-def wait_pair(
-    client: TestClient, pair: str, ok: Callable[[list[dict[str, Any]]], bool]
-) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 30
-    while True:
-        runs = client.get(f"/api/pairs/{pair}").json()["runs"]
-        if ok(runs):
-            return runs
-        assert time.monotonic() < deadline, [(r["state"], r["stage"]) for r in runs]
-        time.sleep(0.05)
 
 
 def test_the_lab_keeps_its_pairs_in_postgres_across_a_restart(

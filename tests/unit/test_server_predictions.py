@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import httpx2
 import pytest
 from fastapi.testclient import TestClient
 
 from crashdrill.server.lesson_policy import LockedSetting, apply_student_overrides
 from crashdrill.server.predictions import run_outcome
+from crashdrill.server.store import Store
 from crashdrill.trainer.prediction import MEASURES, Prediction
 from crashdrill.trainer.presets import (
     PresetError,
@@ -23,8 +25,15 @@ from crashdrill.trainer.presets import (
     parse_preset,
     parse_preset_text,
 )
-from tests.support.lab import stand_in_app, stand_in_settings
-from tests.unit.test_server_routes import as_stranger, finished, start_pair, wait_pair
+from tests.support.lab import (
+    app_state,
+    as_stranger,
+    finished,
+    stand_in_app,
+    stand_in_settings,
+    start_pair,
+    wait_pair,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -114,7 +123,9 @@ def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClie
         yield c
 
 
-def predicted(client: TestClient, body: dict[str, object]) -> tuple[dict[str, object], object]:
+def predicted(
+    client: TestClient, body: dict[str, object]
+) -> tuple[dict[str, Any], httpx2.Response]:
     created = start_pair(client)
     r = client.post(f"/api/pairs/{created['pair']}/prediction", json=body)
     return created, r
@@ -140,8 +151,8 @@ def test_a_bad_prediction_gets_a_clear_4xx_and_stores_nothing(
     client: TestClient, body: dict[str, object], status: int, words: str
 ) -> None:
     created, r = predicted(client, body)
-    assert r.status_code == status, r.text  # type: ignore[attr-defined]
-    assert words in r.text  # type: ignore[attr-defined]
+    assert r.status_code == status, r.text
+    assert words in r.text
     assert client.get(f"/api/pairs/{created['pair']}").json()["prediction"] is None
     client.post(f"/api/pairs/{created['pair']}/stop")
 
@@ -165,7 +176,7 @@ def test_a_prediction_is_stored_with_the_pair_and_shown_beside_the_outcome(
     client: TestClient,
 ) -> None:
     created, r = predicted(client, {"answers": {"A": 20, "B": 3}})
-    assert r.status_code == 200, r.text  # type: ignore[attr-defined]
+    assert r.status_code == 200, r.text
     pair = created["pair"]
     view = client.get(f"/api/pairs/{pair}").json()["prediction"]
     assert view["answers"] == {"A": 20, "B": 3} and view["skipped"] is False
@@ -204,7 +215,7 @@ def test_a_prediction_is_stored_with_the_pair_and_shown_beside_the_outcome(
 
 def test_a_skipped_prediction_is_counted_apart(client: TestClient) -> None:
     created, r = predicted(client, {"skip": True})
-    assert r.status_code == 200 and r.json()["skipped"] is True  # type: ignore[attr-defined]
+    assert r.status_code == 200 and r.json()["skipped"] is True
     lessons = client.get("/api/instructor/class/predictions", headers=TEACHER).json()["lessons"]
     [quick] = [x for x in lessons if x["preset_id"] == "quick"]
     assert quick["skipped"] == 1 and quick["predictions"] == []
@@ -212,7 +223,7 @@ def test_a_skipped_prediction_is_counted_apart(client: TestClient) -> None:
 
 
 def test_the_owner_stops_the_pair_and_its_quota_is_free_again(client: TestClient) -> None:
-    limit = client.app.state.settings.max_pairs_per_session  # type: ignore[attr-defined]
+    limit = app_state(client).settings.max_pairs_per_session
     pairs = [start_pair(client) for _ in range(limit)]
     assert client.post("/api/pairs", json={"preset": "quick"}).status_code == 429
     created = pairs[0]
@@ -252,13 +263,13 @@ class RecordsOf:
     """The part of a Store that measuring reads: a run's records by kind."""
 
     def __init__(self, records: list[tuple[str, int, int | None, dict[str, object]]]) -> None:
-        self.rows = [
+        self.rows: list[dict[str, Any]] = [
             {"id": i, "segment": seg, "step": step, "t": float(i), "data": json.dumps(data)}
             for i, (kind, seg, step, data) in enumerate(records, 1)
             for data in [{"kind": kind, **data}]
         ]
 
-    def records_of_kind(self, run_id: str, kind: str) -> list[dict[str, object]]:
+    def records_of_kind(self, run_id: str, kind: str) -> list[dict[str, Any]]:
         return [r for r in self.rows if json.loads(str(r["data"]))["kind"] == kind]
 
 
@@ -289,17 +300,19 @@ CASES = {
 
 @pytest.mark.parametrize("kind", sorted(CASES))
 def test_each_measure_reads_the_first_restart_s_outcome(kind: str) -> None:
-    store = RecordsOf(CASES[kind])
-    assert run_outcome(store, RUN, "resume") == kind  # type: ignore[arg-type]
-    assert run_outcome(store, RUN, "bit_identical") == ("yes" if kind == "identical" else "no")  # type: ignore[arg-type]
+    store = cast(Store, RecordsOf(CASES[kind]))  # the part of a Store it reads
+    assert run_outcome(store, RUN, "resume") == kind
+    assert run_outcome(store, RUN, "bit_identical") == ("yes" if kind == "identical" else "no")
     lost = {"identical": 10, "different": 10, "fresh": 30, "refused": 30}[kind]
-    assert run_outcome(store, RUN, "lost_steps") == lost  # type: ignore[arg-type]
+    assert run_outcome(store, RUN, "lost_steps") == lost
 
 
 def test_an_outcome_is_not_read_before_it_is_final() -> None:
-    half = RecordsOf([*steps(0, 1, 30), resume(20), *steps(1, 21, 25)])  # 5 of 10 so far
-    assert run_outcome(half, RUN, "resume") is None  # type: ignore[arg-type]
-    assert run_outcome(half, RUN, "lost_steps") == 10  # type: ignore[arg-type]
-    never = RecordsOf(steps(0, 1, 30))
+    half = cast(
+        Store, RecordsOf([*steps(0, 1, 30), resume(20), *steps(1, 21, 25)])
+    )  # 5 of 10 so far
+    assert run_outcome(half, RUN, "resume") is None
+    assert run_outcome(half, RUN, "lost_steps") == 10
+    never = cast(Store, RecordsOf(steps(0, 1, 30)))
     fresh_run = {**RUN, "crashes": 0, "segment": 0}
-    assert run_outcome(never, fresh_run, "resume") is None  # type: ignore[arg-type]
+    assert run_outcome(never, fresh_run, "resume") is None

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.support.lab import stand_in_app, stand_in_settings
-from tests.unit.test_server_routes import (
+from tests.support.lab import (
     as_stranger,
     finished,
+    stand_in_app,
+    stand_in_settings,
     start_pair,
     wait_pair,
 )

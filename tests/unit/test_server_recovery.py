@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +16,12 @@ from fastapi.testclient import TestClient
 from crashdrill.server.app import create_app
 from crashdrill.server.settings import Settings
 from tests.support.lab import STAND_IN
+from tests.support.lab import wait_pair as wait_pair_30s
 
 pytestmark = pytest.mark.timeout(90)
+
+# Adopting a restarted server's runs takes longer than starting them: 40 s, not 30.
+wait_pair = partial(wait_pair_30s, timeout=40)
 
 
 @pytest.fixture
@@ -30,18 +33,6 @@ def settings(tmp_path: Path) -> Settings:
         telemetry=False,
         stop_runs_on_exit=False,  # the trainers outlive the server, as with kill -9
     )
-
-
-def wait_pair(
-    client: TestClient, pair: str, ok: Callable[[list[dict[str, Any]]], bool]
-) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 40
-    while True:
-        runs = client.get(f"/api/pairs/{pair}").json()["runs"]
-        if ok(runs):
-            return runs
-        assert time.monotonic() < deadline, [(r["state"], r["stage"], r["step"]) for r in runs]
-        time.sleep(0.05)
 
 
 def trainer_pids(settings: Settings, runs: list[dict[str, Any]]) -> list[int]:

@@ -23,6 +23,7 @@ from crashdrill.server.store import Store
 from crashdrill.workers.launch import Change
 from crashdrill.workers.mirror import CheckpointMirror
 from tests.support.gcs_emulator import write_checkpoint, write_run_json
+from tests.support.rows import present
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -73,7 +74,7 @@ async def report_and_wait(reports: SupervisorReports, store: Store, change: Chan
     try:
         reports.callback("r1")(change)
         deadline = time.monotonic() + 20
-        while store.run("r1")["state"] != change.state:  # type: ignore[index]
+        while present(store.run("r1"), "run r1")["state"] != change.state:
             assert time.monotonic() < deadline, "the report was never applied"
             await asyncio.sleep(0.01)
     finally:

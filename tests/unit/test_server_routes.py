@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from crashdrill.server.app import create_app
 from crashdrill.server.settings import Settings
-from tests.support.lab import FakeSampler, stand_in_app, stand_in_settings
+from tests.support.lab import (
+    FakeSampler,
+    app_state,
+    as_stranger,
+    finished,
+    stand_in_app,
+    stand_in_settings,
+    start_pair,
+    wait_pair,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -28,39 +35,6 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
 def client(settings: Settings) -> Iterator[TestClient]:
     with TestClient(stand_in_app(settings)) as c:
         yield c
-
-
-def start_pair(client: TestClient) -> dict[str, Any]:
-    r = client.post("/api/pairs", json={"preset": "quick"})
-    assert r.status_code == 201, r.text
-    return r.json()
-
-
-def wait_pair(
-    client: TestClient, pair: str, ok: Callable[[list[dict[str, Any]]], bool], timeout: float = 30
-) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while True:
-        runs = client.get(f"/api/pairs/{pair}").json()["runs"]
-        if ok(runs):
-            return runs
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out; runs: {[(r['state'], r['stage']) for r in runs]}")
-        time.sleep(0.05)
-
-
-def finished(runs: list[dict[str, Any]]) -> bool:
-    return all(r["state"] in ("finished", "failed", "stopped") for r in runs)
-
-
-def as_stranger(client: TestClient, fn: Callable[[], Any]) -> Any:
-    saved = dict(client.cookies)
-    client.cookies.clear()
-    try:
-        return fn()
-    finally:
-        client.cookies.clear()
-        client.cookies.update(saved)
 
 
 def test_presets_lists_the_lessons_with_their_knob(client: TestClient) -> None:
@@ -223,7 +197,7 @@ def test_bad_input_gets_a_clear_4xx_and_changes_nothing(
         "/api/pairs", content=body, headers={"content-type": "application/json", **headers}
     )
     assert r.status_code == status and says in r.json()["detail"], r.text
-    assert client.app.state.lab.store.runs_in(["queued", "starting", "running"]) == []  # type: ignore[attr-defined]
+    assert app_state(client).lab.store.runs_in(["queued", "starting", "running"]) == []
 
 
 def test_a_chunked_oversized_body_is_refused(client: TestClient) -> None:
@@ -282,7 +256,7 @@ def test_every_operation_lists_the_statuses_the_middlewares_answer_before_it(
         for method, operation in item.items():
             listed = set(operation["responses"])
             assert {"400", "413"} <= listed, f"{method.upper()} {path}: {sorted(listed)}"
-    big = "x" * (client.app.state.settings.max_body_bytes + 1)  # type: ignore[attr-defined]
+    big = "x" * (app_state(client).settings.max_body_bytes + 1)
     r = client.post("/api/instructor/logout", content=big)
     assert r.status_code == 413 and "over the limit" in r.json()["detail"]
 

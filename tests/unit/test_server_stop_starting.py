@@ -12,8 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from crashdrill.server import lab as lab_module
-from tests.support.lab import stand_in_app, stand_in_settings
-from tests.unit.test_server_routes import finished, start_pair, wait_pair
+from tests.support.lab import finished, stand_in_app, stand_in_settings, start_pair, wait_pair
 
 
 class SlowToBuild(lab_module.Supervisor):

@@ -13,6 +13,7 @@ from crashdrill.server.db import Database
 from crashdrill.server.settings import SettingsError, _kept_token
 from crashdrill.server.store import Store
 from tests.support.postgres import open_test_database
+from tests.support.rows import present
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -38,7 +39,7 @@ def test_each_lab_schedules_only_its_own_runs(db: Database, tmp_path: Path) -> N
     assert [r["id"] for r in b.runs_in(["queued"])] == ["pb-A", "pb-B"]
     assert b.runs_in(["running"]) == []
     # Lookups by id are not scoped: a pair id is the capability.
-    assert b.run("pa-A")["lab"] == "lab-a"  # type: ignore[index]
+    assert present(b.run("pa-A"), "run pa-A")["lab"] == "lab-a"
     assert [r["id"] for r in b.runs_of_pair("pa")] == ["pa-A", "pa-B"]
 
 
@@ -48,8 +49,8 @@ def test_each_lab_reads_and_prunes_only_its_own_telemetry(db: Database) -> None:
         a.insert_telemetry(float(i), f'{{"lab":"a","i":{i}}}', keep=30)
         if i < 10:
             b.insert_telemetry(float(i), f'{{"lab":"b","i":{i}}}', keep=30)
-    assert a.latest_telemetry()["data"] == '{"lab":"a","i":249}'  # type: ignore[index]
-    assert b.latest_telemetry()["data"] == '{"lab":"b","i":9}'  # type: ignore[index]
+    assert present(a.latest_telemetry(), "telemetry row")["data"] == '{"lab":"a","i":249}'
+    assert present(b.latest_telemetry(), "telemetry row")["data"] == '{"lab":"b","i":9}'
     count = "SELECT COUNT(*) AS n FROM telemetry WHERE lab = ?"
     # Pruned at the 100th and 200th insert to the newest 30 (+ the 50 since).
     assert db.one(count, ("lab-a",)) == {"n": 80}
@@ -88,6 +89,6 @@ def test_a_queued_run_is_taken_once_by_the_scheduler_or_a_stop(
     pair(store, "p", tmp_path)
     assert store.update_run_if("p-A", "queued", state="stopped") is True
     assert store.update_run_if("p-A", "queued", state="starting") is False  # the stop won
-    assert store.run("p-A")["state"] == "stopped"  # type: ignore[index]
+    assert present(store.run("p-A"), "run p-A")["state"] == "stopped"
     with pytest.raises(ValueError, match="not a run column"):
         store.update_run_if("p-B", "queued", owner="x")

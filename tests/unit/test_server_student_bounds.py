@@ -17,7 +17,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from crashdrill.server.settings import Settings
-from tests.support.lab import stand_in_app, stand_in_settings
+from tests.support.lab import app_state, stand_in_app, stand_in_settings
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -125,7 +125,7 @@ def test_settings_in_range_that_would_write_gigabytes_of_checkpoints_are_refused
     ):
         assert words in detail, detail
     assert student.get("/api/presets/lesson-1.13?steps=800&ckpt_every=10").status_code == 422
-    assert not student.app.state.lab.store.runs_in(["queued", "starting", "running"])  # type: ignore[attr-defined]
+    assert not app_state(student).lab.store.runs_in(["queued", "starting", "running"])
 
 
 def test_the_public_view_says_the_server_locked_settings_are_locked(student: TestClient) -> None:

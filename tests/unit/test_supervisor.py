@@ -6,43 +6,17 @@ import json
 import os
 import signal
 import subprocess
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from crashdrill.trainer.event_record import event as make_event
-from crashdrill.workers.launch import Change, Launch, NotRunning
+from crashdrill.workers.launch import NotRunning
 from crashdrill.workers.run_dir import RunDir
-from crashdrill.workers.supervisor import Supervisor
 from tests.support.lab import STAND_IN
+from tests.support.supervising import records, supervise, wait_for_step
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class Changes:
-    def __init__(self) -> None:
-        self.items: list[Change] = []
-        self.cond = threading.Condition()
-
-    def __call__(self, change: Change) -> None:
-        with self.cond:
-            self.items.append(change)
-            self.cond.notify_all()
-
-    def states(self) -> list[str]:
-        return [c.state for c in self.items]
-
-    def wait_for(self, state: str, count: int = 1, timeout: float = 30) -> Change:
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while self.states().count(state) < count:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"no {state!r} (#{count}) in {self.states()}")
-                self.cond.wait(left)
-            return [c for c in self.items if c.state == state][count - 1]
 
 
 @pytest.fixture
@@ -51,30 +25,6 @@ def env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     monkeypatch.setenv("CRASHDRILL_STANDIN_STEP_S", "0.02")
     monkeypatch.setenv("CRASHDRILL_STANDIN_CKPT_EVERY", "10")
     return monkeypatch
-
-
-def supervise(tmp_path: Path, **kw: object) -> tuple[Supervisor, Changes, RunDir]:
-    changes = Changes()
-    launch = Launch(tmp_path / "run", "quick", "A", command=STAND_IN)
-    sup = Supervisor(launch, changes, poll_s=0.05, **kw)  # type: ignore[arg-type]
-    return sup, changes, RunDir(tmp_path / "run")
-
-
-def records(rd: RunDir) -> list[dict[str, object]]:
-    lines = rd.records.read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
-
-
-def wait_for_step(rd: RunDir, step: int, segment: int = 0, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any(
-            r["kind"] == "step" and r["segment"] == segment and r["step"] >= step  # type: ignore[operator]
-            for r in (records(rd) if rd.records.exists() else [])
-        ):
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"segment {segment} never reached step {step}")
 
 
 def test_a_run_that_exits_0_is_finished(tmp_path: Path, env: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,7 @@ import pytest
 from crashdrill.workers.graceful_stop import Wall
 from crashdrill.workers.launch import NotRunning
 from crashdrill.workers.run_dir import RunDir
-from tests.unit.test_supervisor import records, supervise, wait_for_step
+from tests.support.supervising import records, supervise, wait_for_step
 
 pytestmark = pytest.mark.timeout(60)
 
