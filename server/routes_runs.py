@@ -21,6 +21,7 @@ from crashdrill.server.schemas import (
     problems,
 )
 from crashdrill.server.sessions import is_instructor, session_of
+from crashdrill.server.store import run_states_json
 from crashdrill.server.views import event_view, record_json
 from crashdrill.trainer.record_contract import contract_json
 
@@ -123,4 +124,4 @@ def events(run: str, request: Request) -> dict[str, Any]:
     summary="The run-record contract: every record kind, its fields, which are deterministic",
 )
 def record_kinds() -> dict[str, Any]:
-    return contract_json()
+    return {**contract_json(), "run_states": run_states_json()}

@@ -395,6 +395,13 @@ class ResumeOutcomeOut(BaseModel):
     lab_check: bool = Field(description="a check of the lab's API can have it")
 
 
+class RunStatesOut(BaseModel):
+    all: list[str] = Field(description="every state a run may be in, in the order it moves")
+    live: list[str] = Field(description="not over: queued or active")
+    active: list[str] = Field(description="a trainer is (being) started or trains")
+    terminal: list[str] = Field(description="over for good")
+
+
 class RecordKinds(BaseModel):
     version: int = Field(description='the "v" of every record')
     common: list[RecordField] = Field(description="fields of every record")
@@ -406,6 +413,10 @@ class RecordKinds(BaseModel):
     resume_outcomes: list[ResumeOutcomeOut] = Field(
         default_factory=list,
         description="every outcome a resume check may have (trainer/resume_outcome.py)",
+    )
+    run_states: RunStatesOut | None = Field(
+        default=None,
+        description="a run's states and their groups (server/store.py; web/static/run_states.js)",
     )
 
 

@@ -27,6 +27,16 @@ RUN_STATES = (*LIVE_STATES, *TERMINAL_STATES)
 QUEUED = LIVE_STATES[0]
 
 
+def run_states_json() -> dict[str, list[str]]:
+    """The states and their groups, as GET /api/record-kinds serves them to the page."""
+    return {
+        "all": list(RUN_STATES),
+        "live": list(LIVE_STATES),
+        "active": list(ACTIVE_STATES),
+        "terminal": list(TERMINAL_STATES),
+    }
+
+
 def sql_list(states: Sequence[str]) -> str:
     """`'queued', 'starting'`: states as SQL literals, for a query's IN list. Only for the
     constants above (never for input): queries name their states from this one home."""

@@ -124,7 +124,10 @@ def test_the_api_serves_the_contract(tmp_path: Path, monkeypatch: pytest.MonkeyP
     with TestClient(create_app(settings)) as client:
         r = client.get("/api/record-kinds")
     assert r.status_code == 200
-    assert r.json() == contract_json()
+    # The trainer's contract, and the lab's run states beside it (server/store.py).
+    from crashdrill.server.store import run_states_json
+
+    assert r.json() == {**contract_json(), "run_states": run_states_json()}
     keyed = {k["name"] for k in r.json()["kinds"] if k["keyed_by_step"]}
     assert keyed == STEP_KEYED_KINDS
 

@@ -19,9 +19,9 @@ import { showLessonPicker, stopPair } from "./pair_actions.js";
 import { PredictionPanel } from "./predict.js";
 import { followLive } from "./realtime.js";
 import { followWarmUp } from "./warm_up.js";
+import { TERMINAL } from "./run_states.js";
 
 const $ = (sel) => document.querySelector(sel);
-const TERMINAL = new Set(["finished", "failed", "stopped", "diverged"]);
 const STORE_KEY = "crashdrill.pair";
 // Text at most twice a second and charts once: on a small machine the page shares the
 // CPU with the trainers it shows (scripts/page_cpu.py measures what it costs them).

@@ -6,6 +6,7 @@ import { crashWindow, windowText } from "./crash_window.js";
 import { crashHint, killText, restartingText } from "./crash_words.js";
 import * as f from "./format.js";
 import { recentRates } from "./metric_series.js";
+import { ACTIVE, TERMINAL } from "./run_states.js";
 
 export const STAGES = [
   ["queued", "Queued"],
@@ -94,13 +95,13 @@ export function studentState(run, starts = null, preset = null) {
     }
     return ["crashed", `Killed with SIGKILL (no chance to save). ${restartingText(e)}${note}`];
   };
-  if (["starting", "running", "restarting"].includes(v.state) && trainerFinished(run)) {
+  if (ACTIVE.has(v.state) && trainerFinished(run)) {
     return ["done", `Finished ${f.int(v.steps)} steps.`]; // the supervisor's report is on its way
   }
-  if (["starting", "running", "restarting"].includes(v.state) && v.stage === "diverged") {
+  if (ACTIVE.has(v.state) && v.stage === "diverged") {
     return ["diverged", `Diverged: the loss stopped being a finite number.${changedText(preset?.overrides)}`]; // likewise
   }
-  if (["starting", "running", "restarting"].includes(v.state) && v.stage === "failed") {
+  if (ACTIVE.has(v.state) && v.stage === "failed") {
     return ["failed", "The trainer stopped with an error; the lab is reading why."]; // likewise
   }
   const held = heldNow(run);
@@ -175,7 +176,7 @@ function stageName(key) {
 export function crashBlocker(run, owner, starts = null, preset = null) {
   const v = run.view;
   const said = v.state !== "queued" && (trainerFinished(run) || v.stage === "failed" || v.stage === "diverged");
-  if (["finished", "failed", "stopped", "diverged"].includes(v.state) || said) {
+  if (TERMINAL.has(v.state) || said) {
     const word =
       v.state === "failed" || v.stage === "failed"
         ? "Failed"
@@ -410,7 +411,7 @@ export class RunCard {
     setText(m.mem, f.bytes(run.peakMem()));
     m.mem.title = last?.mem_kind === "rss" ? "process RSS (CPU run)" : "peak CUDA memory allocated";
     setText(m.lr, f.sci(last?.lr));
-    const done = ["finished", "failed", "stopped", "diverged"].includes(v.state);
+    const done = TERMINAL.has(v.state);
     const end = done ? run.lastT : Date.now() / 1000;
     const elapsed = run.firstT !== null && end !== null ? end - run.firstT : null;
     const e = energy || {};

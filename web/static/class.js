@@ -6,10 +6,11 @@ import { request } from "./api.js";
 import { $, el, status } from "./dom.js";
 import { renderClassPredictions } from "./class_predictions.js";
 import * as f from "./format.js";
+import { TERMINAL } from "./run_states.js";
 
 const enc = encodeURIComponent;
 const REFRESH_MS = 2000;
-const ENDED = new Set(["finished", "failed", "stopped", "diverged"]);
+const ENDED = TERMINAL;
 const PAGE = 50;
 const PREDICTIONS_EVERY_MS = 10000; // outcomes come once per crash: no need to ask often
 let offset = 0;

@@ -5,8 +5,8 @@
 // name, with the same tiles (each node samples itself: workers/node_telemetry.py).
 
 import * as f from "./format.js";
+import { ACTIVE } from "./run_states.js";
 
-const ACTIVE = new Set(["starting", "running", "restarting"]);
 const WINDOW_S = 300;
 
 const TILES = [

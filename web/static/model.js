@@ -4,6 +4,8 @@
 // contract, GET /api/record-kinds, marks keyed_by_step), so a refetch that overlaps the
 // stream adds nothing twice.
 
+import { ACTIVE } from "./run_states.js";
+
 /** The names of the kinds stored once per (segment, step), from GET /api/record-kinds. */
 export function stepKeyedKinds(contract) {
   return new Set((contract?.kinds || []).filter((k) => k.keyed_by_step).map((k) => k.name));
@@ -15,7 +17,6 @@ export function eventCodes(contract) {
   return new Map((contract?.events || []).map((e) => [e.code, e]));
 }
 
-const ACTIVE = new Set(["starting", "running", "restarting"]);
 
 /** A supervisor's event that ends a segment and starts the next one (a crash test, a
  * preemption, a graceful stop, a lost host, an unasked kill): the contract gives every

@@ -14,6 +14,7 @@
 //   panel.update(pair);               // every render
 
 import * as f from "./format.js";
+import { TERMINAL } from "./run_states.js";
 
 const REFRESH_MS = 2000; // how often the page may ask the server for the outcome
 
@@ -72,7 +73,7 @@ export class PredictionPanel {
 
   /** The owner has not answered yet and may still: runs left to crash, none crashed yet. */
   mustAsk(pair) {
-    const ended = pair.ordered().every((r) => ["finished", "failed", "stopped", "diverged"].includes(r.view.state));
+    const ended = pair.ordered().every((r) => TERMINAL.has(r.view.state));
     return Boolean(this.question(pair)) && pair.view.owner && !pair.view.prediction && !this.restarted(pair) && !ended;
   }
 
