@@ -8,9 +8,7 @@ session four, and it says loudly which of the two it did.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -20,14 +18,12 @@ from pathlib import Path
 import torch
 
 from crashdrill.trainer import checkpoint as ck
-from crashdrill.trainer import checkpoint_layout as layout
 from crashdrill.trainer import determinism, evaluate, metrics
 from crashdrill.trainer.config import TrainConfig
 from crashdrill.trainer.data import BatchSampler, Dataset, load_dataset
 from crashdrill.trainer.divergence import diverged_line, nonfinite, record_divergence
-from crashdrill.trainer.exit_codes import EXIT_DIVERGED, EXIT_NO_CHECKPOINT, EXIT_OK, EXIT_STOPPED
+from crashdrill.trainer.exit_codes import EXIT_DIVERGED, EXIT_OK, EXIT_STOPPED
 from crashdrill.trainer.model import GPT, lr_at
-from crashdrill.trainer.optim import AdamW
 from crashdrill.trainer.preemption import (
     GracefulStop,
     check_previous_stop,
@@ -36,22 +32,22 @@ from crashdrill.trainer.preemption import (
     stop_and_save,
 )
 from crashdrill.trainer.record_contract import to_json
-from crashdrill.trainer.records import NO_CHECKPOINT_CODE, RecordWriter, float32_bits
-from crashdrill.trainer.run_files import RUN_JSON
-from crashdrill.trainer.start_line import FRESH_LINE, refusal, refused_line, resumed_line
+from crashdrill.trainer.records import RecordWriter, float32_bits
+from crashdrill.trainer.run_start import (
+    RunDirError,
+    find_checkpoint,
+    refuse_to_start,
+    resume_or_fresh,
+    start_run_dir,
+)
 from crashdrill.trainer.train_state import (
     CheckpointMismatch,
     TrainState,
-    restore,
     state_files,
     state_map,
 )
 
 __all__ = ["CheckpointMismatch", "RunDirError", "RunOptions", "train"]
-
-
-class RunDirError(ValueError):
-    pass
 
 
 @dataclass
@@ -76,36 +72,6 @@ def _pick_device(cfg: TrainConfig) -> torch.device:
     return torch.device("cpu")
 
 
-def _start_run_dir(run_dir: Path, label: str, preset: str, cfg: TrainConfig) -> int:
-    """Create/enter the run dir; returns this process's segment (0 for the first start)."""
-    if run_dir.exists() and not run_dir.is_dir():
-        raise RunDirError(f"--run-dir {str(run_dir)!r} is a file; give a directory")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    info_path = run_dir / RUN_JSON
-    try:
-        starts = int(json.loads(info_path.read_text()).get("starts", 0))
-    except (OSError, ValueError):
-        starts = 0
-    try:
-        with open("/proc/self/stat") as f:
-            proc_start = int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        proc_start = None
-    info = {
-        "pid": os.getpid(),
-        "proc_start": proc_start,
-        "started_at": time.time(),
-        "starts": starts + 1,
-        "label": label,
-        "preset": preset,
-        "config": cfg.to_dict(),
-    }
-    tmp = info_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(info, indent=1))
-    os.replace(tmp, info_path)
-    return starts
-
-
 def _startup_s() -> float | None:
     """Seconds from this process's start (a fork of the warm process, or an exec) to
     now; None where /proc does not say."""
@@ -113,98 +79,11 @@ def _startup_s() -> float | None:
     return round(age, 3) if age > 0 else None
 
 
-def _find_checkpoint(run_dir: Path, rec: RecordWriter) -> layout.CheckpointInfo | None:
-    """The newest checkpoint that verifies; loud about each corrupt newer one, saying
-    whether an older one is left to try (the event's `fallback_step`, null: none)."""
-    found = layout.candidates(run_dir)
-    for i, (_step, path) in enumerate(found):
-        try:
-            return layout.read_checkpoint(path, "verified")
-        except layout.CorruptCheckpoint as e:
-            older = found[i + 1][0] if i + 1 < len(found) else None
-            at = f" at step {older}" if older is not None and older >= 0 else ""
-            then = (
-                f"Trying the older checkpoint{at}."
-                if older is not None
-                else "There is no older checkpoint to fall back to."
-            )
-            text = f"Checkpoint rejected: {e}. {then}"
-            print(f"crashdrill: WARNING {text}", file=sys.stderr)
-            rec.event("ckpt_corrupt", text, fallback_step=older)
-    return None
-
-
-def _refuse_to_start(run_dir: Path, rec: RecordWriter) -> int:
-    """--require-checkpoint and none is left: say so and exit, never train from scratch."""
-    root = layout.ckpt_root(run_dir)
-    print(refused_line(root), file=sys.stderr)
-    rejected = len(layout.candidates(run_dir))  # each said so in its ckpt_corrupt event
-    why = (
-        f"no checkpoint in {root} passed its checks ({rejected} rejected)"
-        f" and --require-checkpoint is set; not training from scratch"
-        if rejected
-        else refusal(root)
-    )
-    rec.event(NO_CHECKPOINT_CODE, f"Refused to start: {why}.")
-    rec.write("stage", stage="failed", progress=1.0)
-    return EXIT_NO_CHECKPOINT
-
-
-def _resume_or_fresh(
-    info: layout.CheckpointInfo | None,
-    cfg: TrainConfig,
-    opts: RunOptions,
-    segment: int,
-    rec: RecordWriter,
-    fingerprints: dict[str, str],
-    model: GPT,
-    opt: AdamW,
-    sampler: BatchSampler,
-    st: TrainState,
-) -> None:
-    """Resume from `info` (the state goes into model, opt, sampler and st) or start fresh
-    when it is None; either way print the one loud line and write the records."""
-    if info is None:
-        print(FRESH_LINE, file=sys.stderr)
-        if segment > 0:
-            rec.write("resume", from_step=0, segment=segment, path=None)
-        # Starting fresh under --require-checkpoint means on_missing_checkpoint = "fresh",
-        # which stays silent here, as the scripts it imitates do; the lab points out the
-        # loss back at ln(vocab) from the records.
-        if segment > 0 and not opts.require_checkpoint:
-            rec.event(
-                "fresh_start",
-                "Restarted and found no checkpoint: training again from step 0 (everything "
-                "since the start is lost).",
-            )
-        return
-    parts = restore(info, cfg, fingerprints, state_map(cfg, model, opt, sampler, st), st)
-    print(resumed_line(st.step, info.path), file=sys.stderr)
-    absent = [p for p in ck.PARTS_FULL if p not in parts]
-    rec.write(
-        "resume",
-        from_step=st.step,
-        segment=segment,
-        path=str(info.path),
-        parts=parts,
-        missing=absent,
-    )
-    missing = [ck.PART_WORDS[p] for p in absent]
-    rec.event(
-        "resumed",
-        f"Resumed at step {st.step} from a checkpoint."
-        + (f" It did not hold: {', '.join(missing)} — those start over." if missing else ""),
-        level="warn" if missing else "info",
-        step=st.step,
-        missing=absent,
-    )
-
-
 def train(cfg: TrainConfig, run_dir: str | Path, opts: RunOptions | None = None) -> int:
     """Train (or resume) one run in `run_dir`. Returns the process exit code."""
     opts = opts or RunOptions()
     run_dir = Path(run_dir)
-    segment = _start_run_dir(run_dir, opts.label, opts.preset, cfg)
+    segment = start_run_dir(run_dir, opts.label, opts.preset, cfg)
     rec = RecordWriter(run_dir, segment)
     stop = GracefulStop(
         grace_s=float(cfg.stop_grace),
@@ -238,9 +117,18 @@ def _train(
     session, which is what makes a resumed run bit-identical to an uninterrupted one."""
     run = _Training(cfg, run_dir, opts, segment, rec, stop)
     if run.info is None and opts.require_checkpoint and cfg.on_missing_checkpoint != "fresh":
-        return _refuse_to_start(run_dir, rec)
-    _resume_or_fresh(
-        run.info, cfg, opts, segment, rec, run.fingerprints, run.model, run.opt, run.sampler, run.st
+        return refuse_to_start(run_dir, rec)
+    resume_or_fresh(
+        run.info,
+        cfg,
+        opts.require_checkpoint,
+        segment,
+        rec,
+        run.fingerprints,
+        run.model,
+        run.opt,
+        run.sampler,
+        run.st,
     )
     check_previous_stop(run_dir, run.st.step, rec)
     run.announce()
@@ -295,7 +183,7 @@ class _Training:
         self.st = TrainState()
         rec.write("stage", stage="build", progress=1.0)
 
-        self.info = _find_checkpoint(run_dir, rec)
+        self.info = find_checkpoint(run_dir, rec)
         self.saved_step = self.info.step if self.info is not None else None
         self.tokens_per_step = cfg.batch * cfg.ctx
         self.peak: float | None = None
