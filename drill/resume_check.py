@@ -124,276 +124,367 @@ def check_resume(
     earlier: list[ResumeVerdict],
     kill_numbers: dict[int, int],
 ) -> ResumeVerdict:
-    segs, ref, target = ev.crashed, ev.reference, ev.target
-    ref_div = target.diverged(ref)
-    seg = segs[k]
-    replay_of = seg.restored_from
-    # A replay started from the copy of segment r's start: it resumes from the kill that
-    # ended segment r - 1, as segment r did.
-    if replay_of is not None:
-        prev: Segment | None = segs[replay_of - 1] if replay_of > 0 else None
-    else:
-        prev = segs[k - 1]
-    killed_at = prev.last_step if prev is not None else None
-    if replay_of is not None and segs[replay_of].copy_step is not None:
-        # It started from the dir as the torn write found it (the write before it holds
-        # the newest checkpoint): it recomputes what segment `replay_of` printed from there.
-        killed_at = segs[replay_of].last_step
-    from_step = target.resumed_from(seg)
-    from_start = seg.first_step is not None and seg.first_step <= (ref.first_step or 0)
-    if from_step is None and seg.first_step is not None and not from_start:
-        from_step = seg.first_step - spacing  # a restart from scratch resumed from nothing
-    recomputed = None
-    n_recomputed = 0
-    first = from_step + 1 if from_step is not None else seg.first_step
-    if first is not None and killed_at is not None and killed_at >= first:
-        recomputed = (first, killed_at)
-        n_recomputed = killed_at - first + 1
-    state = prev.snapshot_before_kill if prev is not None else None
-    if replay_of is not None and segs[replay_of].copy_step is not None:
-        state = segs[replay_of].copy_snapshot
-    saved = prev is not None and target.progress_saved(segs[0].snapshot_first_step, state)
-    landing = (
-        judge_landing(prev, seg, from_step, target, ref.write_steps)
-        if prev is not None and prev.killed and replay_of is None
-        else Landing(False, False, killed_at)
-    )
-    inherited = _lineage_divergence(k, segs, earlier)
-    if inherited is not None and prev is not None:
-        # Past the earlier divergence the reference says nothing about this resume: its
-        # recomputed steps against what the killed process printed is the resume check.
-        pairs = pair(prev.points, seg.points)
-    else:
-        pairs = pair(ref.points, seg.points)
-    loss = compare_losses(pairs)
-    i = loss.divergent_offset
-    latency = None
-    if seg.points and prev is not None and prev.kill_time is not None and replay_of is None:
-        latency = seg.points[0].t - prev.kill_time
-    evidence = list(landing.evidence)
+    """Judge resume k: where it started and what it recomputed, what the kill hit, how
+    the restart ended, then its losses and fields against the reference's. Each step may
+    add a finding (to `findings`) and settle the verdict; the first verdict said stands."""
+    judge = _ResumeJudge(k, ev, spacing, findings, earlier)
+    torn_note = judge.note_the_landing()
+    verdict = judge.how_it_ended(torn_note)
+    verdict = judge.restart_from_start(verdict, torn_note, unrepeatable)
+    verdict = judge.first_difference(verdict, torn_note, unrepeatable)
+    verdict = judge.fields_and_verdict(verdict, precision)
+    return judge.verdict(verdict, kill_numbers)
 
-    def add(code: str, text: str, fails: bool | None = None, more: tuple[str, ...] = ()) -> None:
-        findings.append(Finding(code, f"resume {k}: {text}", fails, k, [*evidence, *more]))
 
-    torn_note = ""
-    if landing.torn and landing.in_place:
-        torn_note = (
-            f" The kill landed inside a checkpoint write that overwrote "
-            f"{', '.join(landing.in_place[:3])} in place: the checkpoint was torn — {TORN}."
+class _ResumeJudge:
+    """What the steps of `check_resume` share: the resume's place on the line of restarts
+    (`prev`, the segment whose kill it resumes from), the steps it recomputed, what the kill
+    hit (`landing`), its losses paired with the ones it is judged against, and the
+    evidence every finding about it carries."""
+
+    def __init__(
+        self,
+        k: int,
+        ev: Evidence,
+        spacing: int,
+        findings: list[Finding],
+        earlier: list[ResumeVerdict],
+    ) -> None:
+        self.k, self.ev, self.findings = k, ev, findings
+        segs, ref, target = ev.crashed, ev.reference, ev.target
+        self.segs, self.ref, self.target = segs, ref, target
+        self.seg = seg = segs[k]
+        self.replay_of = replay_of = seg.restored_from
+        self.prev = prev = self._resumed_after()
+        killed_at = prev.last_step if prev is not None else None
+        if replay_of is not None and segs[replay_of].copy_step is not None:
+            # It started from the dir as the torn write found it (the write before it holds
+            # the newest checkpoint): it recomputes what segment `replay_of` printed from there.
+            killed_at = segs[replay_of].last_step
+        self.killed_at = killed_at
+        from_step = target.resumed_from(seg)
+        self.from_start = seg.first_step is not None and seg.first_step <= (ref.first_step or 0)
+        if from_step is None and seg.first_step is not None and not self.from_start:
+            from_step = seg.first_step - spacing  # a restart from scratch resumed from nothing
+        self.from_step = from_step
+        self.recomputed: tuple[int, int] | None = None
+        self.n_recomputed = 0
+        first = from_step + 1 if from_step is not None else seg.first_step
+        if first is not None and killed_at is not None and killed_at >= first:
+            self.recomputed = (first, killed_at)
+            self.n_recomputed = killed_at - first + 1
+        state = prev.snapshot_before_kill if prev is not None else None
+        if replay_of is not None and segs[replay_of].copy_step is not None:
+            state = segs[replay_of].copy_snapshot
+        self.saved = prev is not None and target.progress_saved(segs[0].snapshot_first_step, state)
+        self.landing = (
+            judge_landing(prev, seg, from_step, target, ref.write_steps)
+            if prev is not None and prev.killed and replay_of is None
+            else Landing(False, False, killed_at)
         )
-    elif landing.torn:
-        torn_note = (
-            f" The kill landed inside a checkpoint write that left "
-            f"{', '.join(landing.partial[:3])} incomplete under its final name: the checkpoint "
-            f"was torn — {TORN_DIR}."
+        self.inherited = _lineage_divergence(k, segs, earlier)
+        if self.inherited is not None and prev is not None:
+            # Past the earlier divergence the reference says nothing about this resume: its
+            # recomputed steps against what the killed process printed is the resume check.
+            self.pairs = pair(prev.points, seg.points)
+        else:
+            self.pairs = pair(ref.points, seg.points)
+        self.loss = compare_losses(self.pairs)
+        self.latency: float | None = None
+        if seg.points and prev is not None and prev.kill_time is not None and replay_of is None:
+            self.latency = seg.points[0].t - prev.kill_time
+        self.evidence = list(self.landing.evidence)
+        div = target.diverged(seg)
+        self.div = div
+        self.outcome: ResumeOutcome | None = (
+            None  # the verdict in one word (trainer/resume_outcome.py)
         )
-    # A write that left a new checkpoint incomplete under its final name, which the
-    # restart skipped for the older complete one: that older one was intact, so what its
-    # resume shows is judged like a plain resume, and the incomplete one is a note.
-    skipped = (
-        landing.torn
-        and not landing.in_place
-        and not seg.crashed
-        and not seg.hung
-        and from_step is not None
-        and landing.writing_step is not None
-        and from_step < landing.writing_step
-    )
-    # Said only when something shows the skipped one was incomplete: a kill between a new
-    # checkpoint's write and the update of the one a restart loads (Lightning's last.ckpt)
-    # leaves a complete new file that the restart had no reason to load.
-    proof: tuple[str, ...] = ()
-    if skipped and prev is not None:
-        was = (prev.snapshot_before_kill, prev.snapshot_after_kill, ev.reference_snapshot)
-        proof = tuple(incomplete_proof(landing.partial, *was))
-    if skipped:
+        self.diverged_at: int | None = None  # its own divergence, where the reference had none
+        if div is not None and not same_divergence(
+            div, seg.points, ref.points, target.diverged(ref)
+        ):
+            self.diverged_at = div.step
+
+    def _resumed_after(self) -> Segment | None:
+        """The segment whose kill this resume restarts from: the one before it, or, for a
+        replay started from the copy of segment r's start, the one before r (it resumes
+        from the kill that ended segment r - 1, as segment r did)."""
+        if self.replay_of is not None:
+            return self.segs[self.replay_of - 1] if self.replay_of > 0 else None
+        return self.segs[self.k - 1]
+
+    def add(
+        self, code: str, text: str, fails: bool | None = None, more: tuple[str, ...] = ()
+    ) -> None:
+        """A finding about this resume, with the evidence gathered so far."""
+        self.findings.append(
+            Finding(code, f"resume {self.k}: {text}", fails, self.k, [*self.evidence, *more])
+        )
+
+    def note_the_landing(self) -> str:
+        """Findings about the checkpoint write the kill hit (an incomplete one the restart
+        skipped, one rewritten in place); returns the sentence that a torn checkpoint adds
+        to whatever this resume is found to have done, "" when nothing was torn."""
+        landing, seg, prev, from_step = self.landing, self.seg, self.prev, self.from_step
         torn_note = ""
-    if proof:
-        add(
-            INCOMPLETE_SKIPPED,
-            f"the kill left {', '.join(landing.partial[:3])} incomplete under its final name; "
-            f"the restart skipped it and resumed from the older complete checkpoint (step "
-            f"{from_step}), so nothing torn was loaded. A script that did not skip it would "
-            f"load a torn checkpoint — {TORN_DIR}",
-            more=proof,
-        )
-    if landing.in_place and not landing.in_write:
-        add(
-            IN_PLACE_WRITE,
-            f"{', '.join(landing.in_place[:3])} {'were' if len(landing.in_place) > 1 else 'was'}"
-            " rewritten in place (the same file), not "
-            "written under a temp name and renamed. This kill landed after that write had "
-            f"finished, so nothing was torn this time; a kill inside it would tear it — {TORN}",
-            fails=False,
-        )
-    verdict = ""
-    outcome: ResumeOutcome | None = None  # the verdict in one word (trainer/resume_outcome.py)
-    div = target.diverged(seg)
-    diverged_at = None  # a divergence of its own, where the reference did not
-    if div is not None and not same_divergence(div, seg.points, ref.points, target.diverged(ref)):
-        diverged_at = div.step
-    if seg.hung:
-        add(
-            HUNG,
-            f"the restarted script did not finish within {target.timeout:g} s (last "
-            f"step printed: {step_text(seg.last_step)}).{torn_note} stderr tail:{stderr_tail(seg)}",
-        )
-        verdict = "hung"
-        outcome = ResumeOutcome.TORN if torn_note else ResumeOutcome.HUNG
-    elif diverged_at is not None and div is not None and not torn_note:
-        add(RESUME_DIVERGED, resume_diverged_text(div, seg.points, ref.points, ref_div))
-        verdict = f"diverged at step {diverged_at}"
-        outcome = ResumeOutcome.DIFFERENT
-    elif seg.crashed and div is None:
-        meaning = target.exit_meaning(seg.exit_code)
-        what = meaning or f"crashed by itself with exit status {seg.exit_code}"
-        if torn_note:
-            add(
-                TORN_CHECKPOINT,
-                f"the restarted script {what}.{torn_note} stderr tail:{stderr_tail(seg)}",
+        if landing.torn and landing.in_place:
+            torn_note = (
+                f" The kill landed inside a checkpoint write that overwrote "
+                f"{', '.join(landing.in_place[:3])} in place: the checkpoint was torn — {TORN}."
             )
-        else:
-            add(CRASHED, f"the restarted script {what}. stderr tail:{stderr_tail(seg)}")
-        verdict = "refused" if meaning else "crashed"
-        if torn_note:
-            outcome = ResumeOutcome.TORN
-        else:
-            outcome = ResumeOutcome.REFUSED if meaning else ResumeOutcome.CRASHED
-    elif seg.crashed and torn_note:  # it diverged after loading a torn checkpoint
-        add(
-            TORN_CHECKPOINT,
-            f"the restarted script {target.exit_meaning(seg.exit_code)}."
-            f"{torn_note} stderr tail:{stderr_tail(seg)}",
+        elif landing.torn:
+            torn_note = (
+                f" The kill landed inside a checkpoint write that left "
+                f"{', '.join(landing.partial[:3])} incomplete under its final name: the "
+                f"checkpoint was torn — {TORN_DIR}."
+            )
+        # A write that left a new checkpoint incomplete under its final name, which the
+        # restart skipped for the older complete one: that older one was intact, so what its
+        # resume shows is judged like a plain resume, and the incomplete one is a note.
+        skipped = (
+            landing.torn
+            and not landing.in_place
+            and not seg.crashed
+            and not seg.hung
+            and from_step is not None
+            and landing.writing_step is not None
+            and from_step < landing.writing_step
         )
-        verdict = "diverged"
-        outcome = ResumeOutcome.TORN
-    if from_start and saved:
+        # Said only when something shows the skipped one was incomplete: a kill between a new
+        # checkpoint's write and the update of the one a restart loads (Lightning's last.ckpt)
+        # leaves a complete new file that the restart had no reason to load.
+        proof: tuple[str, ...] = ()
+        if skipped and prev is not None:
+            was = (prev.snapshot_before_kill, prev.snapshot_after_kill, self.ev.reference_snapshot)
+            proof = tuple(incomplete_proof(landing.partial, *was))
+        if skipped:
+            torn_note = ""
+        if proof:
+            self.add(
+                INCOMPLETE_SKIPPED,
+                f"the kill left {', '.join(landing.partial[:3])} incomplete under its final "
+                f"name; the restart skipped it and resumed from the older complete checkpoint "
+                f"(step {from_step}), so nothing torn was loaded. A script that did not skip it "
+                f"would load a torn checkpoint — {TORN_DIR}",
+                more=proof,
+            )
+        if landing.in_place and not landing.in_write:
+            self.add(
+                IN_PLACE_WRITE,
+                f"{', '.join(landing.in_place[:3])} "
+                f"{'were' if len(landing.in_place) > 1 else 'was'}"
+                " rewritten in place (the same file), not "
+                "written under a temp name and renamed. This kill landed after that write had "
+                f"finished, so nothing was torn this time; a kill inside it would tear it — {TORN}",
+                fails=False,
+            )
+        return torn_note
+
+    def how_it_ended(self, torn_note: str) -> str:
+        """The verdict of a restart that hung, diverged by itself or crashed ("" when it
+        did none of these), with the finding that says so."""
+        seg, target, div = self.seg, self.target, self.div
+        if seg.hung:
+            self.add(
+                HUNG,
+                f"the restarted script did not finish within {target.timeout:g} s (last "
+                f"step printed: {step_text(seg.last_step)}).{torn_note} stderr tail:"
+                f"{stderr_tail(seg)}",
+            )
+            self.outcome = ResumeOutcome.TORN if torn_note else ResumeOutcome.HUNG
+            return "hung"
+        if self.diverged_at is not None and div is not None and not torn_note:
+            ref_div = target.diverged(self.ref)
+            self.add(
+                RESUME_DIVERGED, resume_diverged_text(div, seg.points, self.ref.points, ref_div)
+            )
+            self.outcome = ResumeOutcome.DIFFERENT
+            return f"diverged at step {self.diverged_at}"
+        if seg.crashed and div is None:
+            meaning = target.exit_meaning(seg.exit_code)
+            what = meaning or f"crashed by itself with exit status {seg.exit_code}"
+            if torn_note:
+                self.add(
+                    TORN_CHECKPOINT,
+                    f"the restarted script {what}.{torn_note} stderr tail:{stderr_tail(seg)}",
+                )
+            else:
+                self.add(CRASHED, f"the restarted script {what}. stderr tail:{stderr_tail(seg)}")
+            if torn_note:
+                self.outcome = ResumeOutcome.TORN
+            else:
+                self.outcome = ResumeOutcome.REFUSED if meaning else ResumeOutcome.CRASHED
+            return "refused" if meaning else "crashed"
+        if seg.crashed and torn_note:  # it diverged after loading a torn checkpoint
+            self.add(
+                TORN_CHECKPOINT,
+                f"the restarted script {target.exit_meaning(seg.exit_code)}."
+                f"{torn_note} stderr tail:{stderr_tail(seg)}",
+            )
+            self.outcome = ResumeOutcome.TORN
+            return "diverged"
+        return ""
+
+    def restart_from_start(self, verdict: str, torn_note: str, unrepeatable: bool) -> str:
+        """A restart that counted from the first step again although progress was saved:
+        did it load the weights and restart the counter, or start fresh without saying?"""
+        if not (self.from_start and self.saved):
+            return verdict
+        seg, pairs = self.seg, self.pairs
         # A fresh start prints the reference's first loss; one that loaded the weights and
         # counted from 0 again prints another (the script is deterministic: `unrepeatable`)
-        loaded = i == 0 and not unrepeatable and pairs[0][1].step == seg.first_step
+        loaded = (
+            self.loss.divergent_offset == 0
+            and not unrepeatable
+            and pairs[0][1].step == seg.first_step
+        )
         if torn_note:
-            add(TORN_CHECKPOINT, f"restarted from the start.{torn_note}")
-            outcome = outcome or ResumeOutcome.TORN
+            self.add(TORN_CHECKPOINT, f"restarted from the start.{torn_note}")
+            self.outcome = self.outcome or ResumeOutcome.TORN
         elif loaded:
             a, b = pairs[0]
-            evidence.append(
+            self.evidence.append(
                 f"the resumed process printed step {b.step} again with loss {b.text}, a fresh "
                 f"start (the reference) {a.text} there: it did not start from the initial "
                 "weights"
             )
+            ev = self.ev
             lacks = ev.checkpoint.lacks_sentence() if ev.checkpoint is not None else ""
-            add(
+            self.add(
                 STEPS_RESTARTED,
                 f"it loaded the weights and started counting steps from {b.step} again: the "
                 "step counter is not restored (a checkpoint existed at the kill), so whatever "
                 "follows the step (an LR schedule, a data position) starts over too." + lacks,
             )
             verdict = verdict or f"steps restarted from {b.step}"
-            outcome = outcome or ResumeOutcome.DIFFERENT
+            self.outcome = self.outcome or ResumeOutcome.DIFFERENT
         else:
-            add(
+            self.add(
                 SILENT_FRESH_START,
                 f"the step counter went back to {seg.first_step} although "
                 "a checkpoint existed, and its first loss is a fresh start's (the reference's):"
                 " the script started fresh without saying so (it does not load its checkpoint,"
                 " or loads it and throws it away)",
             )
-        verdict = verdict or "silent fresh start"
-        outcome = outcome or ResumeOutcome.FRESH
-    if inherited is not None and not pairs and not verdict:
-        verdict = f"not judged: the run had diverged at resume {inherited}"
-        outcome = ResumeOutcome.NOT_COMPARED
-    if i is not None:
-        a, b = pairs[i]
-        worst = loss.max_abs_delta or 0.0  # there are pairs: never None here
+        self.outcome = self.outcome or ResumeOutcome.FRESH
+        return verdict or "silent fresh start"
+
+    def first_difference(self, verdict: str, torn_note: str, unrepeatable: bool) -> str:
+        """Where the losses first differ, and the finding that names the likely cause:
+        the batch or the update (by what the checkpoint holds), a torn checkpoint, or
+        nondeterminism."""
+        if self.inherited is not None and not self.pairs and not verdict:
+            verdict = f"not judged: the run had diverged at resume {self.inherited}"
+            self.outcome = ResumeOutcome.NOT_COMPARED
+        i = self.loss.divergent_offset
+        if i is None:
+            return verdict
+        a, b = self.pairs[i]
+        worst = self.loss.max_abs_delta or 0.0  # there are pairs: never None here
         verdict = verdict or f"diverged at step {a.step}"
-        outcome = outcome or ResumeOutcome.DIFFERENT
-        if not unrepeatable and not (from_start and saved):
-            rel = a.delta(b) / max(abs(a.value), 1e-12)
-            was_recomputed = recomputed is not None and a.step <= recomputed[1]
-            if was_recomputed:
-                where = f"the very first recomputed loss (step {a.step})"
-            else:
-                where = (
-                    f"the first loss after the resume (step {a.step}; no step was recomputed: "
-                    f"it resumed from step {step_text(from_step)}, the last one before the kill)"
-                )
-            if inherited is not None:
-                evidence.append(
-                    f"compared with the losses the killed process printed (the run had "
-                    f"already diverged from the reference at resume {inherited})"
-                )
-            if a.step == diverged_at:
-                pass  # the divergence is the finding: resume-diverged above
-            elif torn_note:
-                add(TORN_CHECKPOINT, f"diverges from step {a.step}.{torn_note}")
-                outcome = ResumeOutcome.TORN
-            elif i in (0, 1) and rel > TINY_RELATIVE:
-                at = "batch" if i == 0 else "update"
-                if at == "batch":
-                    said = f"{where} differs by {delta_text(a.delta(b))}: "
-                else:
-                    matched = "first recomputed loss" if was_recomputed else "first loss after it"
-                    said = (
-                        f"the {matched} matches (the weights came back) but step {a.step} "
-                        f"differs by {delta_text(a.delta(b))}: "
-                    )
-                code, why = _explain(ev, at)
-                add(code, said + why)
-            else:
-                add(
-                    NONDETERMINISTIC,
-                    f"diverges {i} printed step(s) after the resume, at "
-                    f"step {a.step}, by {delta_text(a.delta(b))}, growing to {delta_text(worst)}: "
-                    "nondeterministic kernels or a different thread count (or state that "
-                    "only acts later, e.g. the LR schedule or a data epoch)",
-                )
-    restored = any(s.restored_from is not None for s in segs[: k + 1])
-    # The trainer numbers its own segments: after a copy was put back they no longer
-    # match the drill's, so only the printed loss is compared from there on.
-    fields = ev.records.compare(k) if ev.records is not None and not restored else (loss,)
-    other = field_verdict(fields) if i is None and not verdict else None
-    if other is not None:
-        verdict = other[0]
-        outcome = ResumeOutcome.DIFFERENT
-        add(FIELDS_DIFFER, other[1])
-    exact = precision.exact
-    if not verdict:
-        verdict = "bit-identical" if exact else f"equal at {precision.digits} digits"
-        outcome = ResumeOutcome.IDENTICAL if exact else ResumeOutcome.EQUAL_AS_PRINTED
-    if not pairs and not verdict.startswith(
-        ("crashed", "hung", "refused", "not judged", "diverged")
-    ):
-        reached = last_step_trained(segs[:k])
-        ended = seg.exit_code == 0 and not seg.killed and not seg.points
-        if ended and reached is not None and reached >= (ref.last_step or 0):
-            verdict = NOTHING_LEFT  # a stop saved the last step: the restart had nothing to do
-            outcome = ResumeOutcome.NOTHING_LEFT
+        self.outcome = self.outcome or ResumeOutcome.DIFFERENT
+        if unrepeatable or (self.from_start and self.saved):
+            return verdict
+        rel = a.delta(b) / max(abs(a.value), 1e-12)
+        recomputed = self.recomputed
+        was_recomputed = recomputed is not None and a.step <= recomputed[1]
+        if was_recomputed:
+            where = f"the very first recomputed loss (step {a.step})"
         else:
-            verdict = "no steps"
-            outcome = ResumeOutcome.NOT_COMPARED
-    return ResumeVerdict(
-        index=k,
-        killed_at_step=killed_at,
-        kill_in_write=landing.in_write,
-        from_step=from_step,
-        first_step=seg.first_step,
-        recomputed=recomputed,
-        recomputed_steps=n_recomputed,
-        loss=loss,
-        bit_identical=outcome is ResumeOutcome.IDENTICAL,
-        restarted_from_start=from_start,
-        progress_saved=saved,
-        latency_s=latency,
-        outcome=f"diverged (exit {seg.exit_code})" if div is not None else _outcome(seg),
-        verdict=verdict,
-        resume_outcome=outcome or ResumeOutcome.NOT_COMPARED,
-        resume_args=seg.resume_args,
-        fields=fields,
-        trial=_trial(prev, seg, landing, saved, from_step, ref.write_steps),
-        kill=kill_numbers.get(prev.index) if prev is not None and replay_of is None else None,
-        kill_where=landing.where if prev is not None and prev.killed else "",
-        kill_evidence=tuple(landing.evidence),
-        replay_of=replay_of,
-        compared_with="killed process" if inherited is not None else "reference",
-    )
+            where = (
+                f"the first loss after the resume (step {a.step}; no step was recomputed: "
+                f"it resumed from step {step_text(self.from_step)}, the last one before the kill)"
+            )
+        if self.inherited is not None:
+            self.evidence.append(
+                f"compared with the losses the killed process printed (the run had "
+                f"already diverged from the reference at resume {self.inherited})"
+            )
+        if a.step == self.diverged_at:
+            pass  # the divergence is the finding: resume-diverged above
+        elif torn_note:
+            self.add(TORN_CHECKPOINT, f"diverges from step {a.step}.{torn_note}")
+            self.outcome = ResumeOutcome.TORN
+        elif i in (0, 1) and rel > TINY_RELATIVE:
+            at = "batch" if i == 0 else "update"
+            if at == "batch":
+                said = f"{where} differs by {delta_text(a.delta(b))}: "
+            else:
+                matched = "first recomputed loss" if was_recomputed else "first loss after it"
+                said = (
+                    f"the {matched} matches (the weights came back) but step {a.step} "
+                    f"differs by {delta_text(a.delta(b))}: "
+                )
+            code, why = _explain(self.ev, at)
+            self.add(code, said + why)
+        else:
+            self.add(
+                NONDETERMINISTIC,
+                f"diverges {i} printed step(s) after the resume, at "
+                f"step {a.step}, by {delta_text(a.delta(b))}, growing to {delta_text(worst)}: "
+                "nondeterministic kernels or a different thread count (or state that "
+                "only acts later, e.g. the LR schedule or a data epoch)",
+            )
+        return verdict
+
+    def fields_and_verdict(self, verdict: str, precision: Precision) -> str:
+        """The other recorded fields where the losses match, then the verdict when nothing
+        was found ("bit-identical"), or what a resume with no step to compare did."""
+        ev, k, segs, seg = self.ev, self.k, self.segs, self.seg
+        restored = any(s.restored_from is not None for s in segs[: k + 1])
+        # The trainer numbers its own segments: after a copy was put back they no longer
+        # match the drill's, so only the printed loss is compared from there on.
+        self.fields = (
+            ev.records.compare(k) if ev.records is not None and not restored else (self.loss,)
+        )
+        i = self.loss.divergent_offset
+        other = field_verdict(self.fields) if i is None and not verdict else None
+        if other is not None:
+            verdict = other[0]
+            self.outcome = ResumeOutcome.DIFFERENT
+            self.add(FIELDS_DIFFER, other[1])
+        exact = precision.exact
+        if not verdict:
+            verdict = "bit-identical" if exact else f"equal at {precision.digits} digits"
+            self.outcome = ResumeOutcome.IDENTICAL if exact else ResumeOutcome.EQUAL_AS_PRINTED
+        if not self.pairs and not verdict.startswith(
+            ("crashed", "hung", "refused", "not judged", "diverged")
+        ):
+            reached = last_step_trained(segs[:k])
+            ended = seg.exit_code == 0 and not seg.killed and not seg.points
+            if ended and reached is not None and reached >= (self.ref.last_step or 0):
+                verdict = NOTHING_LEFT  # a stop saved the last step: the restart had nothing to do
+                self.outcome = ResumeOutcome.NOTHING_LEFT
+            else:
+                verdict = "no steps"
+                self.outcome = ResumeOutcome.NOT_COMPARED
+        return verdict
+
+    def verdict(self, verdict: str, kill_numbers: dict[int, int]) -> ResumeVerdict:
+        """The resume's record in the report."""
+        seg, prev, landing, replay_of = self.seg, self.prev, self.landing, self.replay_of
+        return ResumeVerdict(
+            index=self.k,
+            killed_at_step=self.killed_at,
+            kill_in_write=landing.in_write,
+            from_step=self.from_step,
+            first_step=seg.first_step,
+            recomputed=self.recomputed,
+            recomputed_steps=self.n_recomputed,
+            loss=self.loss,
+            bit_identical=self.outcome is ResumeOutcome.IDENTICAL,
+            restarted_from_start=self.from_start,
+            progress_saved=self.saved,
+            latency_s=self.latency,
+            outcome=f"diverged (exit {seg.exit_code})" if self.div is not None else _outcome(seg),
+            verdict=verdict,
+            resume_outcome=self.outcome or ResumeOutcome.NOT_COMPARED,
+            resume_args=seg.resume_args,
+            fields=self.fields,
+            trial=_trial(prev, seg, landing, self.saved, self.from_step, self.ref.write_steps),
+            kill=kill_numbers.get(prev.index) if prev is not None and replay_of is None else None,
+            kill_where=landing.where if prev is not None and prev.killed else "",
+            kill_evidence=tuple(landing.evidence),
+            replay_of=replay_of,
+            compared_with="killed process" if self.inherited is not None else "reference",
+        )

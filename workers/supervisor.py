@@ -1,9 +1,17 @@
 """Supervisor of one training run: start the trainer, restart it after SIGKILL.
 
-(Over 450 lines on purpose: the restart policy — crash modes, preemptions, lost hosts,
-stops, restarts and failures — is one state machine under one lock; its sentences are in
-workers/restart_events.py, its data in workers/launch.py, its process handling in the
-executor.)
+(Around 600 lines, one module on purpose. The restart policy — crash modes, preemptions,
+lost hosts, stops, restarts and failures — is one state machine: `crash`, `preempt`,
+`hold` and `stop` (other threads: a request) set the flags that `_after_exit` (the
+watcher's thread) reads and clears under one lock, and a start checks them again after
+it returns. Split by role (starting, the watcher, endings) the flags would be shared
+across modules through mixins or a state object every part mutates, and whether a
+request racing a death is seen once and only once would no longer be readable in one
+place. What is not the state machine already lives elsewhere: its sentences in
+workers/restart_events.py and workers/graceful_stop.py, its data in workers/launch.py,
+holding a trainer in workers/hold.py, its process handling in the executor. Read it by
+its sections, in order: starting, signals from people, the watcher, endings, through
+the executor.)
 
     sup = Supervisor(Launch(run_dir, "quick", "A"), on_change=print)
     sup.start()          # trainer in its own session; stdout/stderr go to files in run_dir

@@ -40,15 +40,9 @@ processes with exec.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import ctypes
-import gc
-import importlib
 import json
 import os
-import select
-import selectors
 import signal
 import socket
 import subprocess
@@ -56,62 +50,38 @@ import sys
 import tempfile
 import threading
 import time
-import warnings
-from dataclasses import dataclass
-from typing import IO, Any, NoReturn
+from typing import IO
 
-from crashdrill.processes.cpu_priority import yield_cpu
+from crashdrill.processes.forkserver_protocol import (
+    IMPORTED,
+    START_TIMEOUT,
+    TITLE_ARG,
+    TITLE_ROOM,
+    TRAINER_PRELOAD,
+    CommandTooLong,
+    ForkServerError,
+    cmdline_bytes,
+    die_with_parent_process,
+    pair,
+    readable,
+    supported,
+)
 
-# What a warm process imports for trainers (the lab's, workers/warm.py, and the drill's,
-# drill/builtin.py): code only (torch and everything `crashdrill run` imports), never a
-# run's state, never CUDA. Names, not imports: this module stays below the trainer.
-TRAINER_PRELOAD = [
-    "crashdrill.cli",
-    "crashdrill.trainer.presets",
-    "crashdrill.trainer.loop",
-    "numpy.random",
+# The owner's side lives here; the protocol both sides share in forkserver_protocol.py, the
+# server process's loop in forkserver_loop.py. Everyone imports from this module, which
+# is also the one `-m` runs (its name is what `ps` shows as a trainer's parent).
+__all__ = [
+    "START_TIMEOUT",
+    "TRAINER_PRELOAD",
+    "CommandTooLong",
+    "ForkServer",
+    "ForkServerError",
+    "ForkedProcess",
+    "PipedProcess",
+    "die_with_parent_process",
+    "readable",
+    "supported",
 ]
-START_TIMEOUT = 120.0  # seconds the first start may wait for the server's imports
-POLL_SECONDS = 0.005  # reaping interval where pidfd_open is missing
-READY_TIMEOUT = 10.0  # seconds a new child may take to become itself before its pid goes out
-_MSG = 1 << 20  # the largest request (argv + environment) the server reads
-IMPORTED = b"imported"  # the server's one word on the control socket: its preload is in
-# Bytes of command line a child can show: the server is started with a blank argument this
-# long, and a child writes its own argv over the server's (the kernel's arg area is fixed).
-TITLE_ROOM = 1024
-_TITLE_ARG = "--title-room=" + " " * TITLE_ROOM
-_PR_SET_PDEATHSIG = 1
-
-
-class ForkServerError(RuntimeError):
-    """The fork server could not start a process or report how one ended."""
-
-
-class CommandTooLong(ForkServerError):
-    """This command line does not fit the room a forked child has to show it (the server
-    is fine: start this one with exec)."""
-
-
-def supported() -> bool:
-    """fork, fd passing and SOCK_SEQPACKET Unix sockets (Linux): else the drill uses exec."""
-    return hasattr(os, "fork") and hasattr(socket, "send_fds") and hasattr(socket, "SOCK_SEQPACKET")
-
-
-def readable(fd: int | socket.socket, timeout: float | None) -> bool:
-    """Block until `fd` is readable (or at EOF) or `timeout` passed. poll(2), not
-    select(2): the lab server holds connections by the thousand, so the descriptors its
-    threads wait on are often numbered past select's FD_SETSIZE (1024), where select()
-    raises ValueError (issue #24: a crash test's restart never happened)."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(None if timeout is None else max(0, int(timeout * 1000 + 0.999))))
-
-
-def _pair() -> tuple[socket.socket, socket.socket]:
-    return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-
-
-# ------------------------------------------------------------------ the drill's side
 
 
 class ForkedProcess:
@@ -197,7 +167,7 @@ class ForkServer:
         self.keep_children = keep_children
         # The server's stderr: why it died, if it does. Closed in close().
         self._log = tempfile.TemporaryFile()  # noqa: SIM115
-        ours, theirs = _pair()
+        ours, theirs = pair()
         flags = ["--keep-children"] * keep_children + ["--die-with-parent"] * die_with_parent
         try:
             self._proc = subprocess.Popen(
@@ -208,7 +178,7 @@ class ForkServer:
                     str(theirs.fileno()),
                     *flags,
                     *preload,
-                    _TITLE_ARG,
+                    TITLE_ARG,
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,  # a child's stdio is its own: dup2'ed at the fork
@@ -252,9 +222,9 @@ class ForkServer:
             raise ValueError(f"the fork server runs `{sys.executable} -m MODULE …`, not {argv}")
         if (stdout is None) != (stderr is None):
             raise ValueError("give both stdout and stderr files, or neither (pipes)")
-        if len(_title(argv)) > TITLE_ROOM:
+        if len(cmdline_bytes(argv)) > TITLE_ROOM:
             raise CommandTooLong(
-                f"the command line of {argv[2]} is {len(_title(argv))} bytes, more than the"
+                f"the command line of {argv[2]} is {len(cmdline_bytes(argv))} bytes, more than the"
                 f" {TITLE_ROOM} a forked child can show"
             )
         request = {
@@ -274,7 +244,7 @@ class ForkServer:
                 theirs.append(w)
             else:
                 theirs.append(os.dup(given.fileno()))
-        status, status_theirs = _pair()
+        status, status_theirs = pair()
         try:
             try:
                 with self._lock:
@@ -370,247 +340,7 @@ class ForkServer:
         self.close()
 
 
-# ------------------------------------------------------------------ the server's side
-
-
-@dataclass
-class _Request:
-    module: str
-    args: list[str]
-    env: dict[str, str]
-    cwd: str | None
-    argv: list[str]  # the command line it shows, as an exec'd one would
-    nice: int | None = None  # yield the CPU from the fork on (cpu_priority.yield_cpu)
-
-
-@dataclass
-class _Child:
-    status: socket.socket
-    pidfd: int | None
-
-
-def serve(
-    control: socket.socket, *, keep_children: bool = False, die_with_parent: bool = False
-) -> _Request:
-    """Fork a child for every request. Returns only in a child, with its request; the
-    server itself exits when the control socket closes (its children SIGKILLed first,
-    unless `keep_children`)."""
-    server_pid = os.getpid()
-    sel = selectors.DefaultSelector()
-    sel.register(control, selectors.EVENT_READ, None)
-    children: dict[int, _Child] = {}
-    while True:
-        polling = any(c.pidfd is None for c in children.values())
-        for key, _ in sel.select(POLL_SECONDS if polling else None):
-            if key.data is not None:
-                continue  # a pidfd: the child exited, reaped below
-            try:
-                msg, fds, _flags, _addr = socket.recv_fds(control, _MSG, 3)
-            except ConnectionResetError:  # closed with our IMPORTED word unread: an EOF
-                msg, fds = b"", []
-            if not msg:
-                if not keep_children:
-                    _shutdown(children)
-                sys.stderr.flush()
-                os._exit(0)  # no interpreter teardown: with torch loaded it takes ~0.5 s
-            request = _Request(**json.loads(msg))
-            status = socket.socket(fileno=fds[2])
-            for stream in (sys.stdout, sys.stderr):
-                stream.flush()
-            ready_r, ready_w = os.pipe()  # closed by the child once it is itself
-            try:
-                with warnings.catch_warnings():
-                    # Python ≥ 3.12 warns about forking with native threads; numpy's BLAS
-                    # pool is one, and it re-creates itself after a fork (pthread_atfork).
-                    warnings.simplefilter("ignore", DeprecationWarning)
-                    pid = os.fork()
-            except OSError as e:
-                _send(status, {"error": f"fork failed: {e}"})
-                status.close()
-                for fd in (*fds[:2], ready_r, ready_w):
-                    os.close(fd)
-                continue
-            if pid == 0:
-                # The child: none of the server's fds, stdio from the request.
-                os.close(ready_r)
-                sel.close()
-                control.close()
-                for c in children.values():
-                    c.status.close()
-                    if c.pidfd is not None:
-                        os.close(c.pidfd)
-                status.close()
-                if die_with_parent:
-                    die_with_parent_process()
-                    if os.getppid() != server_pid:  # the server died before the prctl
-                        os._exit(1)
-                _become(request, fds[0], fds[1])
-                os.close(ready_w)
-                return request
-            for fd in (*fds[:2], ready_w):
-                os.close(fd)  # only the child writes to its pipes: EOF when it (and its own) end
-            # The pid goes out once the child leads its own session and shows its command
-            # line (or has died trying): a kill, a group signal or an adoption that follows
-            # at once finds what an exec'd process would be.
-            readable(ready_r, READY_TIMEOUT)
-            os.close(ready_r)
-            pidfd = _pidfd(pid)
-            children[pid] = _Child(status, pidfd)
-            if pidfd is not None:
-                sel.register(pidfd, selectors.EVENT_READ, pid)
-            _send(status, {"pid": pid})
-        for pid in list(children):
-            if _reap(pid, children[pid], block=False):
-                child = children.pop(pid)
-                if child.pidfd is not None:
-                    sel.unregister(child.pidfd)
-                    os.close(child.pidfd)
-
-
-def die_with_parent_process() -> None:
-    """SIGKILL this process when its parent dies (PR_SET_PDEATHSIG; Linux). Safe between
-    fork and exec: no allocation but ctypes' own."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def _title(argv: list[str]) -> bytes:
-    """The command line as /proc/PID/cmdline holds it: NUL-terminated arguments."""
-    return b"".join(os.fsencode(a) + b"\0" for a in argv)
-
-
-def _set_cmdline(argv: list[str]) -> bool:
-    """Show `argv` as this process's command line (ps, psutil, /proc/PID/cmdline), as
-    setproctitle does: the arguments are written over the kernel's arg area, which the
-    server made TITLE_ROOM bytes long, the rest zeroed. False where it cannot."""
-    try:
-        with open("/proc/self/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (stat 48, 49)
-    except (OSError, IndexError, ValueError):
-        return False
-    title = _title(argv)
-    if not start or len(title) > end - start:
-        return False
-    ctypes.memmove(start, title + b"\0" * (end - start - len(title)), end - start)
-    return True
-
-
-def _pidfd(pid: int) -> int | None:
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):  # not Linux ≥ 5.3: poll instead
-        return None
-
-
-def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
-    with contextlib.suppress(OSError):  # the drill gave up on this child: nobody to tell
-        sock.send(json.dumps(msg).encode())
-
-
-def _reap(pid: int, child: _Child, *, block: bool) -> bool:
-    """wait4 the child; when it has ended, relay its exit status and CPU seconds."""
-    got, status, usage = os.wait4(pid, 0 if block else os.WNOHANG)
-    if not got:
-        return False
-    code = os.waitstatus_to_exitcode(status)
-    _send(child.status, {"exit": code, "cpu": usage.ru_utime + usage.ru_stime})
-    child.status.close()
-    return True
-
-
-def _shutdown(children: dict[int, _Child]) -> None:
-    """The drill is gone or done: nothing it started may keep running."""
-    for pid in children:
-        with contextlib.suppress(OSError):
-            os.killpg(pid, signal.SIGKILL)
-    for pid, child in children.items():
-        _reap(pid, child, block=True)
-
-
-def _become(request: _Request, stdout_fd: int, stderr_fd: int) -> None:
-    """Turn the forked server into the process `python -m MODULE` would have been."""
-    if request.nice is not None:
-        yield_cpu(request.nice)  # before anything of its own: the server keeps the CPU
-    os.setsid()  # its own session and process group, as with start_new_session=True
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.dup2(stdout_fd, 1)
-    os.dup2(stderr_fd, 2)
-    for fd in (devnull, stdout_fd, stderr_fd):
-        os.close(fd)
-    if request.cwd is not None:
-        os.chdir(request.cwd)
-    _set_cmdline(request.argv)
-    sys.path[0] = os.getcwd()  # what `python -m` puts first
-    os.environ.clear()
-    os.environ.update(request.env)
-    # A new interpreter seeds numpy's global RNG from the OS (Python's `random` reseeds
-    # itself after a fork): a child that forgot to restore it must not get a stream that
-    # every sibling shares. torch's default generator starts at a fixed seed either way.
-    np_random = sys.modules.get("numpy.random")  # when not imported yet, the child seeds it
-    if np_random is not None:
-        np_random.seed()
-
-
-def run_as_main(module: str) -> int:
-    """Run `module` as `python -m` would; the exit status the interpreter would give it
-    (SystemExit's code, 1 with the traceback printed for an uncaught exception)."""
-    import runpy
-
-    try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-    except SystemExit as e:
-        if e.code is None or isinstance(e.code, int):
-            return e.code or 0
-        print(e.code, file=sys.stderr)  # sys.exit("message"), as the interpreter does
-        return 1
-    except KeyboardInterrupt:
-        raise  # the interpreter's own way: it ends by SIGINT
-    except BaseException:
-        sys.excepthook(*sys.exc_info())
-        return 1
-    return 0
-
-
-def exit_without_teardown(code: int) -> NoReturn:
-    """End the process as the interpreter would at its end, minus freeing every object:
-    non-daemon threads joined, atexit handlers run, stdout and stderr flushed (a failed
-    flush of a successful run exits 120, as the interpreter does). With torch loaded the
-    teardown costs a forked trainer ~0.2 s of CPU after its last step, on the drill's
-    critical path; it frees memory and changes no file the run wrote (records are single
-    os.writes, checkpoints are fsync'ed before their manifest)."""
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            code = code or 120
-    os._exit(code)
-
-
-def main(argv: list[str]) -> None:
-    control = socket.socket(fileno=int(argv[0]))
-    flags = {a for a in argv[1:] if a.startswith("--")}
-    for module in argv[1:]:
-        if not module.startswith("--"):
-            importlib.import_module(module)
-    gc.freeze()  # the imported modules stay shared with the children, not copied on write
-    with contextlib.suppress(OSError):
-        control.send(IMPORTED)  # the owner's health says "ready" from here on
-    request = serve(
-        control,
-        keep_children="--keep-children" in flags,
-        die_with_parent="--die-with-parent" in flags,
-    )
-    # Only a forked child gets here: run the module as `python -m` would, exit the same way.
-    sys.argv = [request.module, *request.args]
-    exit_without_teardown(run_as_main(request.module))
-
-
 if __name__ == "__main__":
+    from crashdrill.processes.forkserver_loop import main
+
     main(sys.argv[1:])

@@ -1,5 +1,5 @@
-"""What a restart says when a checkpoint fails its checks on load (trainer/loop.py
-`_find_checkpoint`): it falls back to an older checkpoint only when there is one, and says
+"""What a restart says when a checkpoint fails its checks on load (trainer/run_start.py
+`find_checkpoint`): it falls back to an older checkpoint only when there is one, and says
 "no older checkpoint to fall back to" when there is not (lesson 1.10's torn in-place write
 had nothing older, and the log used to promise a fallback)."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 from crashdrill.trainer import checkpoint_layout as layout
 from crashdrill.trainer.exit_codes import EXIT_NO_CHECKPOINT
-from crashdrill.trainer.loop import _find_checkpoint, _refuse_to_start
 from crashdrill.trainer.records import RecordWriter
 from crashdrill.trainer.run_files import read_records
+from crashdrill.trainer.run_start import find_checkpoint, refuse_to_start
 
 
 def torn(run_dir: Path, step: int) -> None:
@@ -23,7 +23,7 @@ def torn(run_dir: Path, step: int) -> None:
 
 def rejected(run_dir: Path) -> list[dict[str, object]]:
     rec = RecordWriter(run_dir, 1)
-    assert _find_checkpoint(run_dir, rec) is None
+    assert find_checkpoint(run_dir, rec) is None
     records, _ = read_records(run_dir / "records.jsonl")
     return [r for r in records if r.get("code") == "ckpt_corrupt"]
 
@@ -54,7 +54,7 @@ def test_a_refusal_after_rejected_checkpoints_says_they_failed_their_checks(
 ) -> None:
     torn(tmp_path, 200)
     rec = RecordWriter(tmp_path, 1)
-    assert _refuse_to_start(tmp_path, rec) == EXIT_NO_CHECKPOINT
+    assert refuse_to_start(tmp_path, rec) == EXIT_NO_CHECKPOINT
     records, _ = read_records(tmp_path / "records.jsonl")
     (event,) = [r for r in records if r.get("code") == "no_checkpoint"]
     assert "passed its checks (1 rejected)" in event["text"]
