@@ -12,7 +12,10 @@ exactly what CI runs) and times it from outside, then reads the drill's JSON rep
 the latency of every resume: from the SIGKILL to the moment the drill read the first
 step record of the restarted process (its interpreter start, imports, checkpoint load and
 first recomputed step). For scale it also times the pieces every trainer process pays:
-`import torch`, and one uninterrupted `crashdrill run` of the preset.
+`import torch`, and an uninterrupted `crashdrill run` of the preset: once before the
+drills, and again before each seed's drill, so that the ratio it prints (the drill's median
+wall over the plain run's median, issue #33's target: at most 1.3) compares the two under
+the same load.
 
 `--phases` runs each drill in this process instead (its imports are paid already) and
 prints its timeline: the fork server's start and imports, each trainer process from its
@@ -95,6 +98,17 @@ def phases(preset: str, kills: int, seed: int) -> None:
     )
 
 
+def _plain_run(py: str, preset: str) -> tuple[float, float]:
+    """Wall and CPU seconds of one uninterrupted `crashdrill run PRESET` in a fresh dir."""
+    with tempfile.TemporaryDirectory() as d:
+        c0 = _children_cpu()
+        wall, proc = _timed([py, "-m", "crashdrill", "run", preset, "--run-dir", d, "--quiet"])
+        if proc.returncode != 0:
+            print(proc.stderr[-2000:], file=sys.stderr)
+            raise SystemExit(1)
+        return wall, _children_cpu() - c0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="quick")
@@ -162,7 +176,9 @@ def main() -> int:
     latencies: dict[str, list[float]] = {m: [] for m in modes}
     cpus: dict[str, list[float]] = {m: [] for m in modes}
     chains: dict[str, list[float]] = {m: [] for m in modes}
+    plains = [t_run]  # one plain run before each seed's drills, under the load they see
     for seed in args.seeds:
+        plains.append(_plain_run(py, args.preset)[0])
         for mode in modes:
             with tempfile.TemporaryDirectory() as d:
                 out = Path(d) / "report.json"
@@ -207,6 +223,10 @@ def main() -> int:
         "(with the fork server the imports are paid once, by the server, and counted in "
         "'all' but in no segment)"
     )
+    print(f"plain `crashdrill run {args.preset}`, before each seed: {_stats(plains)}")
+    for mode in modes:
+        ratio = statistics.median(walls[mode]) / statistics.median(plains)
+        print(f"[{mode}] drill median / plain run median: {ratio:.2f}× (target ≤ 1.3×)")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     empty = [mode for mode in modes if not latencies[mode]]
     if empty:
