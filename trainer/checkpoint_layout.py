@@ -96,6 +96,28 @@ def part_description(part: str) -> str:
 Check = Literal["manifest", "listed", "verified"]
 _STEP_NAME = re.compile(r"step-([0-9]{8,})")
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,200}")
+# The files torch.distributed.checkpoint writes in a multi-rank checkpoint (its
+# FileSystemWriter's names): each rank's shard `__<rank>_<n>.distcp`, and `.metadata`, the
+# coordinator's index of every shard. Plain names too, listed in the manifest like any file.
+DCP_METADATA = ".metadata"
+_DCP_SHARD = re.compile(r"__([0-9]{1,4})_[0-9]{1,6}\.distcp")
+
+
+def dcp_shard_rank(name: str) -> int | None:
+    """The rank that wrote DCP shard file `name`; None for any other name."""
+    m = _DCP_SHARD.fullmatch(name)
+    return int(m.group(1)) if m else None
+
+
+def plain_file_name(name: str) -> bool:
+    """A name a manifest may list: no separators, no `.` or `..`, not the manifest."""
+    if name == MANIFEST:
+        return False
+    return (
+        bool(_FILE_NAME.fullmatch(name)) or name == DCP_METADATA or dcp_shard_rank(name) is not None
+    )
+
+
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -173,7 +195,7 @@ def check_listed(manifest: Any, step: int) -> dict[str, dict[str, Any]]:
     if not isinstance(files, dict) or not files:
         raise CorruptCheckpoint("its manifest lists no files")
     for name, entry in files.items():
-        if not _FILE_NAME.fullmatch(name) or name == MANIFEST:
+        if not plain_file_name(name):
             raise CorruptCheckpoint(
                 f"its manifest names a file {name!r}, which is not a plain name"
             )

@@ -29,6 +29,7 @@ from crashdrill.trainer.preemption import parse_duration
 
 PRECISIONS = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
+MAX_RANKS = 8  # data-parallel ranks on one machine (a lab's laptop has a few cores)
 TOKENIZERS = ("byte", "gpt2")
 CKPT_STATES = ("full", "weights")  # "weights" is a teaching mode: what people get wrong
 CKPT_WRITES = ("atomic", "inplace")  # "inplace" is a teaching mode: torn writes
@@ -151,14 +152,20 @@ class NumericsConfig(Section):
 
 @dataclass(frozen=True)
 class RuntimeConfig(Section):
-    """Where the run executes: a checkpoint may resume on another device."""
+    """Where the run executes: a checkpoint may resume on another device. `ranks` is the
+    number of data-parallel processes (trainer/ranks.py); not fingerprinted, because a
+    multi-rank checkpoint says itself how many ranks wrote it and a run on another world
+    size is refused by that, loudly, on load (trainer/dcp_checkpoint.py)."""
 
     name: ClassVar[str] = "runtime"
     fingerprinted: ClassVar[bool] = False
     device: str = "auto"
+    ranks: int = 1
 
     def _check(self) -> None:
         _choice("device", self.device, DEVICES)
+        if not isinstance(self.ranks, int) or not 1 <= self.ranks <= MAX_RANKS:
+            raise ConfigError("ranks", self.ranks, f"a whole number in [1, {MAX_RANKS}]")
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,10 @@ def train(cfg: TrainConfig, run_dir: str | Path, opts: RunOptions | None = None)
     """Train (or resume) one run in `run_dir`. Returns the process exit code."""
     opts = opts or RunOptions()
     run_dir = Path(run_dir)
+    if cfg.ranks > 1:  # a group of data-parallel ranks: its own loop (trainer/rank_loop.py)
+        from crashdrill.trainer.rank_loop import train_ranks
+
+        return train_ranks(cfg, run_dir, opts)
     segment = start_run_dir(run_dir, opts.label, opts.preset, cfg)
     rec = RecordWriter(run_dir, segment)
     stop = GracefulStop(

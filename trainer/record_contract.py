@@ -75,6 +75,7 @@ class Field:
     meaning: str
     deterministic: bool = False  # a bit-identical resume reproduces it exactly
     bits_of: str = ""  # the exact bits of that other field: compared as that field
+    ranks_only: bool = False  # written only by a run of several ranks (trainer/rank_loop.py)
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,15 @@ KINDS: tuple[Kind, ...] = (
                 "the float32 IEEE-754 bits of `loss` (unsigned): what the resume check compares",
                 deterministic=True,
                 bits_of="loss",
+            ),
+            Field(
+                "rank_loss_bits",
+                "object",
+                'only in a run of several ranks: each rank\'s own loss bits by rank ({"0": …,'
+                ' "1": …}); `loss` is their mean in float32. The resume check compares'
+                " each rank's, so it names the first rank and step that differ",
+                deterministic=True,
+                ranks_only=True,
             ),
             Field("lr", "float", "the learning rate of this update", deterministic=True),
             Field(
@@ -229,6 +239,12 @@ KINDS: tuple[Kind, ...] = (
             ),
             Field("mode", "str", 'the config\'s `ckpt_mode` ("sync" or "async")'),
             Field("write", "str", "the config's `ckpt_write` (how the files are written)"),
+            Field(
+                "ranks",
+                "int",
+                "only from a run of several ranks: how many wrote their shard",
+                ranks_only=True,
+            ),
         ),
         keyed_by_step=True,
         state=True,
@@ -296,6 +312,9 @@ KINDS: tuple[Kind, ...] = (
             Field("fingerprints", "object", '{"config", "dataset"}: what a checkpoint must match'),
             Field("mfu_peak_flops", "float or null", "what MFU divides by"),
             Field("mfu_peak_source", "str", "where that peak comes from"),
+            Field(
+                "ranks", "int", "only in a run of several ranks: the world size", ranks_only=True
+            ),
         ),
         state=True,
     ),

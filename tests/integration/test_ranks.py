@@ -1,0 +1,118 @@
+"""Real 2-rank groups (gloo on CPU, forked by the trainer): DDP training, DCP checkpoints
+under the atomic contract, a SIGKILL of the whole group and a bit-identical resume of
+every rank's loss."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from crashdrill.trainer.checkpoint_layout import checkpoints, dcp_shard_rank
+from crashdrill.trainer.exit_codes import EXIT_USAGE
+from crashdrill.trainer.records import bits_to_float32, float32_bits, read_records
+from tests.conftest import crashdrill_cmd, run_cli
+
+pytestmark = pytest.mark.slow
+SETTINGS = ["--set", "steps=30", "--set", "ckpt_every=10", "--set", "eval_every=10"]
+TWO_RANKS = ["run", "quick", "--quiet", "--set", "ranks=2", *SETTINGS]
+
+
+def _steps(run_dir: Path) -> dict[tuple[int, int], dict]:
+    recs, _ = read_records(run_dir / "records.jsonl")
+    return {(r["segment"], r["step"]): r for r in recs if r["kind"] == "step"}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One uninterrupted 2-rank run, shared by the tests here."""
+    ref = tmp_path_factory.mktemp("ranks-ref")
+    run_cli(*TWO_RANKS, "--run-dir", str(ref), check=True, timeout=300)
+    return ref
+
+
+def test_two_ranks_record_the_reduced_loss_and_each_rank_s_own_bits(reference: Path) -> None:
+    steps = _steps(reference)
+    assert sorted(s for _, s in steps) == list(range(1, 31))
+    for rec in steps.values():
+        bits = rec["rank_loss_bits"]
+        assert sorted(bits) == ["0", "1"]
+        assert bits["0"] != bits["1"]  # each rank trains on batches of its own
+        mean = torch.tensor([bits_to_float32(bits["0"]), bits_to_float32(bits["1"])]).mean()
+        assert rec["loss_bits"] == float32_bits(float(mean))
+
+
+def test_a_dcp_checkpoint_lists_every_rank_s_files_with_hashes_and_keeps_k(
+    reference: Path,
+) -> None:
+    kept = list(checkpoints(reference))  # verified: every file's size and sha256
+    assert [c.step for c in kept] == [30, 20]  # keep = 2
+    m = kept[0].manifest
+    assert m["layout"] == "dcp" and m["world_size"] == 2
+    assert {dcp_shard_rank(n) for n in m["rank_files"]["1"]} == {1}
+    assert ".metadata" in m["files"] and all(len(e["sha256"]) == 64 for e in m["files"].values())
+    assert not list((reference / "ckpt").glob("*.tmp"))
+
+
+def _live_in_group(pgid: int) -> list[int]:
+    """Processes of group `pgid` that are not zombies (a dead rank awaiting its reaper)."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            live.append(int(stat.parent.name))
+    return live
+
+
+def test_a_killed_group_resumes_bit_identically_on_every_rank(
+    reference: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        crashdrill_cmd(*TWO_RANKS, "--run-dir", str(run)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 240
+    while not any(c.step >= 10 for c in checkpoints(run, check="manifest")):
+        assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint at 10"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the launcher and both ranks: one process group
+    proc.wait()
+    assert _live_in_group(proc.pid) == []
+    run_cli(*TWO_RANKS, "--run-dir", str(run), "--require-checkpoint", check=True, timeout=300)
+    ref, resumed = _steps(reference), _steps(run)
+    recomputed = [s for seg, s in resumed if seg == 1]
+    assert recomputed and min(recomputed) >= 11 and max(recomputed) == 30
+    for step in recomputed:
+        for field in ("loss_bits", "rank_loss_bits", "grad_norm", "lr", "tokens"):
+            assert resumed[(1, step)][field] == ref[(0, step)][field], (step, field)
+
+
+def test_a_one_rank_checkpoint_is_refused_by_a_two_rank_run_naming_both(tmp_path: Path) -> None:
+    one = ["run", "quick", "--quiet", "--set", "steps=2", "--set", "warmup=0"]
+    run_cli(*one, "--run-dir", str(tmp_path), check=True, timeout=300)
+    two = run_cli(
+        *one, "--set", "ranks=2", "--set", "steps=4", "--run-dir", str(tmp_path), timeout=300
+    )
+    assert two.returncode == EXIT_USAGE
+    assert "written by a one-rank run, this run has 2 ranks" in two.stderr
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs one GPU per rank")
+def test_two_ranks_train_on_nccl_with_a_gpu_each(tmp_path: Path) -> None:
+    run_cli(*TWO_RANKS, "--set", "device=cuda", "--run-dir", str(tmp_path), check=True)
+    recs, _ = read_records(tmp_path / "records.jsonl")
+    run = next(r for r in recs if r["kind"] == "run")
+    assert run["device"].startswith("cuda") and run["ranks"] == 2
+    assert json.dumps(_steps(tmp_path)[(0, 30)]["rank_loss_bits"])

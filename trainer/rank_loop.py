@@ -1,0 +1,366 @@
+"""The training loop of a run with several data-parallel ranks (`ranks = N`, N > 1).
+
+    crashdrill run quick --run-dir runs/q --set ranks=2    # two ranks, gloo on CPU
+
+The trainer process forks its ranks (trainer/ranks.py); each trains the same model in
+DistributedDataParallel on batches of its own (trainer/rank_batches.py) and checkpoints
+through torch.distributed.checkpoint (trainer/dcp_checkpoint.py). Rank 0 writes the
+group's records: each step record holds the reduced loss (the mean of the ranks' float32
+losses, in rank order: what the chart draws) and `rank_loss_bits`, every rank's own loss
+bits, which the resume check compares rank by rank. Evaluation, probes and samples run on
+rank 0's copy of the model (every rank holds the same weights).
+
+It is the one-rank loop (trainer/loop.py) step for step, with the rank-specific parts
+apart: the same cadences, the same records and loud start lines. Not here yet: async or
+in-place checkpoints, weights-only teaching mode and graceful stops (a SIGTERM stops the
+group at once; the next start resumes from the last complete checkpoint).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from crashdrill.trainer import checkpoint as ck
+from crashdrill.trainer import determinism, evaluate, metrics, run_start
+from crashdrill.trainer import loop as one_rank
+from crashdrill.trainer.checkpoint_layout import CheckpointInfo, ckpt_root
+from crashdrill.trainer.config import ConfigError, TrainConfig
+from crashdrill.trainer.data import Dataset, load_dataset
+from crashdrill.trainer.dcp_checkpoint import load_group, rank_key, save_group
+from crashdrill.trainer.divergence import diverged_line, nonfinite, record_divergence
+from crashdrill.trainer.exit_codes import EXIT_DIVERGED, EXIT_OK, EXIT_USAGE
+from crashdrill.trainer.model import GPT, lr_at
+from crashdrill.trainer.optim import AdamW
+from crashdrill.trainer.rank_batches import RankBatchSampler, rank_stream_seed
+from crashdrill.trainer.ranks import RankGroup, join_group, rank_store, run_group
+from crashdrill.trainer.record_contract import to_json
+from crashdrill.trainer.records import RecordWriter, float32_bits
+from crashdrill.trainer.start_line import FRESH_LINE, resumed_line
+from crashdrill.trainer.train_state import CheckpointMismatch, TrainState
+
+
+class _NoRecords:
+    """The records of a rank other than 0: rank 0 writes the group's, once."""
+
+    def write(self, kind: str, **fields: Any) -> dict[str, Any]:
+        return {}
+
+    def event(self, code: str, text: str, level: str | None = None, **f: Any) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+def _check_supported(cfg: TrainConfig) -> None:
+    """What the multi-rank loop does not do yet is refused, never silently ignored."""
+    for name, value, wanted in (
+        ("ckpt_write", cfg.ckpt_write, "atomic"),
+        ("ckpt_mode", cfg.ckpt_mode, "sync"),
+        ("ckpt_state", cfg.ckpt_state, "full"),
+    ):
+        if value != wanted:
+            raise ConfigError(name, value, f"{wanted!r} with ranks = {cfg.ranks} (ranks > 1)")
+
+
+def train_ranks(cfg: TrainConfig, run_dir: Path, opts: one_rank.RunOptions) -> int:
+    """Train (or resume) `run_dir` on cfg.ranks ranks; returns the group's exit code."""
+    _check_supported(cfg)
+    segment = run_start.start_run_dir(run_dir, opts.label, opts.preset, cfg)
+    return run_group(cfg.ranks, lambda group: _rank_main(cfg, run_dir, opts, segment, group))
+
+
+def _rank_main(
+    cfg: TrainConfig, run_dir: Path, opts: one_rank.RunOptions, segment: int, group: RankGroup
+) -> int:
+    rec: Any = RecordWriter(run_dir, segment) if group.leader else _NoRecords()
+    try:
+        return _RankRun(cfg, run_dir, opts, segment, group, rec).run()
+    except CheckpointMismatch as e:  # what `crashdrill run` says of a one-rank run's too
+        if group.leader:
+            print(f"crashdrill run: {e}", file=sys.stderr)
+        rec.write("stage", stage="failed", progress=1.0)
+        return EXIT_USAGE
+    except Exception as e:
+        rec.write("stage", stage="failed", progress=1.0)
+        rec.event("trainer_error", f"The run failed: {type(e).__name__}.", error=type(e).__name__)
+        raise
+    finally:
+        rec.close()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _device(cfg: TrainConfig, group: RankGroup) -> torch.device:
+    """One GPU per rank where there are enough of them, else the CPU (gloo)."""
+    device = one_rank._pick_device(cfg)
+    if device.type == "cuda" and torch.cuda.device_count() >= group.world:
+        torch.cuda.set_device(group.rank)
+        return torch.device("cuda", group.rank)
+    return torch.device("cpu")
+
+
+@dataclass
+class _Step:
+    loss: float  # the reduced loss, float32
+    rank_bits: dict[str, int]
+    lr: float
+    grad_norm: float | None
+
+
+class _RankRun:
+    """One rank's run: build, resume, train; collectives in the same order on every rank."""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        run_dir: Path,
+        opts: one_rank.RunOptions,
+        segment: int,
+        group: RankGroup,
+        rec: Any,
+    ) -> None:
+        self.cfg, self.run_dir, self.opts, self.segment = cfg, run_dir, opts, segment
+        self.group, self.rec = group, rec
+        self.device = _device(cfg, group)
+        determinism.configure(cfg.threads, self.device)
+        join_group(group, rank_store(group), self.device.type)
+        self.data: Dataset = load_dataset(cfg, lambda s, p: rec.write("stage", stage=s, progress=p))
+        self.vocab = cfg.vocab or self.data.vocab_size
+        self.fingerprints = {"config": cfg.fingerprint(), "dataset": self.data.sha256[:16]}
+        rec.write("stage", stage="build", progress=0.0)
+        determinism.seed_all(cfg.seed)  # the same initial weights on every rank
+        self.model = GPT(cfg, self.vocab).to(self.device)
+        self.opt: AdamW = self.model.configure_optimizer(cfg)
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        self.ddp = DistributedDataParallel(self.model, device_ids=ids)  # GPT has no buffers
+        # From here each rank's global streams (dropout) are its own.
+        determinism.seed_all(rank_stream_seed(cfg.seed, group.rank, group.world) % 2**63)
+        self.sampler = RankBatchSampler(self.data.train, cfg, group.rank, group.world)
+        self.st = TrainState()
+        self.saved_step: int | None = None
+        rec.write("stage", stage="build", progress=1.0)
+
+    # ------------------------------------------------------------ state
+
+    def _state(self) -> dict[str, Any]:
+        """What a checkpoint of this rank holds (dcp_checkpoint.py's keys)."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.opt.state_dict(),
+            "train_state": {**self.st.state_dict(), "fingerprints": dict(self.fingerprints)},
+            rank_key(self.group.rank): {
+                "rng": determinism.get_rng_state(),
+                "data": self.sampler.state_dict(),
+            },
+        }
+
+    def _restore(self, info: CheckpointInfo) -> None:
+        state = self._state()
+        load_group(info, self.group, state)
+        got = state["train_state"].get("fingerprints", {})
+        for name, want in self.fingerprints.items():
+            if got.get(name) != want:
+                raise CheckpointMismatch(
+                    f"checkpoint {info.path} was written by a different {name} (fingerprint "
+                    f"{name}: checkpoint {got.get(name)}, this run {want}); refusing to resume it"
+                )
+        own = state[rank_key(self.group.rank)]
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.st.load_state_dict(state["train_state"])
+        self.sampler.load_state_dict(own["data"])
+        if self.sampler.samples_consumed != self.st.step * self.cfg.batch:
+            raise ValueError(
+                f"{info.path.name}: rank {self.group.rank}'s data cursor says "
+                f"{self.sampler.samples_consumed} samples, step × batch = "
+                f"{self.st.step * self.cfg.batch}"
+            )
+        determinism.set_rng_state(own["rng"])
+
+    def _save(self) -> None:
+        meta = {"parts": list(ck.PARTS_FULL), "fingerprints": self.fingerprints}
+        r = save_group(
+            ckpt_root(self.run_dir), self.cfg.keep, self.group, self.st.step, self._state(),
+            {**meta, "tokens": self.st.tokens},
+        )  # fmt: skip
+        self.saved_step = r.step
+        words = ", ".join(ck.PART_WORDS[p] for p in ck.PARTS_FULL)
+        fields = {"step": r.step, "bytes": r.bytes, "seconds": round(r.seconds, 4)}
+        fields["persist_seconds"] = fields["seconds"]
+        self.rec.write("ckpt", **fields, path=str(r.path), parts=list(ck.PARTS_FULL),
+                       mode="sync", write="atomic", ranks=self.group.world)  # fmt: skip
+        self.rec.event(
+            "checkpoint",
+            f"Checkpoint at step {r.step} from {self.group.world} ranks: "
+            f"{one_rank._fmt_bytes(r.bytes)} ({words}) in {r.seconds:.2f}s.",
+            **fields, mode="sync", parts=list(ck.PARTS_FULL),
+        )  # fmt: skip
+
+    # ------------------------------------------------------------ start
+
+    def _find(self) -> CheckpointInfo | None:
+        """The checkpoint every rank resumes from: each verifies it, all must agree."""
+        info = run_start.find_checkpoint(self.run_dir, self.rec)
+        mine = torch.tensor([info.step if info is not None else -1])
+        steps = [torch.zeros_like(mine) for _ in range(self.group.world)]
+        dist.all_gather(steps, mine)
+        if len({int(s) for s in steps}) != 1:
+            raise RuntimeError(f"ranks found different checkpoints: {[int(s) for s in steps]}")
+        return info
+
+    def _start(self, info: CheckpointInfo | None) -> None:
+        rec, st = self.rec, self.st
+        if info is None:
+            if self.group.leader:
+                print(FRESH_LINE, file=sys.stderr)
+            if self.segment > 0:
+                rec.write("resume", from_step=0, segment=self.segment, path=None)
+            return
+        self._restore(info)
+        self.saved_step = info.step
+        if self.group.leader:
+            print(resumed_line(st.step, info.path), file=sys.stderr)
+        rec.write("resume", from_step=st.step, segment=self.segment, path=str(info.path),
+                  parts=list(ck.PARTS_FULL), missing=[])  # fmt: skip
+        rec.event("resumed", f"Resumed at step {st.step} from a checkpoint of "
+                  f"{self.group.world} ranks.", step=st.step, missing=[])  # fmt: skip
+
+    def _run_record(self) -> None:
+        cfg, rec = self.cfg, self.rec
+        name = "cpu"
+        peak: float | None
+        peak, peak_src = metrics.cpu_peak(cfg.threads * self.group.world)
+        if self.device.type == "cuda":
+            name = torch.cuda.get_device_name(self.device)
+            peak, peak_src = metrics.gpu_peak(name, cfg.precision)
+        self.peak = peak
+        rec.write("run", params=self.model.num_params(), config=cfg.to_dict(),
+                  dataset=self.data.name, device=str(self.device), precision=cfg.precision,
+                  device_name=name,
+                  threads=cfg.threads, vocab=self.vocab, label=self.opts.label,
+                  preset=self.opts.preset, fingerprints=self.fingerprints, ranks=self.group.world,
+                  mfu_peak_flops=peak, mfu_peak_source=peak_src)  # fmt: skip
+
+    # ------------------------------------------------------------ train
+
+    def run(self) -> int:
+        cfg, st = self.cfg, self.st
+        info = self._find()
+        if info is None and self.opts.require_checkpoint and cfg.on_missing_checkpoint != "fresh":
+            return run_start.refuse_to_start(self.run_dir, self.rec)
+        self._start(info)
+        self._run_record()
+        if info is None and cfg.ckpt_policy == "every":
+            self._save()
+        self.rec.write("stage", stage="train", progress=st.step / cfg.steps)
+        window_t, window_steps, logged = time.perf_counter(), 0, False
+        tokens_per_step = cfg.batch * cfg.ctx * self.group.world
+        self.model.train()
+        while st.step < cfg.steps:
+            s = self._update()
+            what = nonfinite(s.loss, s.grad_norm)
+            if what is not None:
+                return self._diverged(s, what, tokens_per_step)
+            st.step += 1
+            st.tokens += tokens_per_step
+            st.loss_window = [*st.loss_window, s.loss][-cfg.eval_every :]
+            window_steps += 1
+            if st.step % cfg.log_every == 0 or st.step == cfg.steps:
+                now = time.perf_counter()
+                self._step_record(s, (now - window_t) / window_steps, tokens_per_step, logged)
+                logged, window_t, window_steps = True, now, 0
+            if self.opts.progress and self.group.leader:
+                self.opts.progress(st.step, cfg.steps, s.loss)
+            if self.group.leader:
+                self._reports()
+            every = cfg.ckpt_policy == "every" and st.step % cfg.ckpt_every == 0
+            if st.step == cfg.steps or every:
+                self._save()
+        self.rec.write("stage", stage="train", progress=1.0)
+        self.rec.write("stage", stage="finished", progress=1.0)
+        best = f" Best val loss {st.best_val:.3f}." if st.best_val is not None else ""
+        self.rec.event("finished", f"Finished {cfg.steps} steps.{best}", steps=cfg.steps,
+                       best_val=st.best_val)  # fmt: skip
+        return EXIT_OK
+
+    def _update(self) -> _Step:
+        """One optimizer update of the group: every rank's loss, gathered before backward
+        so that all ranks skip the update together when any loss is not finite."""
+        lr = lr_at(self.st.step, self.cfg)
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        x, y = self.sampler.next_batch()
+        x, y = x.to(self.device), y.to(self.device)
+        with evaluate._autocast(self.device, self.cfg):
+            _, loss = self.ddp(x, y)
+        assert loss is not None
+        mine = loss.detach().float().reshape(1)
+        every = [torch.zeros_like(mine) for _ in range(self.group.world)]
+        dist.all_gather(every, mine)  # a CPU-GPU sync point, every step on purpose
+        losses = torch.cat(every).cpu()
+        reduced = float(losses.mean())
+        bits = {str(r): float32_bits(float(v)) for r, v in enumerate(losses.tolist())}
+        grad_norm: float | None = None
+        self.opt.zero_grad(set_to_none=True)
+        if all(math.isfinite(v) for v in losses.tolist()):
+            loss.backward()  # DDP averages the gradients over the ranks here
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(),
+                                                             self.cfg.grad_clip))  # fmt: skip
+            if math.isfinite(grad_norm):
+                self.opt.step()
+        return _Step(reduced, bits, lr, grad_norm)
+
+    def _step_record(self, s: _Step, dt: float, tokens_per_step: int, logged: bool) -> None:
+        tps = tokens_per_step / dt if dt > 0 else 0.0
+        mem, mem_kind = metrics.memory_bytes(self.device)
+        flops = self.model.flops_per_token()
+        startup = {} if logged else {"startup_s": one_rank._startup_s()}
+        self.rec.write("step", step=self.st.step, loss=s.loss, loss_bits=float32_bits(s.loss),
+                       rank_loss_bits=s.rank_bits, lr=s.lr, grad_norm=s.grad_norm,
+                       tokens=self.st.tokens, tokens_per_s=round(tps, 1),
+                       mfu=round(flops * tps / self.peak, 5) if self.peak else None,
+                       mem_bytes=mem, mem_kind=mem_kind, dt=round(dt, 5), **startup)  # fmt: skip
+        if self.opts.jsonl and self.group.leader:
+            line = {"step": self.st.step, "loss": s.loss, "loss_bits": float32_bits(s.loss),
+                    "rank_loss_bits": s.rank_bits, "segment": self.segment}  # fmt: skip
+            sys.stdout.write(to_json(line) + "\n")
+            sys.stdout.flush()
+
+    def _reports(self) -> None:
+        """Val, probes and samples, on rank 0's model (the same weights on every rank)."""
+        cfg, st, rec, model, device = self.cfg, self.st, self.rec, self.model, self.device
+        if st.step % cfg.eval_every == 0 or st.step == cfg.steps:
+            v = evaluate.val_loss(model, self.data.val, cfg, device)
+            train_mean = sum(st.loss_window) / len(st.loss_window)
+            st.best_val = v if st.best_val is None else min(st.best_val, v)
+            rec.write("val", step=st.step, val_loss=v, train_loss=train_mean)
+            rec.event("evaluated", f"Step {st.step}: val {v:.3f}, train {train_mean:.3f} "
+                      f"(gap {v - train_mean:+.3f}).", step=st.step, val_loss=v,
+                      train_loss=train_mean)  # fmt: skip
+        if st.step % cfg.probe_every == 0 or st.step == cfg.steps:
+            rec.write("probe", step=st.step,
+                      probes=evaluate.probes(model, self.data.tokenizer, device))  # fmt: skip
+        if cfg.sample_tokens and (st.step % cfg.sample_every == 0 or st.step == cfg.steps):
+            text = evaluate.sample(model, self.data.tokenizer, cfg, device)
+            rec.write("sample", step=st.step, prompt=evaluate.SAMPLE_PROMPT, text=text)
+
+    def _diverged(self, s: _Step, what: str, tokens_per_step: int) -> int:
+        record_divergence(
+            self.rec, step=self.st.step + 1, what=what, loss=s.loss, lr=s.lr,
+            grad_norm=s.grad_norm, tokens=self.st.tokens + tokens_per_step,
+            mem_kind=metrics.memory_bytes(self.device)[1], checkpoint_step=self.saved_step,
+            progress=round(self.st.step / self.cfg.steps, 4),
+        )  # fmt: skip
+        if self.group.leader:
+            print(diverged_line(self.st.step + 1, what), file=sys.stderr)
+        return EXIT_DIVERGED
