@@ -244,10 +244,13 @@ def table(result: DrillResult) -> str:
         command = what.get("command")
         title = " ".join(map(str, command)) if isinstance(command, list) else "a command"
     lines = [f"crashdrill verify · {title} · seed {result.seed} · {result.kills_requested} kills"]
-    lines.append(
-        f"  reference   {len(ref.points)} steps ({ref.first_step}–{ref.last_step}) in "
-        f"{ref.ended - ref.started:.1f} s, exit {ref.exit_code}"
+    steps = (
+        f"{len(ref.points)} steps ({ref.first_step}–{ref.last_step})"
+        if ref.points
+        else "no step seen"
     )
+    ended = f"exit {ref.exit_code}" if ref.exit_code is not None else "did not finish"
+    lines.append(f"  reference   {steps} in {ref.ended - ref.started:.1f} s, {ended}")
     for k in kills(result):
         where = (
             f"inside a checkpoint write after step {k['step']}"
