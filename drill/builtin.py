@@ -91,12 +91,18 @@ class PresetTarget(Target):
         *,
         timeout: float = 600.0,
         fork_server: ForkServer | None = None,
+        overrides: list[str] | None = None,
     ) -> None:
+        from crashdrill.trainer.config import parse_override
         from crashdrill.trainer.presets import get_preset
 
         p = get_preset(preset)  # PresetError names the known presets
-        cfg = p.config_for(label)
-        on_cuda = p.config_for(label, cuda=True)
+        # Parsed and applied here, as the trainer will (ConfigError names a bad one): the
+        # plan follows the cadence the trainer will really have.
+        self.overrides = list(overrides or [])
+        changes = dict(parse_override(s) for s in self.overrides)
+        cfg = p.config_for(label).with_overrides(changes)
+        on_cuda = p.config_for(label, cuda=True).with_overrides(changes)
         if (on_cuda.steps, on_cuda.ckpt_every, on_cuda.ckpt_policy) != (
             cfg.steps,
             cfg.ckpt_every,
@@ -115,6 +121,8 @@ class PresetTarget(Target):
     def command(self, ckpt_dir: Path, restart: bool) -> list[str]:
         argv = [sys.executable, "-m", "crashdrill", "run", self.preset, "--run-dir"]
         argv += [str(ckpt_dir), "--label", self.label, "--jsonl", "--quiet"]
+        for setting in self.overrides:
+            argv += ["--set", setting]
         return argv + (["--require-checkpoint"] if restart else [])
 
     def start(self, argv: list[str], env: dict[str, str], cwd: str | None) -> Child:
@@ -207,6 +215,7 @@ class PresetTarget(Target):
             "steps": self.steps,
             "ckpt_every": self.ckpt_every,
             "starts": "fork-server" if self.fork_server else "exec",
+            "set": list(self.overrides),
         }
 
 

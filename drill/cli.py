@@ -52,6 +52,13 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The verify options, on a parser of the caller's making."""
     p.add_argument("--preset", help="drill the built-in trainer on this preset (e.g. quick)")
     p.add_argument("--run", choices=["A", "B"], help="which run of the preset (default A)")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="with --preset: override a setting of the run, as `crashdrill run --set` does"
+        " (e.g. ckpt_every=20); the kills are planned for the overridden cadence",
+    )
     p.add_argument("--kills", type=int, default=2, help="how many SIGKILLs (default 2)")
     p.add_argument("--seed", type=int, help="draws the kill points; printed, so it replays")
     p.add_argument("--json", metavar="FILE", help="write the report as JSON ('-': stdout)")
@@ -221,8 +228,8 @@ def run(args: argparse.Namespace) -> int:
             return _usage(f"{', '.join(extra)} apply to a COMMAND, not to --preset")
     elif args.resume_args_always and not args.resume_args:
         return _usage("--resume-args-always needs --resume-args ARGS")
-    elif args.run or args.no_fork_server:
-        flag = "--run" if args.run else "--no-fork-server"
+    elif args.run or args.no_fork_server or args.set:
+        flag = "--run" if args.run else "--set" if args.set else "--no-fork-server"
         return _usage(f"{flag} applies to --preset, not to a COMMAND")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     # Orphans of a run (a launcher's child whose parent died) are re-parented to the drill,
@@ -260,6 +267,7 @@ def _drill(
     from crashdrill.drill.verify import verify_command, verify_preset
 
     if args.preset:
+        from crashdrill.trainer.config import ConfigError
         from crashdrill.trainer.presets import PresetError
 
         try:
@@ -275,8 +283,9 @@ def _drill(
                 grace=args.grace,
                 max_restarts=args.max_restarts,
                 deadline=args.deadline,
+                overrides=args.set or [],
             )
-        except PresetError as e:
+        except (PresetError, ConfigError) as e:
             return _usage(str(e))
     return verify_command(
         script,

@@ -240,6 +240,9 @@ def table(result: DrillResult) -> str:
     what = result.target.describe()
     if result.mode == "preset":
         title = f"preset {what.get('preset')}, run {what.get('run')}"
+        settings = what.get("set")
+        if isinstance(settings, list) and settings:
+            title += ", set " + " ".join(map(str, settings))
     else:
         command = what.get("command")
         title = " ".join(map(str, command)) if isinstance(command, list) else "a command"

@@ -119,12 +119,15 @@ def verify_preset(
     grace: float = 30.0,
     max_restarts: int | None = None,
     deadline: float | None = None,
+    overrides: list[str] | None = None,
 ) -> DrillResult:
-    """The drill on the built-in trainer. Its processes are forked from a fork server
-    unless `fork_server` is False (None: CRASHDRILL_FORK_SERVER decides, default on); a
-    server that cannot start, or dies during the drill, leaves the drill to plain exec:
-    run again from the start, so that one drill never mixes the two. `preempt` ("all",
-    "mixed"): kills become SIGTERMs, each followed by a SIGKILL after `grace` seconds."""
+    """The drill on the built-in trainer (`overrides`: `KEY=VALUE` settings, as `crashdrill
+    run --set` takes them; ConfigError names a bad one before anything runs). Its
+    processes are forked from a fork server unless `fork_server` is False (None:
+    CRASHDRILL_FORK_SERVER decides, default on); a server that cannot start, or dies
+    during the drill, leaves the drill to plain exec: run again from the start, so that one
+    drill never mixes the two. `preempt` ("all", "mixed"): kills become SIGTERMs, each
+    followed by a SIGKILL after `grace` seconds."""
     t0 = time.monotonic()
     marks: dict[str, float] = {}
     # The server first: its imports (torch, ~1.5 s of CPU) are the longest thing before
@@ -137,7 +140,8 @@ def verify_preset(
         except forkserver.ForkServerError as e:
             _note(f"{e}; starting every trainer process with exec")
     try:
-        target = PresetTarget(preset, label, timeout=timeout)  # PresetError: no trainer ran
+        # PresetError, ConfigError: no trainer ran
+        target = PresetTarget(preset, label, timeout=timeout, overrides=overrides)
     except BaseException:
         if server is not None:
             server.close()  # it never started anything: killed at once, mid-import or not

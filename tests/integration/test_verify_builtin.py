@@ -98,6 +98,23 @@ def test_in_place_checkpoints_killed_mid_write_are_torn(tmp_path: Path) -> None:
     assert rep["resumes"][0]["bit_identical"]  # the kill before any write still resumes
 
 
+def test_set_overrides_the_run_and_the_plan_follows_its_cadence(tmp_path: Path) -> None:
+    preset = small_preset(tmp_path, "set")
+    rc, rep, out = drill(tmp_path, "--preset", preset, "--set", "ckpt_every=20", "--seed", "1")
+    assert rc == 0, out
+    assert rep["target"]["set"] == ["ckpt_every=20"] and rep["target"]["ckpt_every"] == 20
+    write = next(k for k in rep["kills"] if k["in_checkpoint_write"])
+    assert write["step"] % 20 == 0  # the trainer wrote every 20 steps, as the plan said
+    assert "set ckpt_every=20" in out
+
+
+def test_a_bad_set_is_bad_usage_naming_the_setting() -> None:
+    proc = run_cli("verify", "--preset", "quick", "--set", "ckpt_every=often", timeout=60)
+    assert proc.returncode == 2 and "ckpt_every" in proc.stderr and "int" in proc.stderr
+    proc = run_cli("verify", "--set", "steps=5", "--", "true", timeout=60)
+    assert proc.returncode == 2 and "--set applies to --preset" in proc.stderr
+
+
 def test_an_unknown_preset_is_bad_usage(tmp_path: Path) -> None:
     proc = run_cli("verify", "--preset", "no-such-lesson", timeout=60)
     assert proc.returncode == 2 and "known presets" in proc.stderr
