@@ -31,6 +31,7 @@ from crashdrill.server.pending_kill import (
 from crashdrill.server.store import ACTIVE_STATES, TERMINAL_STATES, Store
 from crashdrill.server.views import training
 from crashdrill.trainer.crash_modes import mode_named
+from crashdrill.trainer.stages import BEFORE_TRAINING as STAGES_BEFORE_TRAINING
 from crashdrill.workers.launch import NotRunning
 from crashdrill.workers.supervisor import Supervisor
 
@@ -314,7 +315,7 @@ class RunControl:
 # Stages before a trainer trains (and "train" before its first step record): a crash test
 # pressed then is armed for the first step. A run in any other stage (finished, failed) is
 # past crashing.
-BEFORE_TRAINING = ("queued", "starting", "restarting", "download", "tokenize", "build", "warmup")
+BEFORE_TRAINING = tuple(str(s) for s in STAGES_BEFORE_TRAINING)  # trainer/stages.py
 
 
 def _before_first_step(row: Row, latest: dict[str, Any]) -> bool:

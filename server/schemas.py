@@ -395,6 +395,14 @@ class ResumeOutcomeOut(BaseModel):
     lab_check: bool = Field(description="a check of the lab's API can have it")
 
 
+class StageOut(BaseModel):
+    name: str
+    words: str | None = Field(description="the page's words for it, where its stage list shows it")
+    listed: bool = Field(description="in the page's stage list")
+    phase: str = Field(description='"before", "train" or "after" training')
+    written_by_trainer: bool = Field(description="a trainer writes it (else the lab does)")
+
+
 class RunStatesOut(BaseModel):
     all: list[str] = Field(description="every state a run may be in, in the order it moves")
     live: list[str] = Field(description="not over: queued or active")
@@ -413,6 +421,9 @@ class RecordKinds(BaseModel):
     resume_outcomes: list[ResumeOutcomeOut] = Field(
         default_factory=list,
         description="every outcome a resume check may have (trainer/resume_outcome.py)",
+    )
+    stages: list[StageOut] = Field(
+        default_factory=list, description="every stage a run may be in (trainer/stages.py)"
     )
     run_states: RunStatesOut | None = Field(
         default=None,

@@ -9,7 +9,9 @@ from typing import Any
 
 from crashdrill.server.db import Row
 from crashdrill.server.pending_kill import pending_kill
+from crashdrill.server.store import ACTIVE_STATES
 from crashdrill.trainer.record_contract import STATE_KINDS, finite_or_null, to_json
+from crashdrill.trainer.stages import Stage
 from crashdrill.workers.restart_events import RESTART_KINDS, restart_kind
 
 # A run's `latest` shows the newest record of each state kind of the run-record contract,
@@ -45,7 +47,7 @@ def training(row: Row, latest: Mapping[str, Any]) -> bool:
     train, and its trainer of the newest segment has written a step record. The state
     may still say starting or restarting: a forked trainer's first records can be stored
     before the supervisor's report that it runs (server/reports.py) is applied."""
-    if row["state"] not in ("starting", "running", "restarting") or row["stage"] != "train":
+    if row["state"] not in ACTIVE_STATES or row["stage"] != Stage.TRAIN:
         return False
     step = latest.get("step")
     return isinstance(step, dict) and step.get("segment", 0) == (row["segment"] or 0)

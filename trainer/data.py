@@ -32,6 +32,7 @@ import torch
 from crashdrill.trainer import corpus
 from crashdrill.trainer.config import TrainConfig
 from crashdrill.trainer.corpus_files import CorpusPathError, corpora_dir_from_environ, open_corpus
+from crashdrill.trainer.stages import Stage
 
 FINEWEB_REPO = "HuggingFaceFW/fineweb-edu"
 FINEWEB_NAME = "sample-10BT"
@@ -183,21 +184,21 @@ def load_dataset(
     cfg: TrainConfig, on_stage: Callable[[str, float], object] | None = None
 ) -> Dataset:
     stage = on_stage or (lambda _s, _p: None)
-    stage("download", 0.0)
+    stage(Stage.DOWNLOAD, 0.0)
     text = load_text(cfg.data)
-    stage("download", 1.0)
+    stage(Stage.DOWNLOAD, 1.0)
     tok = get_tokenizer(cfg.tokenizer)
     sha = hashlib.sha256(text.encode("utf-8") + b"\0" + tok.name.encode()).hexdigest()
     dtype = np.uint16 if tok.vocab_size < 2**16 else np.uint32
     path = cache_dir() / f"tokens-{sha[:24]}.{np.dtype(dtype).name}"
-    stage("tokenize", 0.0)
+    stage(Stage.TOKENIZE, 0.0)
     if not path.exists():
         ids = np.asarray(tok.encode(text), dtype=dtype)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         ids.tofile(tmp)
         os.replace(tmp, path)  # other runs may read this file concurrently
     tokens = np.memmap(path, dtype=dtype, mode="r")
-    stage("tokenize", 1.0)
+    stage(Stage.TOKENIZE, 1.0)
     n_val = int(len(tokens) * cfg.val_fraction)
     if len(tokens) - n_val <= cfg.ctx + 1 or n_val <= cfg.ctx + 1:
         raise DataError(

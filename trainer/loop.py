@@ -40,6 +40,7 @@ from crashdrill.trainer.run_start import (
     resume_or_fresh,
     start_run_dir,
 )
+from crashdrill.trainer.stages import Stage
 from crashdrill.trainer.train_state import (
     CheckpointMismatch,
     TrainState,
@@ -98,7 +99,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, opts: RunOptions | None = None)
     try:
         return _train(cfg, run_dir, opts, segment, rec, stop)
     except Exception as e:
-        rec.write("stage", stage="failed", progress=1.0)
+        rec.write("stage", stage=Stage.FAILED, progress=1.0)
         # The message and its traceback go to stderr (the lab's log, the instructor's
         # view); the records, which students read, name only the kind of error.
         rec.event("trainer_error", f"The run failed: {type(e).__name__}.", error=type(e).__name__)
@@ -179,13 +180,13 @@ class _Training:
         self.vocab = cfg.vocab or self.data.vocab_size
         self.fingerprints = {"config": cfg.fingerprint(), "dataset": self.data.sha256[:16]}
 
-        rec.write("stage", stage="build", progress=0.0)
+        rec.write("stage", stage=Stage.BUILD, progress=0.0)
         determinism.seed_all(cfg.seed)  # a fresh start's init; a resume overwrites all of it
         self.model = GPT(cfg, self.vocab).to(self.device)
         self.opt = self.model.configure_optimizer(cfg)
         self.sampler = BatchSampler(self.data.train, cfg)
         self.st = TrainState()
-        rec.write("stage", stage="build", progress=1.0)
+        rec.write("stage", stage=Stage.BUILD, progress=1.0)
 
         self.info = find_checkpoint(run_dir, rec)
         self.saved_step = self.info.step if self.info is not None else None
@@ -198,13 +199,13 @@ class _Training:
         """The warmup stage and the run record (device, peak FLOPs for MFU); on a fresh
         start also the events that say what is about to train and what loss to expect."""
         cfg, rec, device = self.cfg, self.rec, self.device
-        rec.write("stage", stage="warmup", progress=0.0)
+        rec.write("stage", stage=Stage.WARMUP, progress=0.0)
         if device.type == "cuda":
             peak, peak_src = metrics.gpu_peak(torch.cuda.get_device_name(device), cfg.precision)
         else:
             peak, peak_src = metrics.cpu_peak(cfg.threads)
         self.peak = peak
-        rec.write("stage", stage="warmup", progress=1.0)
+        rec.write("stage", stage=Stage.WARMUP, progress=1.0)
         n_params = self.model.num_params()
         rec.write(
             "run",
@@ -326,7 +327,7 @@ class _Training:
     def train(self) -> int:
         """Update after update until cfg.steps; the exit code of how it ended."""
         cfg, st = self.cfg, self.st
-        self.rec.write("stage", stage="train", progress=st.step / cfg.steps)
+        self.rec.write("stage", stage=Stage.TRAIN, progress=st.step / cfg.steps)
         self.autocast = evaluate._autocast(self.device, cfg)
         self.flops_per_token = self.model.flops_per_token()
         self.window_t, self.window_steps = time.perf_counter(), 0
@@ -340,7 +341,7 @@ class _Training:
             self._reports()
             self._checkpoint_if_due()
             if st.step % 25 == 0:
-                self.rec.write("stage", stage="train", progress=round(st.step / cfg.steps, 4))
+                self.rec.write("stage", stage=Stage.TRAIN, progress=round(st.step / cfg.steps, 4))
             self.stop.note_step(time.perf_counter() - step_t)
             if (
                 st.step < cfg.steps and self.stop.due()
@@ -478,8 +479,8 @@ class _Training:
         """The last checkpoint on disk, then the finished stage and event."""
         cfg, st, rec = self.cfg, self.st, self.rec
         self.writer.wait()
-        rec.write("stage", stage="train", progress=1.0)
-        rec.write("stage", stage="finished", progress=1.0)
+        rec.write("stage", stage=Stage.TRAIN, progress=1.0)
+        rec.write("stage", stage=Stage.FINISHED, progress=1.0)
         best = f" Best val loss {st.best_val:.3f}." if st.best_val is not None else ""
         rec.event(
             "finished", f"Finished {cfg.steps} steps.{best}", steps=cfg.steps, best_val=st.best_val

@@ -44,6 +44,7 @@ from crashdrill.trainer.rank_batches import RankBatchSampler, rank_stream_seed
 from crashdrill.trainer.ranks import RankGroup, join_group, rank_store, run_group
 from crashdrill.trainer.record_contract import to_json
 from crashdrill.trainer.records import RecordWriter, float32_bits
+from crashdrill.trainer.stages import Stage
 from crashdrill.trainer.start_line import FRESH_LINE, resumed_line
 from crashdrill.trainer.train_state import CheckpointMismatch, TrainState
 
@@ -88,10 +89,10 @@ def _rank_main(
     except CheckpointMismatch as e:  # what `crashdrill run` says of a one-rank run's too
         if group.leader:
             print(f"crashdrill run: {e}", file=sys.stderr)
-        rec.write("stage", stage="failed", progress=1.0)
+        rec.write("stage", stage=Stage.FAILED, progress=1.0)
         return EXIT_USAGE
     except Exception as e:
-        rec.write("stage", stage="failed", progress=1.0)
+        rec.write("stage", stage=Stage.FAILED, progress=1.0)
         rec.event("trainer_error", f"The run failed: {type(e).__name__}.", error=type(e).__name__)
         raise
     finally:
@@ -137,7 +138,7 @@ class _RankRun:
         self.data: Dataset = load_dataset(cfg, lambda s, p: rec.write("stage", stage=s, progress=p))
         self.vocab = cfg.vocab or self.data.vocab_size
         self.fingerprints = {"config": cfg.fingerprint(), "dataset": self.data.sha256[:16]}
-        rec.write("stage", stage="build", progress=0.0)
+        rec.write("stage", stage=Stage.BUILD, progress=0.0)
         determinism.seed_all(cfg.seed)  # the same initial weights on every rank
         self.model = GPT(cfg, self.vocab).to(self.device)
         self.opt: AdamW = self.model.configure_optimizer(cfg)
@@ -148,7 +149,7 @@ class _RankRun:
         self.sampler = RankBatchSampler(self.data.train, cfg, group.rank, group.world)
         self.st = TrainState()
         self.saved_step: int | None = None
-        rec.write("stage", stage="build", progress=1.0)
+        rec.write("stage", stage=Stage.BUILD, progress=1.0)
 
     # ------------------------------------------------------------ state
 
@@ -262,7 +263,7 @@ class _RankRun:
         self._run_record()
         if info is None and cfg.ckpt_policy == "every":
             self._save()
-        self.rec.write("stage", stage="train", progress=st.step / cfg.steps)
+        self.rec.write("stage", stage=Stage.TRAIN, progress=st.step / cfg.steps)
         window_t, window_steps, logged = time.perf_counter(), 0, False
         tokens_per_step = cfg.batch * cfg.ctx * self.group.world
         self.model.train()
@@ -286,8 +287,8 @@ class _RankRun:
             every = cfg.ckpt_policy == "every" and st.step % cfg.ckpt_every == 0
             if st.step == cfg.steps or every:
                 self._save()
-        self.rec.write("stage", stage="train", progress=1.0)
-        self.rec.write("stage", stage="finished", progress=1.0)
+        self.rec.write("stage", stage=Stage.TRAIN, progress=1.0)
+        self.rec.write("stage", stage=Stage.FINISHED, progress=1.0)
         best = f" Best val loss {st.best_val:.3f}." if st.best_val is not None else ""
         self.rec.event("finished", f"Finished {cfg.steps} steps.{best}", steps=cfg.steps,
                        best_val=st.best_val)  # fmt: skip

@@ -32,6 +32,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from crashdrill.trainer.stages import TRAINER_STAGES
+
 VERSION = 1  # the "v" of every record
 
 
@@ -112,11 +114,7 @@ KINDS: tuple[Kind, ...] = (
         ("trainer", "supervisor"),
         "where the process is; its progress within that stage",
         (
-            Field(
-                "stage",
-                "str",
-                "download, tokenize, build, warmup, train, finished, failed, diverged",
-            ),
+            Field("stage", "str", ", ".join(TRAINER_STAGES) + " (trainer/stages.py)"),
             Field("progress", "float", "0..1 within the stage"),
         ),
     ),
@@ -355,6 +353,7 @@ def contract_json() -> dict[str, Any]:
     from crashdrill.trainer.crash_modes import modes_json
     from crashdrill.trainer.event_codes import events_json
     from crashdrill.trainer.resume_outcome import outcomes_json
+    from crashdrill.trainer.stages import stages_json
 
     def fields(fs: tuple[Field, ...]) -> list[dict[str, Any]]:
         return [
@@ -378,6 +377,7 @@ def contract_json() -> dict[str, Any]:
             for k in KINDS
         ],
         "events": events_json(),
+        "stages": stages_json(),  # trainer/stages.py: names, words, phases
         "crash_modes": modes_json(),  # what an event's crash_mode names does, by its fields
         "resume_outcomes": outcomes_json(),  # what a resume check's `outcome` may be
     }
