@@ -33,6 +33,7 @@ import io
 import json
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,7 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
 from crashdrill.trainer import checkpoint_layout as layout
 from crashdrill.trainer.checkpoint_files import fsync_dir, sha256_of
+from crashdrill.trainer.checkpoint_pause import paused_line, pauses_from_env
 from crashdrill.trainer.ranks import RankGroup
 from crashdrill.trainer.train_state import CheckpointMismatch
 
@@ -112,6 +114,13 @@ def save_group(
     dcp.save(state, storage_writer=dcp.FileSystemWriter(str(work), sync_files=True))
     total = 0
     if group.leader:
+        # The test/drill hook that holds a write open (trainer/checkpoint_pause.py): every
+        # shard is written, the manifest not yet; the other ranks wait at the barrier below.
+        pause = pauses_from_env(os.environ).get(step, 0.0)
+        if pause:
+            print(paused_line(step), file=sys.stderr)
+            sys.stderr.flush()
+            time.sleep(pause)
         entries = _hash_files(work)
         total = sum(e["bytes"] for e in entries.values())
         manifest = {

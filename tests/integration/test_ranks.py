@@ -121,3 +121,22 @@ def test_two_ranks_train_on_nccl_with_a_gpu_each(tmp_path: Path) -> None:
     run = next(r for r in recs if r["kind"] == "run")
     assert run["device"].startswith("cuda") and run["ranks"] == 2
     assert json.dumps(_steps(tmp_path)[(0, 30)]["rank_loss_bits"])
+
+
+def test_the_drill_on_two_ranks_is_bit_identical_rank_by_rank(tmp_path: Path) -> None:
+    """`crashdrill verify --preset quick --set ranks=2`: a kill before the first checkpoint
+    and one inside a DCP write (held open by the pause hook), each resume bit-identical in
+    the reduced loss and in every rank's own loss bits, and the final weights equal."""
+    out = tmp_path / "report.json"
+    args = ["verify", "--preset", "quick", "--set", "ranks=2", *SETTINGS, "--set", "steps=40"]
+    proc = run_cli(*args, "--kills", "2", "--seed", "1", "--json", str(out), timeout=280)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rep = json.loads(out.read_text())
+    assert rep["verdict"] == "pass" and rep["target"]["set"][0] == "ranks=2"
+    assert any(k["in_checkpoint_write"] for k in rep["kills"])
+    for resume in rep["resumes"]:
+        assert resume["bit_identical"]
+        ranks = {f["field"]: f for f in resume["fields"] if "rank_loss_bits" in f["field"]}
+        assert set(ranks) == {"step.rank_loss_bits.0", "step.rank_loss_bits.1"}, resume["fields"]
+        assert all(f["equal"] and f["points"] > 0 for f in ranks.values())
+    assert rep["final_state"]["equal"] and rep["final_state"]["items"] > 0
