@@ -169,6 +169,7 @@ def inventory(desc: dict[str, Any]) -> Inventory:
                 cannot.append(f"{f['name']}: not read ({entry['error']})")
         if f.get("flat"):
             entry["data_files"] = f.get("data_files")
+            entry["shard_ranks"] = f.get("shard_ranks") or []
             cannot.append(
                 f"{f['name']}: DCP values that are not tensors (step counters, Python RNG "
                 "states, param_groups) are pickled into the data files and not read: only "
@@ -255,6 +256,10 @@ def table(inv: Inventory) -> str:
         name = f["name"]
         if f.get("data_files") is not None:  # DCP: the bytes are its data files'
             name += f" and {f['data_files']} data file(s)"
+            ranks = f.get("shard_ranks") or []
+            if ranks:
+                which = ", ".join(map(str, ranks))
+                name += f", written by {len(ranks)} rank(s): {which}"
         lines.append(f"  file {name} ({(f.get('bytes') or 0):,} bytes): {state}")
     lines.append("")
     for p in inv.parts.values():

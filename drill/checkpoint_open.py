@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from crashdrill.drill.file_sniff import not_a_checkpoint, sniff
+from crashdrill.trainer.checkpoint_layout import dcp_shard_rank
 from crashdrill.trainer.exit_codes import EXIT_OK, EXIT_USAGE
 
 MAX_FILES = 64  # files of one checkpoint described at most
@@ -372,6 +373,9 @@ def describe(path: Path) -> dict[str, Any]:
             entry["bytes"] = sum(p.stat().st_size for p in data)
             entry.update(open_dcp(where))
             entry["data_files"] = len(data)
+            # Which ranks wrote shards (DCP's FileSystemWriter names them __RANK_N.distcp).
+            ranks = {dcp_shard_rank(p.name) for p in data}
+            entry["shard_ranks"] = sorted(r for r in ranks if r is not None)
         else:
             entry["bytes"] = f.stat().st_size
             entry.update(open_file(f))

@@ -140,3 +140,11 @@ def test_the_drill_on_two_ranks_is_bit_identical_rank_by_rank(tmp_path: Path) ->
         assert set(ranks) == {"step.rank_loss_bits.0", "step.rank_loss_bits.1"}, resume["fields"]
         assert all(f["equal"] and f["points"] > 0 for f in ranks.values())
     assert rep["final_state"]["equal"] and rep["final_state"]["items"] > 0
+
+
+def test_inspect_says_which_ranks_wrote_a_dcp_checkpoint(reference: Path) -> None:
+    newest = next(iter(checkpoints(reference, check="manifest"))).path
+    proc = run_cli("inspect", str(newest), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "written by 2 rank(s): 0, 1" in proc.stdout
+    assert "rank0.data" in proc.stdout and "rank1.data" in proc.stdout  # each rank's cursor
