@@ -85,8 +85,12 @@ async function login(ev) {
     return;
   }
   $("#token").value = "";
-  document.body.dataset.auth = "in";
-  await loadPresets();
+  // The list first, then the page that shows it: its buttons appear with their rows.
+  try {
+    await loadPresets();
+  } finally {
+    document.body.dataset.auth = "in";
+  }
 }
 
 // ---- the list -----------------------------------------------------------------------
@@ -112,7 +116,11 @@ async function loadPresets() {
     tr.append(actions);
     return tr;
   });
+  // A list that arrives (or grows) while the editor is open pushes the editor down: keep
+  // it where the instructor is typing (New preset can be pressed before the list loads).
+  const editing = document.activeElement === $("#preset-text");
   $("#preset-rows").replaceChildren(...rows);
+  if (editing) revealEditor();
 }
 
 // ---- the editor ---------------------------------------------------------------------
