@@ -64,6 +64,13 @@ _ALL = [
         _DIAGNOSIS,
     ),
     FindingCode(
+        "rank-state",
+        "a resume of several ranks diverges first on one rank while the others match: that "
+        "rank did not get its own RNG states and data position back",
+        True,
+        _DIAGNOSIS,
+    ),
+    FindingCode(
         "nondeterministic",
         "the trace differs before any kill, or a resume diverges later than its first steps",
         True,
@@ -196,6 +203,7 @@ STEPS_RESTARTED = "steps-restarted"
 STATE_MISSING = "state-missing"
 SAVED_NOT_RESTORED = "saved-not-restored"
 NONDETERMINISTIC = "nondeterministic"
+RANK_STATE = "rank-state"
 NEVER_CHECKPOINTS = "never-checkpoints"
 TORN_CHECKPOINT = "torn-checkpoint"
 CRASHED = "crashed"

@@ -48,14 +48,21 @@ class RunRecords:
             ref.setdefault(key, rec)
         return cls(ref, list(_compared(crashed_dir)))
 
-    def compare(self, segment: int) -> tuple[FieldComparison, ...]:
-        """Every field of the records that `segment` wrote, against the reference's."""
+    def compare(self, segment: int, with_killed: bool = False) -> tuple[FieldComparison, ...]:
+        """Every field of the records that `segment` wrote, against the reference's; with
+        `with_killed`, against the crashed run's own earlier segments instead (the latest
+        that wrote each record: the killed process's, once the run had left the reference,
+        as its losses are compared)."""
         mine: dict[Key, Mapping[str, Any]] = {}
+        earlier: dict[Key, Mapping[str, Any]] = {}
         for seg, key, rec in self.crashed:
             if seg == segment:
                 mine.setdefault(key, rec)  # the first one it wrote, as the lab keeps it
+            elif seg < segment:
+                earlier[key] = rec  # in segment order: the latest earlier one wins
+        originals = earlier if with_killed else self.reference
         return compare_records(
-            (key[1], self.reference[key], rec) for key, rec in mine.items() if key in self.reference
+            (key[1], originals[key], rec) for key, rec in mine.items() if key in originals
         )
 
 

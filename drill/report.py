@@ -146,6 +146,11 @@ def _resume(r: ResumeVerdict) -> dict[str, Any]:
         "max_abs_delta": _num(r.max_abs_delta, 0),
         "mean_abs_delta": _num(r.mean_abs_delta, 0),
         "first_divergent_step": r.first_divergent_step,
+        "first_divergent_rank": (
+            {"rank": rank.rank, "step": rank.step, "ranks": rank.ranks}
+            if (rank := r.first_divergent_rank)
+            else None
+        ),
         "bit_identical": r.bit_identical,
         "restarted_from_start": r.restarted_from_start,
         "checkpoint_existed": r.progress_saved,
@@ -324,6 +329,8 @@ def table(result: DrillResult) -> str:
     for r in an.resumes:
         if len(r.fields) > 1:  # the run records were compared, not only the printed loss
             lines.append(f"  resume {r.index} records: {fields_summary(r.fields)}")
+        if (rank := r.first_divergent_rank) is not None:
+            lines.append(f"  resume {r.index} ranks: {rank.words()}")
     given = [r.index for r in an.resumes if r.resume_args]
     if any(r.resume_args is not None for r in an.resumes):
         without = [str(r.index) for r in an.resumes if r.resume_args is False]

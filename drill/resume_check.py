@@ -18,6 +18,7 @@ from crashdrill.drill.finding_codes import (
     IN_PLACE_WRITE,
     INCOMPLETE_SKIPPED,
     NONDETERMINISTIC,
+    RANK_STATE,
     RESUME_DIVERGED,
     SILENT_FRESH_START,
     STATE_MISSING,
@@ -40,6 +41,7 @@ from crashdrill.drill.verdicts import (
     step_text,
 )
 from crashdrill.drill.write_evidence import incomplete_proof
+from crashdrill.trainer.resume_compare import RankDivergence, first_rank_divergence, rank_of
 from crashdrill.trainer.resume_outcome import ResumeOutcome
 
 TINY_RELATIVE = 1e-4  # a first difference this small is rounding, not a different batch
@@ -405,6 +407,14 @@ class _ResumeJudge:
         elif torn_note:
             self.add(TORN_CHECKPOINT, f"diverges from step {a.step}.{torn_note}")
             self.outcome = ResumeOutcome.TORN
+        elif (rank := self._rank_apart(a.step)) is not None:
+            self.add(
+                RANK_STATE,
+                f"{where} differs on rank {rank.rank} while the other ranks' match "
+                f"({rank.words()}): rank {rank.rank} did not get its own RNG states and data "
+                "position back: a checkpoint that holds only rank 0's, or a restore that gives "
+                "every rank rank 0's (it then trains on rank 0's batches)",
+            )
         elif i in (0, 1) and rel > TINY_RELATIVE:
             at = "batch" if i == 0 else "update"
             if at == "batch":
@@ -427,6 +437,24 @@ class _ResumeJudge:
             )
         return verdict
 
+    def _rank_apart(self, step: int) -> RankDivergence | None:
+        """A run of several ranks whose resume left the reference on some ranks at `step`
+        and not on others (the built-in trainer's records: each rank's own loss bits);
+        None otherwise, or when the comparison is not with the reference."""
+        ev = self.ev
+        if ev.records is None or self.inherited is not None:
+            return None
+        if any(s.restored_from is not None for s in self.segs[: self.k + 1]):
+            return None
+        fields = ev.records.compare(self.k)
+        first = first_rank_divergence(fields)
+        if first is None or first.step != step:
+            return None
+        apart = [f for f in fields if rank_of(f.field) is not None and f.points]
+        if all(f.first_divergent_step == step for f in apart):
+            return None  # every rank at once: not one rank's own state
+        return first
+
     def fields_and_verdict(self, verdict: str, precision: Precision) -> str:
         """The other recorded fields where the losses match, then the verdict when nothing
         was found ("bit-identical"), or what a resume with no step to compare did."""
@@ -435,7 +463,9 @@ class _ResumeJudge:
         # The trainer numbers its own segments: after a copy was put back they no longer
         # match the drill's, so only the printed loss is compared from there on.
         self.fields = (
-            ev.records.compare(k) if ev.records is not None and not restored else (self.loss,)
+            ev.records.compare(k, with_killed=self.inherited is not None)
+            if ev.records is not None and not restored
+            else (self.loss,)
         )
         i = self.loss.divergent_offset
         other = field_verdict(self.fields) if i is None and not verdict else None

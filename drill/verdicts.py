@@ -19,7 +19,13 @@ from crashdrill.drill.record_fields import RunRecords
 from crashdrill.drill.snapshot import Snapshot
 from crashdrill.drill.target import Segment, Target
 from crashdrill.drill.trace import Precision, StepPoint
-from crashdrill.trainer.resume_compare import LOSS, FieldComparison, compare
+from crashdrill.trainer.resume_compare import (
+    LOSS,
+    FieldComparison,
+    RankDivergence,
+    compare,
+    first_rank_divergence,
+)
 from crashdrill.trainer.resume_outcome import ResumeOutcome
 
 if TYPE_CHECKING:  # imported by the command drill only: the preset drill never inspects
@@ -124,6 +130,11 @@ class ResumeVerdict:
     @property
     def divergent_offset(self) -> int | None:  # 0: the very first step this process printed
         return self.loss.divergent_offset
+
+    @property
+    def first_divergent_rank(self) -> RankDivergence | None:
+        """A run of several ranks: the first rank whose own loss differs."""
+        return first_rank_divergence(self.fields)
 
 
 @dataclass

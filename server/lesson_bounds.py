@@ -45,6 +45,7 @@ from crashdrill.trainer.config import (
     MIRROR_CHOICES,
     ON_MISSING_CHECKPOINT,
     PRECISIONS,
+    RANK_STATES,
     TrainConfig,
 )
 from crashdrill.trainer.presets import LABELS, Preset
@@ -278,6 +279,7 @@ def _choices(name: str, limits: LabLimits, own: list[Any]) -> tuple[str, ...]:
         "ckpt_policy": CKPT_POLICIES,
         "on_missing_checkpoint": ON_MISSING_CHECKPOINT,
         "mirror": MIRROR_CHOICES,
+        "rank_state": RANK_STATES,
     }.get(name, ())
     return tuple(dict.fromkeys([*choices, *(str(v) for v in own)]))
 

@@ -33,9 +33,11 @@ from crashdrill.trainer.checkpoint_layout import part_description
 from crashdrill.trainer.resume_compare import (
     LOSS,
     FieldComparison,
+    RankDivergence,
     compare_records,
     differing,
     finite_or_none,
+    first_rank_divergence,
     loss_reading,
     not_finite,
 )
@@ -90,6 +92,12 @@ class ResumeCheck:
         return self.loss.first_divergent_step
 
     @property
+    def first_divergent_rank(self) -> RankDivergence | None:
+        """In a run of several ranks, the first rank whose own loss differs (None: one
+        rank, or every rank the same)."""
+        return first_rank_divergence(self.fields)
+
+    @property
     def outcome(self) -> ResumeOutcome:
         """What this resume came to so far, in the order the page has always read it: no
         checkpoint and nothing compared yet is a fresh start; nothing compared with nothing
@@ -118,12 +126,17 @@ class ResumeCheck:
             "infinite_delta": not_finite(self.max_abs_delta),
             "bit_identical": self.bit_identical,
             "first_divergent_step": self.first_divergent_step,
+            "first_divergent_rank": _rank_json(self.first_divergent_rank),
             "missing": list(self.missing),
             "started_over": self.started_over,
             "differing": self.differing,
             "fields": [f.to_json() for f in self.fields],
             "outcome": self.outcome.value,
         }
+
+
+def _rank_json(d: RankDivergence | None) -> dict[str, int] | None:
+    return {"rank": d.rank, "step": d.step, "ranks": d.ranks} if d else None
 
 
 def resume_checks(

@@ -282,6 +282,14 @@ class FieldComparisonOut(BaseModel):
     numeric: bool = Field(description="false for a text field (no |Δ|)")
 
 
+class RankDivergenceOut(BaseModel):
+    """The first rank whose own loss left the original (trainer/resume_compare.py)."""
+
+    rank: int
+    step: int = Field(description="the first recomputed step where its loss bits differ")
+    ranks: int = Field(description="how many ranks' losses were compared")
+
+
 class ResumeCheckOut(BaseModel):
     segment: int
     from_step: int | None
@@ -306,6 +314,11 @@ class ResumeCheckOut(BaseModel):
     )
     first_divergent_step: int | None = Field(
         None, description="the first recomputed step whose loss bits differ"
+    )
+    first_divergent_rank: RankDivergenceOut | None = Field(
+        None,
+        description="a run of several ranks: the first rank whose own loss bits differ"
+        " (null: one rank, or every rank the same)",
     )
     missing: list[str] = Field(
         default_factory=list, description="what the resumed checkpoint did not hold"

@@ -84,9 +84,24 @@ PARTS_WEIGHTS = ("weights",)  # ckpt_state = "weights", a teaching mode
 PART_WORDS = {name: part.word for name, part in PARTS.items()}
 
 
+# The parts each rank of a multi-rank run holds for itself (trainer/dcp_checkpoint.py):
+# named "rank<r>.<part>" where a checkpoint lacks one rank's ("rank1.rng").
+RANK_OWN_PARTS = ("rng", "data")
+_RANK_PART = re.compile(r"rank([0-9]+)\.([a-z_]+)")
+
+
+def rank_part(rank: int, part: str) -> str:
+    """The name of rank `rank`'s own `part` ("rank1.rng"), as `missing` lists it."""
+    return f"rank{rank}.{part}"
+
+
 def part_description(part: str) -> str:
     """A part's word and, where the word does not say it, what it holds: "AdamW state
-    (moments and step counts)". An unknown part is its own name."""
+    (moments and step counts)"; one rank's own part is "rank 1's RNG states". An unknown
+    part is its own name."""
+    m = _RANK_PART.fullmatch(part)
+    if m and m.group(2) in PARTS:
+        return f"rank {int(m.group(1))}'s {part_description(m.group(2))}"
     known = PARTS.get(part)
     if known is None:
         return part

@@ -34,6 +34,10 @@ TOKENIZERS = ("byte", "gpt2")
 CKPT_STATES = ("full", "weights")  # "weights" is a teaching mode: what people get wrong
 CKPT_WRITES = ("atomic", "inplace")  # "inplace" is a teaching mode: torn writes
 CKPT_MODES = ("sync", "async")
+# Whose RNG states and data cursor a multi-rank checkpoint holds: "own", every rank's; or
+# "rank0", a teaching mode: rank 0 saves its own for the group and every rank restores
+# rank 0's (the rank-0-only save of real scripts). One rank: the same thing.
+RANK_STATES = ("own", "rank0")
 CKPT_POLICIES = ("every", "end")  # "end" is a teaching mode: save after the loop only
 # What a run told a checkpoint must exist does when there is none: "fail" (exit 3) or
 # "fresh", a teaching mode that trains from scratch anyway — the silent restart that
@@ -210,6 +214,7 @@ class CheckpointConfig(Section):
     ckpt_policy: str = "every"
     on_missing_checkpoint: str = "fail"
     mirror: str = "on"
+    rank_state: str = "own"
 
     def _check(self) -> None:
         _at_least_1(self, "ckpt_every")
@@ -222,6 +227,7 @@ class CheckpointConfig(Section):
         _choice("ckpt_policy", self.ckpt_policy, CKPT_POLICIES)
         _choice("on_missing_checkpoint", self.on_missing_checkpoint, ON_MISSING_CHECKPOINT)
         _choice("mirror", self.mirror, MIRROR_CHOICES)
+        _choice("rank_state", self.rank_state, RANK_STATES)
 
 
 @dataclass(frozen=True)

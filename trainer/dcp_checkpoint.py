@@ -20,7 +20,8 @@ any point before the rename leaves a `.tmp` dir, which never counts.
 
 The state of each rank is a dict under fixed keys: "model", "optimizer", "train_state"
 (the same on every rank) and "rank<r>" (this rank's own "rng" and "data"). Loading asks
-only for this rank's key, so a rank can only get its own RNG and cursor back; a
+only for this rank's key, so a rank can only get its own RNG and cursor back (the
+teaching mode rank_state = "rank0" saves only rank 0's and has every rank ask for it); a
 checkpoint written by another number of ranks is refused before DCP reads it (resharding
 is not done yet). DCP stores non-tensor values with torch.save; they are read back here
 with weights_only=True. Its `.metadata` index is a pickle, read only after the manifest's
@@ -164,6 +165,18 @@ def check_world(info: layout.CheckpointInfo, world: int) -> None:
             f"{world}; resharding is not supported yet, so no rank's state is dropped: use "
             f"ranks = {m.get('world_size')} or a fresh --run-dir"
         )
+
+
+def held_ranks(info: layout.CheckpointInfo) -> set[int]:
+    """The ranks whose own state (RNG, data cursor) the verified checkpoint `info` holds,
+    read from DCP's index (its keys "rank<r>.…")."""
+    meta = dcp.FileSystemReader(str(info.path)).read_metadata()
+    held: set[int] = set()
+    for key in meta.state_dict_metadata:
+        head = key.split(".", 1)[0]
+        if head.startswith("rank") and head[4:].isdigit():
+            held.add(int(head[4:]))
+    return held
 
 
 def load_group(info: layout.CheckpointInfo, group: RankGroup, state: dict[str, Any]) -> None:

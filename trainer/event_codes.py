@@ -172,7 +172,15 @@ EVENT_CODES: tuple[EventCode, ...] = (
         ("info", "warn"),
         "key",
         "a restart resumed from a checkpoint (warn: it lacked some parts)",
-        (_STEP, _f("missing", "list[str]", "the parts the checkpoint lacked: they start over")),
+        (
+            _STEP,
+            _f(
+                "missing",
+                "list[str]",
+                "the parts the checkpoint lacked: they start over (a rank's own part, "
+                '"rank1.rng", is taken from rank 0)',
+            ),
+        ),
     ),
     EventCode(
         "trainer_error",

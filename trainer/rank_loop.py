@@ -32,10 +32,22 @@ from torch.nn.parallel import DistributedDataParallel
 from crashdrill.trainer import checkpoint as ck
 from crashdrill.trainer import determinism, evaluate, metrics, run_start
 from crashdrill.trainer import loop as one_rank
-from crashdrill.trainer.checkpoint_layout import CheckpointInfo, ckpt_root
+from crashdrill.trainer.checkpoint_layout import (
+    RANK_OWN_PARTS,
+    CheckpointInfo,
+    ckpt_root,
+    part_description,
+    rank_part,
+)
 from crashdrill.trainer.config import ConfigError, TrainConfig
-from crashdrill.trainer.data import Dataset, load_dataset
-from crashdrill.trainer.dcp_checkpoint import load_group, rank_key, save_group
+from crashdrill.trainer.data import BatchSampler, Dataset, load_dataset
+from crashdrill.trainer.dcp_checkpoint import (
+    check_world,
+    held_ranks,
+    load_group,
+    rank_key,
+    save_group,
+)
 from crashdrill.trainer.divergence import diverged_line, nonfinite, record_divergence
 from crashdrill.trainer.exit_codes import EXIT_DIVERGED, EXIT_OK, EXIT_USAGE
 from crashdrill.trainer.model import GPT, lr_at
@@ -153,19 +165,44 @@ class _RankRun:
 
     # ------------------------------------------------------------ state
 
-    def _state(self) -> dict[str, Any]:
-        """What a checkpoint of this rank holds (dcp_checkpoint.py's keys)."""
-        return {
+    @property
+    def _own_key(self) -> str:
+        """The key of the RNG and data cursor this rank saves and restores: its own, or
+        rank 0's for every rank in the teaching mode rank_state = "rank0"."""
+        return rank_key(self.group.rank if self.cfg.rank_state == "own" else 0)
+
+    def _state(self, saving: bool = False) -> dict[str, Any]:
+        """What a checkpoint of this rank holds (dcp_checkpoint.py's keys); in the teaching
+        mode "rank0" only rank 0 saves a rank's own state, and every rank loads it."""
+        state: dict[str, Any] = {
             "model": self.model.state_dict(),
             "optimizer": self.opt.state_dict(),
             "train_state": {**self.st.state_dict(), "fingerprints": dict(self.fingerprints)},
-            rank_key(self.group.rank): {
+        }
+        if not saving or self.cfg.rank_state == "own" or self.group.leader:
+            state[self._own_key] = {
                 "rng": determinism.get_rng_state(),
                 "data": self.sampler.state_dict(),
-            },
-        }
+            }
+        return state
+
+    def _lacking(self, info: CheckpointInfo) -> list[str]:
+        """The ranks' own parts the checkpoint does not hold ("rank1.rng", …)."""
+        held = held_ranks(info)
+        return [rank_part(r, p) for r in range(self.group.world) if r not in held
+                for p in RANK_OWN_PARTS]  # fmt: skip
 
     def _restore(self, info: CheckpointInfo) -> None:
+        check_world(info, self.group.world)  # before reading its index: a one-rank has none
+        # Decided alike on every rank (from the same index), so all refuse together
+        # instead of one rank leaving the others in DCP's collective load.
+        lacking = sorted(set(range(self.group.world)) - held_ranks(info))
+        if self.cfg.rank_state == "own" and lacking:
+            raise CheckpointMismatch(
+                f"checkpoint {info.path} holds no RNG states or data position of rank "
+                f'{lacking[0]} (written with rank_state = "rank0"?); refusing to resume '
+                'it: rank_state = "own" restores each rank\'s own'
+            )
         state = self._state()
         load_group(info, self.group, state)
         got = state["train_state"].get("fingerprints", {})
@@ -175,11 +212,14 @@ class _RankRun:
                     f"checkpoint {info.path} was written by a different {name} (fingerprint "
                     f"{name}: checkpoint {got.get(name)}, this run {want}); refusing to resume it"
                 )
-        own = state[rank_key(self.group.rank)]
+        own = state[self._own_key]
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
         self.st.load_state_dict(state["train_state"])
-        self.sampler.load_state_dict(own["data"])
+        if self.cfg.rank_state == "own":
+            self.sampler.load_state_dict(own["data"])
+        else:  # the teaching mode: rank 0's cursor taken as it is, as such a script does
+            BatchSampler.load_state_dict(self.sampler, own["data"])
         if self.sampler.samples_consumed != self.st.step * self.cfg.batch:
             raise ValueError(
                 f"{info.path.name}: rank {self.group.rank}'s data cursor says "
@@ -190,8 +230,9 @@ class _RankRun:
 
     def _save(self) -> None:
         meta = {"parts": list(ck.PARTS_FULL), "fingerprints": self.fingerprints}
+        state = self._state(saving=True)
         r = save_group(
-            ckpt_root(self.run_dir), self.cfg.keep, self.group, self.st.step, self._state(),
+            ckpt_root(self.run_dir), self.cfg.keep, self.group, self.st.step, state,
             {**meta, "tokens": self.st.tokens},
         )  # fmt: skip
         self.saved_step = r.step
@@ -228,13 +269,20 @@ class _RankRun:
                 rec.write("resume", from_step=0, segment=self.segment, path=None)
             return
         self._restore(info)
+        lacking = self._lacking(info)
         self.saved_step = info.step
         if self.group.leader:
             print(resumed_line(st.step, info.path), file=sys.stderr)
         rec.write("resume", from_step=st.step, segment=self.segment, path=str(info.path),
-                  parts=list(ck.PARTS_FULL), missing=[])  # fmt: skip
+                  parts=list(ck.PARTS_FULL), missing=lacking)  # fmt: skip
+        took = ""
+        if lacking:
+            words = ", ".join(part_description(p) for p in lacking)
+            took = (f" It did not hold {words}: every rank took rank 0's, and draws rank 0's "
+                    "batches from here.")  # fmt: skip
         rec.event("resumed", f"Resumed at step {st.step} from a checkpoint of "
-                  f"{self.group.world} ranks.", step=st.step, missing=[])  # fmt: skip
+                  f"{self.group.world} ranks.{took}", level="warn" if lacking else "info",
+                  step=st.step, missing=lacking)  # fmt: skip
 
     def _run_record(self) -> None:
         cfg, rec = self.cfg, self.rec

@@ -187,6 +187,7 @@ def _compared_fields() -> tuple[ComparedField, ...]:
 COMPARED: tuple[ComparedField, ...] = _compared_fields()
 COMPARED_KINDS: tuple[str, ...] = tuple(dict.fromkeys(c.kind for c in COMPARED))
 LOSS = "step.loss"
+RANK_LOSS = "step.rank_loss_bits"  # a run of several ranks: each rank's own loss bits
 
 
 def _exact(x: Any) -> Reading:
@@ -216,7 +217,12 @@ def readings(kind: str, record: Mapping[str, Any]) -> dict[str, Reading]:
         value = record.get(c.field)
         if isinstance(value, Mapping):
             for key in sorted(value, key=str):
-                out[f"{c.name}.{key}"] = _exact(value[key])
+                v = value[key]
+                if c.name == RANK_LOSS and isinstance(v, int) and not isinstance(v, bool):
+                    bits = v & 0xFFFFFFFF  # a rank's float32 loss bits: |Δ| of the losses
+                    out[f"{c.name}.{key}"] = Reading(bits_to_float32(bits), bits)
+                else:
+                    out[f"{c.name}.{key}"] = _exact(v)
         elif value is not None:
             out[c.name] = _exact(value)
     return out
@@ -253,3 +259,40 @@ def _field_order(name: str) -> tuple[int, str]:
 def differing(fields: Iterable[FieldComparison]) -> list[str]:
     """The names of the fields that differ somewhere."""
     return [f.field for f in fields if f.identical is False]
+
+
+# ---------------------------------------------------------------- rank by rank
+
+
+@dataclass(frozen=True)
+class RankDivergence:
+    """The first rank whose own loss left the original, and where."""
+
+    rank: int
+    step: int
+    ranks: int  # how many ranks' losses were compared
+
+    def words(self) -> str:
+        return f"rank {self.rank} first, at step {self.step} (of {self.ranks} ranks compared)"
+
+
+def rank_of(field: str) -> int | None:
+    """The rank of a per-rank loss field ("step.rank_loss_bits.1" → 1), else None."""
+    prefix = RANK_LOSS + "."
+    if not field.startswith(prefix):
+        return None
+    tail = field[len(prefix) :]
+    return int(tail) if tail.isdigit() else None
+
+
+def first_rank_divergence(fields: Iterable[FieldComparison]) -> RankDivergence | None:
+    """Of the ranks' own losses compared, the one that differs first: the earliest step
+    (the order the recomputed process wrote them), the lowest rank when several differ at
+    that step. None when no rank was compared or every rank's loss is the same."""
+    per_rank = [(r, f) for f in fields if (r := rank_of(f.field)) is not None and f.points]
+    bad = [(f.divergent_offset, r, f) for r, f in per_rank if f.divergent_offset is not None]
+    if not bad:
+        return None
+    _, rank, f = min(bad, key=lambda t: (t[0], t[1]))
+    assert f.first_divergent_step is not None
+    return RankDivergence(rank, f.first_divergent_step, len(per_rank))

@@ -395,3 +395,38 @@ def test_lesson_1_14_at_the_wall_the_graceful_run_loses_nothing_and_the_other_al
         A={"stopped_at": a["at_step"], "save_s": saved["save_seconds"], "steps_lost": 0},
         B={"killed_at": b["at_step"], "resumed_from": 0, "steps_lost": b["lost_steps"]},
     )
+
+
+def test_lesson_1_16_rank_0_saving_for_all_is_named_on_rank_1_and_each_rank_s_own_is_exact(
+    client: httpx.Client,
+) -> None:
+    pair = start(client, "lesson-1.16")
+    predict(pair, {"A": "yes", "B": "yes"})
+    pair.crash_at("A", 60)
+    pair.crash_at("B", 60)
+    runs = pair.wait_ended()
+    assert [r["state"] for r in runs] == ["finished", "finished"]
+    (a,) = pair.checks("A")
+    (b,) = pair.checks("B")
+    assert a["bit_identical"] is True and a["complete"] and a["missing"] == []
+    assert a["first_divergent_rank"] is None
+    ranks_a = [f for f in a["fields"] if f["field"].startswith("step.rank_loss_bits.")]
+    assert [f["field"] for f in ranks_a] == ["step.rank_loss_bits.0", "step.rank_loss_bits.1"]
+    assert all(f["equal"] and f["points"] == a["points"] for f in ranks_a)
+    assert b["from_step"] % every("lesson-1.16", "B") == 0 and b["from_step"] > 0
+    assert b["bit_identical"] is False and b["first_divergent_step"] == b["from_step"] + 1
+    # Rank 1 trained on rank 0's batch at the first recomputed step; rank 0 matched there.
+    first = b["first_divergent_rank"]
+    assert first == {"rank": 1, "step": b["from_step"] + 1, "ranks": 2}, first
+    rank0 = next(f for f in b["fields"] if f["field"] == "step.rank_loss_bits.0")
+    assert rank0["first_divergent_step"] == b["from_step"] + 2
+    assert b["missing"] == ["rank 1's RNG states", "rank 1's data position"]
+    assert measured(pair) == {"A": "yes", "B": "no"}
+    resumed = next(e for e in pair.events("B") if e["code"] == "resumed")
+    assert resumed["level"] == "warn" and "every rank took rank 0's" in resumed["text"]
+    report(
+        "lesson-1.16",
+        from_step={"A": a["from_step"], "B": b["from_step"]},
+        max_abs_delta={"A": a["max_abs_delta"], "B": b["max_abs_delta"]},
+        first_divergent_rank_B=first,
+    )

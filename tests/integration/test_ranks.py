@@ -148,3 +148,31 @@ def test_inspect_says_which_ranks_wrote_a_dcp_checkpoint(reference: Path) -> Non
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "written by 2 rank(s): 0, 1" in proc.stdout
     assert "rank0.data" in proc.stdout and "rank1.data" in proc.stdout  # each rank's cursor
+
+
+def test_lesson_1_16_s_broken_side_fails_the_drill_with_rank_1_named(tmp_path: Path) -> None:
+    """`crashdrill verify --preset lesson-1.16 --run B`: rank 0 saves the RNG and data cursor
+    for all, so after a kill rank 1 trains on rank 0's batches: the drill fails and its
+    finding (and the JSON) name rank 1 at the first recomputed step."""
+    out = tmp_path / "report.json"
+    args = ["verify", "--preset", "lesson-1.16", "--run", "B", "--set", "steps=60"]
+    proc = run_cli(*args, "--kills", "1", "--seed", "3", "--json", str(out), timeout=280)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rep = json.loads(out.read_text())
+    (finding,) = [f for f in rep["diagnosis"] if f["code"] == "rank-state"]
+    assert "differs on rank 1 while the other ranks' match" in finding["text"], finding
+    (resume,) = rep["resumes"]
+    assert resume["first_divergent_rank"]["rank"] == 1
+    assert resume["first_divergent_rank"]["step"] == resume["first_divergent_step"]
+    assert "resume 1 ranks: rank 1 first, at step" in proc.stdout
+
+
+def test_a_checkpoint_holding_only_rank_0_s_state_is_refused_by_a_run_that_restores_its_own(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    base = [*TWO_RANKS, "--run-dir", str(run_dir), "--set", "steps=10", "--set", "warmup=5"]
+    run_cli(*base, "--set", "rank_state=rank0", check=True, timeout=300)
+    proc = run_cli(*base, "--set", "steps=20", timeout=300)
+    assert proc.returncode == EXIT_USAGE, proc.stdout + proc.stderr
+    assert "holds no RNG states or data position of rank 1" in proc.stderr, proc.stderr

@@ -194,3 +194,11 @@ def test_the_layout_imports_without_torch() -> None:
         "assert 'torch' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_part_is_named_in_words_and_one_rank_s_own_part_says_whose() -> None:
+    part_description, rank_part = layout.part_description, layout.rank_part
+    assert part_description("optimizer") == "AdamW state (moments and step counts)"
+    assert part_description(rank_part(1, "rng")) == "rank 1's RNG states"
+    assert part_description("rank12.data") == "rank 12's data position"
+    assert part_description("rank1.nonsense") == "rank1.nonsense"  # unknown: its own name

@@ -75,6 +75,7 @@ BUILTIN_FINGERPRINTS = {
     "lesson-1.13": ("4798159f26f8005a", "4798159f26f8005a"),
     "lesson-1.14": ("5bc03fc032da5d36", "5bc03fc032da5d36"),
     "lesson-1.15": ("488177ef62c014e7", "488177ef62c014e7"),
+    "lesson-1.16": ("39cfec3e7d02b615", "39cfec3e7d02b615"),
 }
 
 

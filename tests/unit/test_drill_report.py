@@ -44,6 +44,7 @@ CHECKPOINT_FILES_KEYS = {"globs", "taken", "ignored", "temp_files"}
 RESUME_KEYS = {
     "index", "killed_at_step", "kill_in_checkpoint_write", "from_step", "first_step",
     "recomputed", "points", "max_abs_delta", "mean_abs_delta", "first_divergent_step",
+    "first_divergent_rank",
     "bit_identical", "restarted_from_start", "checkpoint_existed", "latency_s", "outcome",
     "verdict", "resume_args", "differing", "fields", "trial", "kill", "replay_of",
     "compared_with", "resume_outcome",

@@ -20,7 +20,9 @@ from crashdrill.trainer.resume_compare import (
     compare,
     compare_records,
     differing,
+    first_rank_divergence,
     loss_reading,
+    rank_of,
 )
 
 
@@ -172,3 +174,53 @@ def test_json_of_a_comparison_against_a_nan_is_finite_with_a_flag() -> None:
     assert out["equal"] is False and out["first_divergent_step"] == 1
     same = compare("step.loss", [(1, exact(1.0), exact(1.0))]).to_json()
     assert same["max_abs_delta"] == 0.0 and same["infinite_delta"] is False
+
+
+def _ranked(step: int, losses: list[float]) -> dict[str, object]:
+    mean = sum(losses) / len(losses)
+    return {
+        "kind": "step",
+        "step": step,
+        "loss": mean,
+        "loss_bits": float32_bits(mean),
+        "rank_loss_bits": {str(r): float32_bits(v) for r, v in enumerate(losses)},
+    }
+
+
+def test_each_rank_s_loss_is_compared_in_loss_units_and_the_first_rank_apart_is_named() -> None:
+    original = [_ranked(s, [2.0 + s, 3.0 + s]) for s in (11, 12, 13)]
+    # Rank 1 drew another batch at step 11; from step 12 the averaged update moved rank 0.
+    recomputed = [_ranked(11, [13.0, 13.5]), _ranked(12, [14.25, 15.0]), _ranked(13, [15.5, 16])]
+    fields = compare_records((o["step"], o, r) for o, r in zip(original, recomputed, strict=True))
+    by = {f.field: f for f in fields}
+    rank0, rank1 = by["step.rank_loss_bits.0"], by["step.rank_loss_bits.1"]
+    assert (rank0.first_divergent_step, rank1.first_divergent_step) == (12, 11)
+    assert rank1.max_abs_delta == pytest.approx(0.5)  # 14.0 → 13.5: a loss, not bit counts
+    first = first_rank_divergence(fields)
+    assert first is not None and (first.rank, first.step, first.ranks) == (1, 11, 2)
+    assert first.words() == "rank 1 first, at step 11 (of 2 ranks compared)"
+    same = compare_records((o["step"], o, o) for o in original)
+    assert first_rank_divergence(same) is None
+    assert first_rank_divergence(compare_records([(1, {"loss": 1.0}, {"loss": 2.0})])) is None
+
+
+def test_ranks_that_leave_at_the_same_step_name_the_lowest_and_a_field_knows_its_rank() -> None:
+    o, r = _ranked(5, [1.0, 2.0, 3.0]), _ranked(5, [1.0, 2.5, 3.5])
+    first = first_rank_divergence(compare_records([(5, o, r)]))
+    assert first is not None and (first.rank, first.ranks) == (1, 3)
+    assert [
+        rank_of(n) for n in ("step.rank_loss_bits.2", "step.loss", "step.rank_loss_bits.x")
+    ] == [
+        2,
+        None,
+        None,
+    ]
+
+
+def test_the_lab_s_check_serves_the_first_rank_apart() -> None:
+    rows = [(0, s, _ranked(s, [2.0 + s, 3.0 + s])) for s in (1, 2, 3)]
+    rows += [(1, 2, _ranked(2, [4.0, 4.0])), (1, 3, _ranked(3, [5.5, 4.0]))]
+    (check,) = resume_checks(rows, {1: 1})
+    out = check.to_dict()
+    assert out["first_divergent_rank"] == {"rank": 1, "step": 2, "ranks": 2}
+    assert out["bit_identical"] is False and out["first_divergent_step"] == 2

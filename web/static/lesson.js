@@ -3,7 +3,7 @@
 
 import * as f from "./format.js";
 import { checkCost } from "./crash_words.js";
-import { fieldsDetails, measuredWords, otherFieldsVerdict } from "./resume_fields.js";
+import { fieldsDetails, measuredWords, otherFieldsVerdict, rankWords } from "./resume_fields.js";
 
 // The questions behind the probe names (trainer/corpus.py PROBES); unknown names show as is.
 const PROBE_TEXT = {
@@ -169,10 +169,10 @@ function outcomeWords(c) {
   if (c.missing?.length) {
     // Say what was measured to differ (and what matched), then what the checkpoint lacked:
     // a part it lacked whose metrics still matched is not claimed to have "started over".
-    return `Not bit-identical from step ${f.int(c.first_divergent_step)}: ${measuredWords(c)} `
+    return `Not bit-identical from step ${f.int(c.first_divergent_step)}: ${measuredWords(c)}${rankWords(c)} `
       + `The checkpoint did not hold ${c.missing.join(", ")}, so the resumed run is a different run, even when its curve looks close.`;
   }
-  return `Not bit-identical: the recomputed losses differ from the originals by up to ${f.sci(c.max_abs_delta)}. `
+  return `Not bit-identical: the recomputed losses differ from the originals by up to ${f.sci(c.max_abs_delta)}.${rankWords(c)} `
     + "The checkpoint missed part of the training state (AdamW moments, the schedule position, an RNG stream "
     + "or the data position), or a kernel is not deterministic; the resumed run is a different run, "
     + "even when its curve looks close.";

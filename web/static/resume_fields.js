@@ -6,6 +6,7 @@
 import * as f from "./format.js";
 
 const LOSS = "step.loss";
+const RANK_LOSS = "step.rank_loss_bits."; // a run of several ranks: each rank's own loss
 const WORDS = {
   "step.loss": "loss",
   "step.lr": "learning rate",
@@ -22,6 +23,7 @@ const WORDS = {
 export function fieldWords(name) {
   if (WORDS[name]) return WORDS[name];
   if (name.startsWith("probe.probes.")) return `probe ${name.slice("probe.probes.".length)}`;
+  if (name.startsWith(RANK_LOSS)) return `rank ${name.slice(RANK_LOSS.length)}'s loss`;
   return name;
 }
 
@@ -41,6 +43,14 @@ export function fieldSplit(check) {
 function wordList(fields) {
   const words = fields.map((x) => fieldWords(x.field));
   return words.length <= 1 ? words.join("") : `${words.slice(0, -1).join(", ")} and ${words[words.length - 1]}`;
+}
+
+/** In a run of several ranks, which rank left the original first: " Rank 1 of the 2 ranks
+ * differed first, at step 101." ("" for one rank, or when every rank matched). */
+export function rankWords(check) {
+  const r = check.first_divergent_rank;
+  if (!r) return "";
+  return ` Rank ${f.int(r.rank)} of the ${f.int(r.ranks)} ranks differed first, at step ${f.int(r.step)}.`;
 }
 
 /** "loss and 9 other metrics: bit-identical", or the fields that differ, each with the
