@@ -411,9 +411,9 @@ class _ResumeJudge:
             self.add(
                 RANK_STATE,
                 f"{where} differs on rank {rank.rank} while the other ranks' match "
-                f"({rank.words()}): rank {rank.rank} did not get its own RNG states and data "
-                "position back: a checkpoint that holds only rank 0's, or a restore that gives "
-                "every rank rank 0's (it then trains on rank 0's batches)",
+                f"({rank.ranks} ranks compared): rank {rank.rank} did not get its own RNG "
+                "states and data position back: a checkpoint that holds only rank 0's, or a "
+                "restore that gives every rank rank 0's (it then trains on rank 0's batches)",
             )
         elif i in (0, 1) and rel > TINY_RELATIVE:
             at = "batch" if i == 0 else "update"
