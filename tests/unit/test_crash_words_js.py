@@ -115,7 +115,7 @@ def test_a_check_s_cost_says_what_a_stop_saved_instead_of_costing_0_steps() -> N
         out.push(w.checkCost({expected_points: 0, from_step: 300}, "crash"));
         out.push(w.checkCost({expected_points: 48, from_step: 100}, "crash"));
         out.push(w.checkCost({expected_points: 1, from_step: 100}, "preempt"));
-        out.push(w.checkCost({expected_points: 178, from_step: null, started_over: true}));
+        out.push(w.checkCost({expected_points: 178, from_step: null, outcome: "fresh"}));
         """
     )
     assert out[0] == (

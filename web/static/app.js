@@ -123,13 +123,14 @@ function answerState(pair, done) {
 }
 
 /** Every run was crash-tested and what its crash shows is there: a finished resume check,
- * or the run failed or started over (a lesson's outcome; with the pair done, its answer). */
+ * or the run failed, or its check's outcome is a fresh start (a lesson's outcome; with the
+ * pair done, its answer). */
 function outcomeIsIn(runs, pair) {
   return runs.every((r) => {
     const checks = pair.checks.get(r.id) || [];
     if (!r.crashes().length && !checks.length) return false;
     const last = checks[checks.length - 1];
-    return TERMINAL.has(r.view.state) || Boolean(last && (last.complete || last.started_over));
+    return TERMINAL.has(r.view.state) || Boolean(last && (last.complete || last.outcome === "fresh"));
   });
 }
 

@@ -67,7 +67,7 @@ export function checkCost(c, kind = "crash") {
   const lost = c.expected_points;
   const what = kind === "preempt" ? "stop" : "crash";
   if (!f.isNum(lost)) return null;
-  if (c.started_over) return `The ${what} cost all ${f.int(lost)} steps trained before it: a fresh start from step 0, not a resume.`;
+  if (c.outcome === "fresh") return `The ${what} cost all ${f.int(lost)} steps trained before it: a fresh start from step 0, not a resume.`;
   if (!f.isNum(c.from_step)) return null;
   if (lost === 0) {
     return kind === "preempt"

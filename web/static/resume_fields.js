@@ -62,7 +62,7 @@ export function fieldsLine(check) {
   const others = compared.filter((x) => x.field !== LOSS).length;
   const plural = others === 1 ? "" : "s";
   const head = compared.length > others ? `loss and ${others} other metric${plural}` : `${others} metric${plural}`;
-  if (check.started_over) {
+  if (check.outcome === "fresh") {
     const [lo, hi] = check.steps || [null, null];
     return `${head} of the new run's steps ${f.int(lo)}–${f.int(hi)}, compared with the original's at the same steps: `
       + `${bad.length ? `${bad.length} differ` : "the same"} — a new model trained again from step 0, not a resume; the original work was lost`;
