@@ -132,8 +132,30 @@ def wait_check(page: Any, lab_server: Any, label: str, identical: bool) -> Any:
                 return {view, checks, shown: document.querySelector('#resume-checks').innerText};
             }"""
         )
+        # The summary first: CI keeps a failure's opening lines and its tail, not its middle.
         pytest.fail(
-            f"no {value} resume check for run {label}: {e}\n{state}\n"
-            f"--- server log ---\n{lab_server.output()}"
+            f"no {value} resume check for run {label} on the page; {check_summary(state)}\n"
+            f"{e}\n{state}\n--- server log ---\n{lab_server.output()}"
         )
     return check
+
+
+def check_summary(state: dict[str, Any]) -> str:
+    """One line per run: its status, step and segment, and each resume check as the API
+    serves it (segment, outcome, points of expected, bit_identical), then what the page
+    showed: enough to tell a check that never completed from one the page did not show."""
+    lines = []
+    for run in state["view"]["runs"]:
+        checks = state["checks"].get(run["label"], {}).get("checks", [])
+        said = ", ".join(
+            f"segment {c['segment']} {c.get('outcome')} {c['points']}/{c['expected_points']}"
+            f" bit_identical={c['bit_identical']}"
+            for c in checks
+        )
+        lines.append(
+            f"run {run['label']}: {run.get('state')}/{run.get('stage')} step {run.get('step')} "
+            f"segment {run.get('segment')} crashes {run.get('crashes')} "
+            f"message {run.get('message')!r}; API checks: {said or 'none'}"
+        )
+    lines.append(f"page showed: {' | '.join(state['shown'].splitlines())[:600]}")
+    return "\n".join(lines)
