@@ -255,7 +255,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     argv = sys.argv[1:] if argv is None else argv
     command = next((a for a in argv if not a.startswith("-")), None)
     _optional(
-        "crashdrill.drill.cli",
+        "crashdrill.drill.verify_cli",
         "verify",
         "kill a run at random points, resume, compare bits",
         sub,
@@ -268,7 +268,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         sub,
         command == "inspect",
     )
-    _optional("crashdrill.server.cli", "serve", "the lab in a browser", sub, command == "serve")
+    _optional(
+        "crashdrill.server.serve_cli", "serve", "the lab in a browser", sub, command == "serve"
+    )
     _optional(
         "crashdrill.doctor",
         "doctor",

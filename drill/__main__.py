@@ -1,5 +1,5 @@
 """`python -m crashdrill.drill [options]` — the same as `crashdrill verify`."""
 
-from crashdrill.drill.cli import main
+from crashdrill.drill.verify_cli import main
 
 raise SystemExit(main())

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from crashdrill.drill.divergence import Divergence
+from crashdrill.drill.diverged import Divergence
 from crashdrill.drill.plan import KillPoint, draw_kills, plan_gaps
 from crashdrill.drill.snapshot import Snapshot, scan
 from crashdrill.drill.target import Child, Segment, Target, WriteWatch

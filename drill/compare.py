@@ -8,13 +8,13 @@ comparison of the paired losses is the lab's too (`crashdrill.trainer.resume_com
     an.verdict, an.exit_code        # "pass" 0, "fail" 1, or "fail" 2 (nothing to judge)
 
 Here: the whole run (the reference's own failures, a run that never checkpoints, kills
-that never landed, the final state). One resume is judged in drill/resume_check.py; the
+that never landed, the final state). One resume is judged in drill/judge.py; the
 data (Evidence, Finding, ResumeVerdict, Analysis) is in drill/verdicts.py.
 """
 
 from __future__ import annotations
 
-from crashdrill.drill.divergence import reference_diverged_text
+from crashdrill.drill.diverged import reference_diverged_text
 from crashdrill.drill.finding_codes import (
     CRASHED,
     FINAL_STATE_DIFFERS,
@@ -28,8 +28,8 @@ from crashdrill.drill.finding_codes import (
     REFERENCE_DIVERGED,
     TOO_FEW_DIGITS,
 )
+from crashdrill.drill.judge import check_resume
 from crashdrill.drill.plan import KillPoint
-from crashdrill.drill.resume_check import check_resume
 from crashdrill.drill.target import Segment, Target, last_step_trained
 from crashdrill.drill.trace import classify_precision, step_spacing
 from crashdrill.drill.verdicts import (

@@ -30,7 +30,7 @@ from pathlib import Path
 from crashdrill.drill.drill_end import restart_cap, same_failure
 from crashdrill.drill.interrupt import DrillInterrupted
 from crashdrill.drill.plan import KillPoint
-from crashdrill.drill.ranks import line_of_rank
+from crashdrill.drill.rank_output import line_of_rank
 from crashdrill.drill.snapshot import Snapshot, appeared_incomplete, modified_in_place
 from crashdrill.drill.target import Child, Segment, Target, finals
 from crashdrill.drill.write_evidence import POLL_SECONDS, WriteObserver

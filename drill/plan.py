@@ -17,7 +17,7 @@ name says:
 Each kill is one **trial** of a kind (`KillPoint.kind`, TRIAL_KINDS): a kill before the
 first checkpoint, a plain kill after a complete checkpoint, a kill inside a write, a
 preemption. What a kill tested is judged afterwards from evidence (drill/landing.py,
-drill/resume_check.py); a plan that cannot hold a kind says why (`plan_gaps`), and the
+drill/judge.py); a plan that cannot hold a kind says why (`plan_gaps`), and the
 report prints it. Before a kill inside a write the engine copies the checkpoint dir as
 it stands just before that write (`KillPoint.after_write`: from the step line after the
 write before it) and, when the restart after the kill fails, puts that copy back and adds
@@ -71,7 +71,7 @@ class KillPoint:
     @property
     def kind(self) -> str:
         """The trial this kill was planned as (a key of TRIAL_KINDS); what it tested is
-        judged from evidence afterwards (drill/landing.py, drill/resume_check.py)."""
+        judged from evidence afterwards (drill/landing.py, drill/judge.py)."""
         if self.preempt:
             return "preemption"
         if self.during_write:

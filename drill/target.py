@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from crashdrill.drill.checkpoint_files import CheckpointFiles
-from crashdrill.drill.divergence import Divergence
+from crashdrill.drill.diverged import Divergence
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.snapshot import Snapshot, final_names, scan
 from crashdrill.drill.trace import LossParser, StepPoint
@@ -116,7 +116,7 @@ class Target:
 
     parser: LossParser
     timeout: float
-    rank: int = 0  # whose output the steps are read from (drill/ranks.py)
+    rank: int = 0  # whose output the steps are read from (drill/rank_output.py)
     # Which files of the checkpoint dir are checkpoints (None: every file, a dir that
     # holds nothing else by contract); what it took and ignored goes in the report.
     files: CheckpointFiles | None = None
@@ -168,7 +168,7 @@ class Target:
 
     def diverged(self, segment: Segment) -> Divergence | None:
         """Where the process stopped because its loss or gradient norm was not finite,
-        when the target documents such an exit (drill/divergence.py)."""
+        when the target documents such an exit (drill/diverged.py)."""
         return None
 
     def failure_hint(self, segment: Segment) -> str | None:

@@ -4,7 +4,7 @@ the findings (each class of bug with what proves it) and the analysis that sums 
     an = analyse(Evidence(target, ref, ref_snapshot, crashed, plan))   # drill/compare.py
     an.verdict, an.exit_code, an.findings, an.resumes[0].verdict
 
-drill/compare.py makes an Analysis from the Evidence; drill/resume_check.py judges one
+drill/compare.py makes an Analysis from the Evidence; drill/judge.py judges one
 resume; drill/report.py and drill/junit.py write them out.
 """
 

@@ -1,3 +1,3 @@
-from crashdrill.server.cli import main
+from crashdrill.server.serve_cli import main
 
 raise SystemExit(main())

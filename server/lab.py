@@ -32,7 +32,7 @@ from typing import Any
 from crashdrill.server.admission import Admission
 from crashdrill.server.catalog import check_corpora
 from crashdrill.server.cluster import executor_for, watch_cluster
-from crashdrill.server.crash_modes import (
+from crashdrill.server.crash_effects import (
     crash_mode,
     fresh_start_allowed,
     launch_env,

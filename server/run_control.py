@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from crashdrill.server.crash_modes import crash_mode
+from crashdrill.server.crash_effects import crash_mode
 from crashdrill.server.db import Row
 from crashdrill.server.errors import Conflict, Forbidden, NotFound
 from crashdrill.server.ingest_loop import IngestLoop

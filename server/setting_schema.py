@@ -5,7 +5,7 @@ that set it, how their text is read, the values allowed, and its row in docs/ser
                         what="port to listen on")
 
 The settings themselves are declared once, in sections, in server/settings_sections/;
-server/settings_env.py, server/cli.py and server/settings_doc.py read every variable, flag
+server/settings_env.py, server/serve_cli.py and server/settings_doc.py read every variable, flag
 and table row from these declarations, so no second list can drift from the first.
 """
 

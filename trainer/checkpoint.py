@@ -39,7 +39,6 @@ from typing import Any
 import torch
 
 from crashdrill.trainer import checkpoint_layout
-from crashdrill.trainer.checkpoint_files import fsync_dir
 from crashdrill.trainer.checkpoint_layout import (
     FORMAT_VERSION,
     INPLACE_SLOT,
@@ -53,6 +52,7 @@ from crashdrill.trainer.checkpoint_layout import (
     temp_dir_name,
 )
 from crashdrill.trainer.checkpoint_pause import paused_line, pauses_from_env
+from crashdrill.trainer.file_primitives import fsync_dir
 
 # What a checkpoint holds and the words for it: the layout's (no torch), named here too
 # for the writer's users.

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from crashdrill.trainer.checkpoint_files import sha256_of
+from crashdrill.trainer.file_primitives import sha256_of
 
 CKPT_DIR = "ckpt"
 MANIFEST = "MANIFEST.json"

@@ -47,8 +47,8 @@ from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
 from crashdrill.trainer import checkpoint_layout as layout
-from crashdrill.trainer.checkpoint_files import fsync_dir, sha256_of
 from crashdrill.trainer.checkpoint_pause import paused_line, pauses_from_env
+from crashdrill.trainer.file_primitives import fsync_dir, sha256_of
 from crashdrill.trainer.ranks import RankGroup
 from crashdrill.trainer.train_state import CheckpointMismatch
 

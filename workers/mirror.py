@@ -48,13 +48,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from crashdrill.trainer.checkpoint_files import sha256_of
 from crashdrill.trainer.checkpoint_layout import (
     MANIFEST,
     CheckpointInfo,
     find_latest,
 )
 from crashdrill.trainer.event_record import event as build_event
+from crashdrill.trainer.file_primitives import sha256_of
 from crashdrill.trainer.run_files import MIRROR_LOG, read_records
 from crashdrill.workers.mirror_backends import Backend, MirrorError, RetryPolicy, open_backend
 from crashdrill.workers.mirror_layout import copy_base, delete_copy, mirror_key, mirrored_files

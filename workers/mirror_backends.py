@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol, TypeVar
 
-from crashdrill.trainer.checkpoint_files import fsync_dir
+from crashdrill.trainer.file_primitives import fsync_dir
 
 T = TypeVar("T")
 

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crashdrill.trainer.checkpoint_files import fsync_dir, sha256_of
 from crashdrill.trainer.checkpoint_layout import (
     MANIFEST,
     CorruptCheckpoint,
@@ -34,6 +33,7 @@ from crashdrill.trainer.checkpoint_layout import (
     temp_dir_name,
 )
 from crashdrill.trainer.event_record import event as build_event
+from crashdrill.trainer.file_primitives import fsync_dir, sha256_of
 from crashdrill.workers.mirror_backends import Backend, MirrorError, MirrorURLError, open_backend
 from crashdrill.workers.mirror_layout import copy_base, mirror_key, mirrored_files
 

@@ -5,7 +5,7 @@ flag, allowed values and documentation (server/setting_schema.py says how).
 
 `Settings` (server/settings.py) is the flat frozen view of them all (`settings.port`);
 the CRASHDRILL_* variables (server/settings_env.py), the `crashdrill serve` flags
-(server/cli.py) and the table in docs/server.md (scripts/settings_table.py) are derived
+(server/serve_cli.py) and the table in docs/server.md (scripts/settings_table.py) are derived
 from these declarations. A new setting, or a new executor's options, is one field in one
 section.
 """

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from crashdrill.server import cli
+from crashdrill.server import serve_cli
 from crashdrill.server.admission import Admission, machine_ceiling, machine_runs
 from crashdrill.server.queue_wait import RunWork
 from crashdrill.server.settings import Settings, SettingsError
@@ -97,7 +97,7 @@ def test_the_settings_clamp_by_default_and_keep_it_when_asked(
     assert clamped.clamped and clamped.ceiling == default_max_concurrent()
     kept = Settings(data_dir=tmp_path, max_concurrent=big, allow_overcommit=True)
     assert Admission.from_settings(kept, gpus=0).ceiling == big
-    assert "WARNING" in cli.run_limit_text(Settings(data_dir=tmp_path, max_concurrent=big))
+    assert "WARNING" in serve_cli.run_limit_text(Settings(data_dir=tmp_path, max_concurrent=big))
     monkeypatch.setenv("CRASHDRILL_ALLOW_OVERCOMMIT", "yes")
     assert Settings.from_env().allow_overcommit is True
     monkeypatch.setenv("CRASHDRILL_ALLOW_OVERCOMMIT", "maybe")
@@ -120,6 +120,6 @@ def test_serve_accepts_allow_overcommit() -> None:
     import argparse
 
     parser = argparse.ArgumentParser()
-    cli._add_arguments(parser)
+    serve_cli._add_arguments(parser)
     args = parser.parse_args(["--max-concurrent", "60", "--allow-overcommit"])
     assert args.max_concurrent == 60 and args.allow_overcommit is True

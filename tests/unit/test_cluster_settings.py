@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from crashdrill.server import cli
+from crashdrill.server import serve_cli
 from crashdrill.server.cluster import executor_for
 from crashdrill.server.settings import Settings, SettingsError
 from crashdrill.workers.executor_registry import KINDS, executor_kind
@@ -37,7 +37,7 @@ def test_serve_with_ray_and_no_mirror_exits_2_naming_the_setting(
 ) -> None:
     monkeypatch.delenv("CRASHDRILL_MIRROR", raising=False)
     monkeypatch.setenv("CRASHDRILL_RAY_ADDRESS", "127.0.0.1:6379")
-    code = cli.main(["--data-dir", str(tmp_path / "lab"), "--port", str(free_port())])
+    code = serve_cli.main(["--data-dir", str(tmp_path / "lab"), "--port", str(free_port())])
     assert code == 2
     err = capsys.readouterr().err
     assert "mirror (--mirror, CRASHDRILL_MIRROR)" in err and "127.0.0.1:6379" in err
@@ -49,7 +49,7 @@ def test_serve_with_an_unreachable_ray_address_exits_2_naming_it(
     require_extra("ray")
     address = f"127.0.0.1:{free_port()}"
     args = ["--data-dir", str(tmp_path / "lab"), "--port", str(free_port())]
-    code = cli.main([*args, "--ray", address, "--mirror", str(tmp_path / "mirror")])
+    code = serve_cli.main([*args, "--ray", address, "--mirror", str(tmp_path / "mirror")])
     assert code == 2
     err = capsys.readouterr().err
     assert f"cannot reach the Ray cluster at {address}" in err
@@ -66,7 +66,7 @@ def test_an_unknown_executor_exits_2_naming_the_ones_there_are(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = ["--data-dir", str(tmp_path / "lab"), "--port", str(free_port())]
-    assert cli.main([*args, "--executor", "k8s"]) == 2
+    assert serve_cli.main([*args, "--executor", "k8s"]) == 2
     err = capsys.readouterr().err
     assert "executor = 'k8s': one of local, ray (--executor, CRASHDRILL_EXECUTOR)" in err
     assert not (tmp_path / "lab" / "crashdrill.sqlite3").exists()
@@ -76,13 +76,13 @@ def test_ray_is_short_for_executor_ray_with_its_address_and_refuses_to_contradic
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     parser = argparse.ArgumentParser()
-    cli._add_arguments(parser)
+    serve_cli._add_arguments(parser)
     short = parser.parse_args(["--ray", "head:6379"])
-    assert cli.executor_options(short) == ("ray", "head:6379")
+    assert serve_cli.executor_options(short) == ("ray", "head:6379")
     both = parser.parse_args(["--ray", "head:6379", "--executor", "ray"])
-    assert cli.executor_options(both) == ("ray", "head:6379")
+    assert serve_cli.executor_options(both) == ("ray", "head:6379")
     args = ["--data-dir", str(tmp_path / "lab"), "--port", str(free_port())]
-    assert cli.main([*args, "--ray", "head:6379", "--executor", "local"]) == 2
+    assert serve_cli.main([*args, "--ray", "head:6379", "--executor", "local"]) == 2
     assert "--ray head:6379 is short for --executor ray" in capsys.readouterr().err
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from crashdrill.server import cli as serve_cli
+from crashdrill.server import serve_cli
 from tests.support.lab import free_port
 from tests.support.quickstart import quickstart
 

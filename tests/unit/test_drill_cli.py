@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from crashdrill.drill import cli
+from crashdrill.drill import verify_cli
 from crashdrill.drill.target import Segment
 
 
@@ -30,20 +30,20 @@ from crashdrill.drill.target import Segment
 def test_bad_usage_exits_2_with_a_message(
     argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(argv) == 2
+    assert verify_cli.main(argv) == 2
     assert "crashdrill verify:" in capsys.readouterr().err
 
 
 def test_argparse_errors_exit_2() -> None:
     with pytest.raises(SystemExit) as e:
-        cli.main(["--kills", "many"])
+        verify_cli.main(["--kills", "many"])
     assert e.value.code == 2
 
 
 def test_add_parser_registers_verify_on_subparsers() -> None:
     top = argparse.ArgumentParser(prog="crashdrill")
     sub = top.add_subparsers(dest="command")
-    cli.add_parser(sub)
+    verify_cli.add_parser(sub)
     args = top.parse_args(
         ["verify", "--kills", "3", "--resume-args=--resume", "--", "python", "t.py", "--lr", "3"]
     )
@@ -62,7 +62,7 @@ def test_every_option_is_documented() -> None:
     text = (Path(__file__).resolve().parents[2] / "docs" / "verify.md").read_text()
     options = [
         opt
-        for action in cli.configure(argparse.ArgumentParser())._actions
+        for action in verify_cli.configure(argparse.ArgumentParser())._actions
         for opt in action.option_strings
         if opt.startswith("--") and opt != "--help"
     ]
@@ -89,6 +89,6 @@ def test_every_command_of_the_github_actions_recipe_works_today() -> None:
         assert "crashdrill" not in words, "crashdrill is not on PyPI: a git URL or a wheel"
     drill = next(r for r in runs if r.startswith("crashdrill verify"))
     words = shlex.split(drill.replace("${{ github.run_number }}", "7"))
-    args = cli.configure(argparse.ArgumentParser()).parse_args(words[2:])
+    args = verify_cli.configure(argparse.ArgumentParser()).parse_args(words[2:])
     assert (args.kills, args.json, args.junit) == (3, "drill.json", "drill.xml")
     assert args.script[0] == "{python}"

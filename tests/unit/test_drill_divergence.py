@@ -8,7 +8,7 @@ import math
 
 from crashdrill.drill.builtin import PresetTarget
 from crashdrill.drill.compare import analyse
-from crashdrill.drill.divergence import Divergence
+from crashdrill.drill.diverged import Divergence
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.target import Segment
 from crashdrill.drill.trace import LossParser, StepPoint

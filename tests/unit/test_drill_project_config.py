@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from crashdrill.drill.cli import main
+from crashdrill.drill.verify_cli import main
 
 TRAIN = """\
 import os

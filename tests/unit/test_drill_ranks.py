@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crashdrill.drill.ranks import line_of_rank
+from crashdrill.drill.rank_output import line_of_rank
 
 NOTE = '{"note": "\\"rank\\": 1", "step": 2, "loss": 1.0}'
 

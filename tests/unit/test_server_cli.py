@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from crashdrill.server import cli
+from crashdrill.server import serve_cli
 from crashdrill.server.settings import (
     MIN_TOKEN_BITS,
     Settings,
@@ -79,14 +79,14 @@ def test_serve_refuses_a_port_in_use_with_exit_2(
         busy.listen()
         port = busy.getsockname()[1]
         parser = argparse.ArgumentParser()
-        cli.add_parser(parser.add_subparsers()).set_defaults(func=cli.run)
+        serve_cli.add_parser(parser.add_subparsers()).set_defaults(func=serve_cli.run)
         args = parser.parse_args(["serve", "--port", str(port), "--data-dir", str(tmp_path)])
         assert args.func(args) == 2
     assert f"port {port} on 127.0.0.1 is in use" in capsys.readouterr().err
 
 
 def test_serve_refuses_bad_settings_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["--port", "70000"]) == 2
+    assert serve_cli.main(["--port", "70000"]) == 2
     assert "port = 70000" in capsys.readouterr().err
 
 
@@ -94,7 +94,7 @@ def test_serve_refuses_an_allowed_host_with_a_port_with_exit_2_naming_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["--data-dir", str(tmp_path), "--allowed-hosts", "lab.example.org,lab:8000"]
-    assert cli.main(argv) == 2
+    assert serve_cli.main(argv) == 2
     err = capsys.readouterr().err
     assert "CRASHDRILL_ALLOWED_HOSTS: 'lab:8000'" in err and "without scheme or port" in err
 
@@ -132,13 +132,13 @@ def test_with_a_token_the_start_line_says_instructor_mode_is_on_and_where(
     tmp_path: Path,
 ) -> None:
     s = Settings(data_dir=tmp_path, instructor_token="a-long-enough-token-1234")
-    line = cli.instructor_mode(s)
+    line = serve_cli.instructor_mode(s)
     assert line == f"instructor mode on: log in at http://{s.host}:{s.port}/instructor"
     assert "a-long-enough-token" not in line  # the token itself is never printed here
 
 
 def test_without_a_token_the_start_line_says_off_and_how_to_turn_it_on(tmp_path: Path) -> None:
-    line = cli.instructor_mode(Settings(data_dir=tmp_path))
+    line = serve_cli.instructor_mode(Settings(data_dir=tmp_path))
     assert line.startswith("instructor mode off")
     assert "quickstart.py lab --instructor" in line
 
@@ -146,7 +146,7 @@ def test_without_a_token_the_start_line_says_off_and_how_to_turn_it_on(tmp_path:
 def test_on_a_cluster_the_nodes_decide_how_many_runs_train_unless_a_limit_is_given(
     tmp_path: Path,
 ) -> None:
-    from crashdrill.server.cli import run_limit_text
+    from crashdrill.server.serve_cli import run_limit_text
 
     mirror = str(tmp_path / "mirror")
     assert Settings().max_concurrent == default_max_concurrent()

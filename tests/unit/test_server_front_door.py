@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import uvicorn
 
-from crashdrill.server import cli
+from crashdrill.server import serve_cli
 from crashdrill.server.front_door import (
     FD_RESERVE_BASE,
     TOO_MANY,
@@ -141,7 +141,7 @@ def test_serve_refuses_a_bad_connection_flag_with_exit_2_naming_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     parser = argparse.ArgumentParser()
-    cli.add_parser(parser.add_subparsers()).set_defaults(func=cli.run)
+    serve_cli.add_parser(parser.add_subparsers()).set_defaults(func=serve_cli.run)
     args = parser.parse_args(
         ["serve", "--data-dir", str(tmp_path), "--request-read-timeout", "0.1"]
     )

@@ -180,7 +180,7 @@ def test_a_small_batch_is_one_statement_on_postgres_with_the_same_result(
 
 
 def started_over_after(store: Store, resume: dict[str, Any]) -> list[str]:
-    from crashdrill.server.crash_modes import started_over_events
+    from crashdrill.server.crash_effects import started_over_events
 
     append(store, line("run", vocab=256))
     append(store, "".join(line("step", step=s, loss=2.0) for s in (1, 2, 3)))

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from crashdrill.server import cli
+from crashdrill.server import serve_cli
 from crashdrill.server.app import create_app
 from crashdrill.server.db import Database, DatabaseUnavailable, PostgresDatabase, open_database
 from crashdrill.server.outage import Outage
@@ -61,7 +61,7 @@ def test_serve_refuses_a_wrong_scheme_with_exit_2(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("CRASHDRILL_DATABASE_URL", f"mysql://lab:{SECRET}@db.example.com/lab")
-    assert cli.main(["--data-dir", str(tmp_path), "--port", str(free_port())]) == 2
+    assert serve_cli.main(["--data-dir", str(tmp_path), "--port", str(free_port())]) == 2
     err = capsys.readouterr().err
     assert "mysql://lab:***@db.example.com/lab" in err and "postgresql://" in err
     assert SECRET not in err
@@ -72,7 +72,7 @@ def test_serve_exits_2_naming_the_masked_url_when_the_database_is_unreachable(
 ) -> None:
     port = free_port()  # nothing listens there
     monkeypatch.setenv("CRASHDRILL_DATABASE_URL", f"postgresql://lab:{SECRET}@127.0.0.1:{port}/lab")
-    assert cli.main(["--data-dir", str(tmp_path), "--port", str(free_port())]) == 2
+    assert serve_cli.main(["--data-dir", str(tmp_path), "--port", str(free_port())]) == 2
     captured = capsys.readouterr()
     err = captured.err
     assert f"postgresql://lab:***@127.0.0.1:{port}/lab" in err
@@ -233,7 +233,7 @@ def test_serve_exits_2_naming_the_schema_a_newer_crashdrill_left(
     db.run("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", (99, "from_the_future"))
     db.close()
     monkeypatch.setenv("CRASHDRILL_DATABASE_URL", postgres_url)
-    assert cli.main(["--data-dir", str(tmp_path), "--port", str(free_port())]) == 2
+    assert serve_cli.main(["--data-dir", str(tmp_path), "--port", str(free_port())]) == 2
     err = capsys.readouterr().err
     assert "has schema version 99, but this crashdrill knows versions up to" in err, err
     assert "postgresql://crashdrill:***@127.0.0.1:" in err

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from starlette.responses import JSONResponse
 
-from crashdrill.server import resume_check
+from crashdrill.server import lab_checks
 from crashdrill.server.db import Database
 from crashdrill.server.ingest_loop import resume_checks as resume_checks_of_run
-from crashdrill.server.resume_check import checks_from_rows, resume_checks
+from crashdrill.server.lab_checks import checks_from_rows, resume_checks
 from crashdrill.server.store import NewRecord, Store
 from crashdrill.trainer.checkpoint_layout import PART_WORDS, PARTS_FULL
 from crashdrill.trainer.resume_outcome import LAB_CHECK
@@ -129,7 +129,7 @@ def test_the_check_names_missing_parts_with_the_trainer_s_words() -> None:
     for part, words in zip(PARTS_FULL, check.missing, strict=True):
         assert words.startswith(PART_WORDS[part])  # the trainer's event says PART_WORDS[part]
     assert check.missing[1] == "AdamW state (moments and step counts)"
-    assert not hasattr(resume_check, "PART_WORDS")  # no second list to disagree with
+    assert not hasattr(lab_checks, "PART_WORDS")  # no second list to disagree with
 
 
 def test_the_api_reads_every_compared_kind_from_the_database(tmp_path: Path) -> None:

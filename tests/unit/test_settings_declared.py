@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from crashdrill.server import cli
+from crashdrill.server import serve_cli
 from crashdrill.server.setting_schema import NUMBER, SIZE, SWITCH, WHOLE, declared_fields
 from crashdrill.server.settings import Settings, SettingsError
 from crashdrill.server.settings_doc import with_tables
@@ -65,11 +65,11 @@ def test_an_empty_or_blank_variable_counts_as_unset_but_a_blank_token_is_refused
 
 def test_every_declared_flag_reaches_its_setting(tmp_path: Path) -> None:
     parser = argparse.ArgumentParser()
-    cli._add_arguments(parser)
+    serve_cli._add_arguments(parser)
     args = parser.parse_args(
         ["--port", "8123", "--request-read-timeout", "4.5", "--allowed-hosts", "a.org,b.org"]
     )
-    flags = cli.setting_flags(args)
+    flags = serve_cli.setting_flags(args)
     declared = {n for s in SECTIONS for n, d in declared_fields(s) if d.flag}
     assert set(flags) == declared
     assert (flags["port"], flags["request_read_timeout_s"]) == (8123, 4.5)
@@ -80,7 +80,7 @@ def test_a_flag_that_is_not_a_value_exits_2_naming_the_flag_its_text_and_what_is
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with pytest.raises(SystemExit) as caught:
-        cli.main(["--listen-backlog", "deep"])
+        serve_cli.main(["--listen-backlog", "deep"])
     assert caught.value.code == 2
     assert "argument --listen-backlog: 'deep': a whole number" in capsys.readouterr().err
 

@@ -10,7 +10,7 @@ process's own losses (`_lineage_divergence`).
 
 from __future__ import annotations
 
-from crashdrill.drill.divergence import resume_diverged_text, same_divergence
+from crashdrill.drill.diverged import resume_diverged_text, same_divergence
 from crashdrill.drill.finding_codes import (
     CRASHED,
     FIELDS_DIFFER,

@@ -8,7 +8,7 @@ exit status stays a crash.
     ref_div = target.diverged(reference)        # Divergence(9, "the loss is nan") or None
     same_divergence(div, seg.points, ref.points, ref_div)   # identical: a pass
 
-Three cases, each with its own verdict (drill/compare.py, drill/resume_check.py):
+Three cases, each with its own verdict (drill/compare.py, drill/judge.py):
 - the reference (no kills) diverged, and no resume reached that step: the resume check
   cannot be judged on a run that does not train — bad input, exit 2, "fix the settings";
 - a resumed process diverged at a step where the reference did not (or not with the same
