@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 FINISH_TIMEOUT_S = 600
-ENDED = ("finished", "failed", "stopped", "diverged")  # server/schemas.py RunState
+ENDED = ("finished", "failed", "stopped", "diverged")  # server/api/schemas.py RunState
 CRASH_MARGIN = 100  # steps run A must have left when it is crashed
 
 

@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT))  # tests.support is not installed
 from tests.support.lab import free_port, spawn_server, stop_server  # noqa: E402
 from tests.support.ray_cluster import NODE_CPUS  # noqa: E402  (a quick run takes one)
 
-ENDED = ("finished", "failed", "stopped")  # server/schemas.py RunState
+ENDED = ("finished", "failed", "stopped")  # server/api/schemas.py RunState
 WAIT_S = 300  # for the runs to reach a state; each wait says what it waited for
 
 

@@ -129,7 +129,7 @@ def _cuda_available() -> bool:
 def _cmd_presets(args: argparse.Namespace) -> int:
     import json
 
-    from crashdrill.server.lesson_policy import public_view
+    from crashdrill.server.lessons.policy import public_view
     from crashdrill.trainer.crash_modes import DEFAULT as DEFAULT_CRASH_MODE
     from crashdrill.trainer.presets import (
         PresetError,

@@ -18,8 +18,11 @@ from typing import Any
 
 PARTS: dict[str, tuple[str, str]] = {
     "gcs": ("crashdrill.workers.mirror_doctor", "check a checkpoint mirror bucket (gs://…)"),
-    "supabase": ("crashdrill.server.realtime_doctor", "check a Supabase project's Realtime"),
-    "postgres": ("crashdrill.server.db_doctor", "check a Postgres database (Supabase's too)"),
+    "supabase": ("crashdrill.server.stream.realtime_doctor", "check a Supabase project's Realtime"),
+    "postgres": (
+        "crashdrill.server.storage.db_doctor",
+        "check a Postgres database (Supabase's too)",
+    ),
 }
 
 

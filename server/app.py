@@ -22,25 +22,19 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
 import crashdrill
-from crashdrill.server import (
-    instructor_sessions,
-    routes_health,
-    routes_instructor,
-    routes_live,
-    routes_pairs,
-    routes_runs,
-)
-from crashdrill.server.browser_guard import BrowserGuardMiddleware
-from crashdrill.server.catalog import Catalog
-from crashdrill.server.db import DatabaseUnavailable
+from crashdrill.server.api import health, instructor, live, pairs, runs
+from crashdrill.server.api.schemas import problems
+from crashdrill.server.door import instructor_sessions
+from crashdrill.server.door.browser_guard import BrowserGuardMiddleware
+from crashdrill.server.door.sessions import BodyLimitMiddleware, SessionMiddleware
 from crashdrill.server.errors import LabError
 from crashdrill.server.lab import Lab
-from crashdrill.server.realtime import page_config
-from crashdrill.server.schemas import problems
-from crashdrill.server.sessions import BodyLimitMiddleware, SessionMiddleware
+from crashdrill.server.lessons.catalog import Catalog
 from crashdrill.server.settings import Settings
-from crashdrill.server.stream_slots import StreamSlots
-from crashdrill.server.telemetry_feed import Sampler, default_sampler
+from crashdrill.server.storage.db import DatabaseUnavailable
+from crashdrill.server.stream.realtime import page_config
+from crashdrill.server.stream.slots import StreamSlots
+from crashdrill.server.stream.telemetry_feed import Sampler, default_sampler
 
 HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 RETRY_AFTER_S = 5  # what a 503 asks a client to wait while the database is unreachable
@@ -83,11 +77,11 @@ def create_app(
     app.state.settings = settings
     app.state.stream_slots = StreamSlots(settings.stream_max_per_address, settings.stream_max_total)
     app.state.catalog = Catalog(settings.instructor_presets_dir, settings.corpora)
-    app.include_router(routes_pairs.router)
-    app.include_router(routes_runs.router)
-    app.include_router(routes_live.router)
-    app.include_router(routes_instructor.router)
-    app.include_router(routes_health.router)
+    app.include_router(pairs.router)
+    app.include_router(runs.router)
+    app.include_router(live.router)
+    app.include_router(instructor.router)
+    app.include_router(health.router)
     app.add_exception_handler(LabError, _lab_error)
     app.add_exception_handler(DatabaseUnavailable, _database_unavailable)
     app.add_exception_handler(RequestValidationError, _invalid_request)
@@ -197,7 +191,7 @@ def _mount_web(app: FastAPI) -> None:
         async def lesson_page(preset: str, request: Request) -> Any:
             """A lesson's shareable link: the lesson, ready to start (404 when a student may
             not see it)."""
-            status = routes_pairs.lesson_link_status(preset, request)  # 404, 403, 422
+            status = pairs.lesson_link_status(preset, request)  # 404, 403, 422
             return templates.TemplateResponse(request, "index.html", {}, status_code=status)
 
         @app.get("/instructor", include_in_schema=False)

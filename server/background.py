@@ -22,7 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from crashdrill.server.db import DatabaseUnavailable
+from crashdrill.server.storage.db import DatabaseUnavailable
 
 _log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from crashdrill.server.settings import Settings, SettingsError
-from crashdrill.server.telemetry_feed import TelemetryFeed
+from crashdrill.server.stream.telemetry_feed import TelemetryFeed
 from crashdrill.workers.cluster_health import LOCAL
 from crashdrill.workers.executor import Executor
 from crashdrill.workers.executor_registry import ExecutorConfigError, create_executor

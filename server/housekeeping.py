@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crashdrill.server.background import BackgroundTask, every
-from crashdrill.server.db import Row
-from crashdrill.server.fanout import Fanout
 from crashdrill.server.settings import Settings
-from crashdrill.server.store import ACTIVE_STATES, LIVE_STATES, Store
+from crashdrill.server.storage.db import Row
+from crashdrill.server.storage.store import ACTIVE_STATES, LIVE_STATES, Store
+from crashdrill.server.stream.fanout import Fanout
 from crashdrill.trainer.checkpoint_layout import ckpt_root
 from crashdrill.workers.mirror import CheckpointMirror
 from crashdrill.workers.mirror_backends import MirrorError

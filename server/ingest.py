@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crashdrill.server.db import Row
 from crashdrill.server.run_paths import RunPaths
-from crashdrill.server.store import NewRecord, Store
+from crashdrill.server.storage.db import Row
+from crashdrill.server.storage.store import NewRecord, Store
 from crashdrill.trainer.divergence import STAGE as DIVERGED
 from crashdrill.trainer.record_contract import STATE_KINDS, STEP_KEYED_KINDS, finite_or_null
 from crashdrill.trainer.run_files import (

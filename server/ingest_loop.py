@@ -32,15 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from crashdrill.server.background import BackgroundTask
-from crashdrill.server.crash_effects import started_over_events
-from crashdrill.server.db import DatabaseUnavailable, Row
-from crashdrill.server.fanout import Fanout, Message
 from crashdrill.server.ingest import IngestBatch, ingest_mirror_log, ingest_run
-from crashdrill.server.lab_checks import checks_from_rows
+from crashdrill.server.lessons.crash_effects import started_over_events
+from crashdrill.server.lessons.resume_checks import checks_from_rows
 from crashdrill.server.outage import Outage
 from crashdrill.server.settings import Settings
 from crashdrill.server.start_times import StartTimes
-from crashdrill.server.store import TERMINAL_STATES, Store, state_rank
+from crashdrill.server.storage.db import DatabaseUnavailable, Row
+from crashdrill.server.storage.store import TERMINAL_STATES, Store, state_rank
+from crashdrill.server.stream.fanout import Fanout, Message
 from crashdrill.server.views import queue_positions, record_json, run_view
 from crashdrill.trainer.resume_compare import COMPARED_KINDS
 from crashdrill.trainer.run_files import MIRROR_LOG, RECORDS_FILE

@@ -30,32 +30,32 @@ from pathlib import Path
 from typing import Any
 
 from crashdrill.server.admission import Admission
-from crashdrill.server.catalog import check_corpora
 from crashdrill.server.cluster import executor_for, watch_cluster
-from crashdrill.server.crash_effects import (
+from crashdrill.server.door.quotas import check_new_pair
+from crashdrill.server.errors import BadInput, NotFound
+from crashdrill.server.housekeeping import Housekeeping
+from crashdrill.server.ingest_loop import IngestLoop, resume_checks
+from crashdrill.server.lessons.bounds import LabLimits, pair_disk_bytes
+from crashdrill.server.lessons.catalog import check_corpora
+from crashdrill.server.lessons.crash_effects import (
     crash_mode,
     fresh_start_allowed,
     launch_env,
     preemption,
 )
-from crashdrill.server.db import Database, Row, open_database
-from crashdrill.server.errors import BadInput, NotFound
-from crashdrill.server.fanout import Fanout, LocalFanout
-from crashdrill.server.housekeeping import Housekeeping
-from crashdrill.server.ingest_loop import IngestLoop, resume_checks
-from crashdrill.server.lesson_bounds import LabLimits, pair_disk_bytes
-from crashdrill.server.lesson_policy import public_view
+from crashdrill.server.lessons.policy import public_view
+from crashdrill.server.lessons.predictions import prediction_view
 from crashdrill.server.outage import Outage
-from crashdrill.server.predictions import prediction_view
-from crashdrill.server.quotas import check_new_pair
-from crashdrill.server.realtime import realtime_fanout
 from crashdrill.server.reports import SupervisorReports
 from crashdrill.server.run_control import RunControl
 from crashdrill.server.scheduler import Scheduler
 from crashdrill.server.settings import Settings, SettingsError, lock_data_dir
 from crashdrill.server.start_times import StartTimes
-from crashdrill.server.store import ACTIVE_STATES, LIVE_STATES, TERMINAL_STATES, Store
-from crashdrill.server.telemetry_feed import Sampler, TelemetryFeed, default_sampler
+from crashdrill.server.storage.db import Database, Row, open_database
+from crashdrill.server.storage.store import ACTIVE_STATES, LIVE_STATES, TERMINAL_STATES, Store
+from crashdrill.server.stream.fanout import Fanout, LocalFanout
+from crashdrill.server.stream.realtime import realtime_fanout
+from crashdrill.server.stream.telemetry_feed import Sampler, TelemetryFeed, default_sampler
 from crashdrill.server.views import pair_view, queue_positions
 from crashdrill.trainer.corpus_files import CORPORA_DIR_VARIABLE
 from crashdrill.trainer.divergence import STAGE as DIVERGED
@@ -342,7 +342,7 @@ class Lab(RunControl):
         """`preset` (already resolved by the caller) or the built-in named `preset_name`.
         `frozen_text`: the preset as TOML, written to each run dir as FROZEN_PRESET and
         trained from there (instructor presets, a student's settings). `client`: the
-        address the request came from (its pairs are counted, server/quotas.py)."""
+        address the request came from (its pairs are counted, server/door/quotas.py)."""
         if preset is None:
             try:
                 presets = {p.id: p for p in list_presets()}

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from crashdrill.server.db import Row
+from crashdrill.server.storage.db import Row
 from crashdrill.server.views import total_steps
 
 

@@ -31,11 +31,11 @@ from collections.abc import Callable
 from typing import Any
 
 from crashdrill.server.background import BackgroundTask, on_signal
-from crashdrill.server.db import DatabaseUnavailable, Row
-from crashdrill.server.fanout import Fanout, Message
 from crashdrill.server.ingest_loop import IngestLoop, run_message
 from crashdrill.server.outage import Outage
-from crashdrill.server.store import Store
+from crashdrill.server.storage.db import DatabaseUnavailable, Row
+from crashdrill.server.storage.store import Store
+from crashdrill.server.stream.fanout import Fanout, Message
 from crashdrill.workers.launch import Change
 from crashdrill.workers.mirror import CheckpointMirror
 

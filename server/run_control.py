@@ -3,7 +3,7 @@ A part of the Lab facade (server/lab.py), which holds the state these use.
 
 A crash test pressed while the run is starting, restarting (after a crash test, a
 preemption or a lost host) or has not written the first step record of its newest segment
-is taken, not refused: it is armed for the trainer's first step (server/pending_kill.py,
+is taken, not refused: it is armed for the trainer's first step (server/lessons/pending_kill.py,
 `first_step`), and the ingest loop fires it when that step record is stored (`stepped`):
 the student pressed while a crowded machine was still starting their run, and the run
 would have been crashed a moment later anyway.
@@ -17,18 +17,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from crashdrill.server.crash_effects import crash_mode
-from crashdrill.server.db import Row
 from crashdrill.server.errors import Conflict, Forbidden, NotFound
 from crashdrill.server.ingest_loop import IngestLoop
-from crashdrill.server.pending_kill import (
+from crashdrill.server.lessons.crash_effects import crash_mode
+from crashdrill.server.lessons.pending_kill import (
     PREEMPT_MODE,
     armed_for_first_step,
     fires,
     pending_kill,
     signalled,
 )
-from crashdrill.server.store import ACTIVE_STATES, TERMINAL_STATES, Store
+from crashdrill.server.storage.db import Row
+from crashdrill.server.storage.store import ACTIVE_STATES, TERMINAL_STATES, Store
 from crashdrill.server.views import training
 from crashdrill.trainer.crash_modes import mode_named
 from crashdrill.trainer.stages import BEFORE_TRAINING as STAGES_BEFORE_TRAINING
@@ -82,7 +82,7 @@ class RunControl:
         preemption may hit; Conflict saying why not otherwise. Training: in stage train,
         with a step record of its newest segment (views.training), and not signalled
         by an earlier crash test or preemption whose restart has written no step yet (the
-        run's pending kill, server/pending_kill.py: kept in its row, so a server restart
+        run's pending kill, server/lessons/pending_kill.py: kept in its row, so a server restart
         keeps it too)."""
         state, stage = row["state"], row["stage"]
         latest = json.loads(row["latest_json"] or "{}")

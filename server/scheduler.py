@@ -33,14 +33,14 @@ from pathlib import Path
 
 from crashdrill.server.admission import Admission
 from crashdrill.server.background import BackgroundTask, on_signal
-from crashdrill.server.db import DatabaseUnavailable, Row
-from crashdrill.server.fanout import Fanout, Message
 from crashdrill.server.ingest_loop import view_message
 from crashdrill.server.outage import Outage
 from crashdrill.server.queue_wait import QueueWaits, queue_waits, run_work
 from crashdrill.server.settings import Settings
 from crashdrill.server.start_times import StartTimes
-from crashdrill.server.store import ACTIVE_STATES, Store
+from crashdrill.server.storage.db import DatabaseUnavailable, Row
+from crashdrill.server.storage.store import ACTIVE_STATES, Store
+from crashdrill.server.stream.fanout import Fanout, Message
 from crashdrill.server.views import queue_positions
 from crashdrill.workers.supervisor import Supervisor
 

@@ -117,9 +117,9 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from crashdrill.server.app import create_app
-    from crashdrill.server.db import DatabaseUnavailable
-    from crashdrill.server.front_door import ConnectionLimits, FrontDoor, open_files_limit
+    from crashdrill.server.door.front_door import ConnectionLimits, FrontDoor, open_files_limit
     from crashdrill.server.settings import Settings, SettingsError
+    from crashdrill.server.storage.db import DatabaseUnavailable
 
     try:
         executor, ray_address = executor_options(args)
@@ -164,9 +164,9 @@ def run(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         timeout_graceful_shutdown=3,  # open SSE streams never finish by themselves
         # X-Forwarded-* are believed only from the `trusted_proxies` setting
-        # (server/forwarded.py), not from every loopback peer as uvicorn would.
+        # (server/door/forwarded.py), not from every loopback peer as uvicorn would.
         proxy_headers=False,
-        **door.uvicorn_options(settings),  # timeouts, caps, backlog: server/front_door.py
+        **door.uvicorn_options(settings),  # timeouts, caps, backlog: server/door/front_door.py
     )
     uvicorn.Server(config).run()
     return EXIT_OK

@@ -20,7 +20,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from crashdrill.server.db import check_postgres_url
 from crashdrill.server.setting_schema import SettingsError, check_allowed
 from crashdrill.server.settings_env import values_from_env
 from crashdrill.server.settings_sections import (
@@ -32,6 +31,7 @@ from crashdrill.server.settings_sections import (
     StudentsSection,
 )
 from crashdrill.server.settings_sections.lab import default_data_dir as default_data_dir
+from crashdrill.server.storage.db import check_postgres_url
 from crashdrill.workers.executor_registry import ExecutorConfigError, executor_kind
 from crashdrill.workers.mirror_backends import MirrorURLError, parse_mirror_url
 
@@ -137,7 +137,7 @@ class Settings(
 
     def _check_class_limits(self) -> None:
         """The settings of "Running a lab for a class" (docs/server.md)."""
-        from crashdrill.server.lesson_bounds import SERVER_LOCKED
+        from crashdrill.server.lessons.bounds import SERVER_LOCKED
 
         unknown = sorted(set(self.student_unlockable) - SERVER_LOCKED)
         if unknown:
@@ -147,7 +147,7 @@ class Settings(
             )
 
     def _check_connections(self) -> None:
-        """The front door's caps (server/front_door.py)."""
+        """The front door's caps (server/door/front_door.py)."""
         if not 1 <= self.max_connections_per_address <= self.max_connections:
             raise SettingsError(
                 f"max_connections_per_address = {self.max_connections_per_address}: 1 to"
@@ -207,7 +207,7 @@ class Settings(
                     f"CRASHDRILL_ALLOWED_ORIGINS: {origin!r} is not an origin; give"
                     " scheme://host[:port], like https://lab.example.org"
                 )
-        from crashdrill.server.allowed_hosts import host_name_problem
+        from crashdrill.server.door.allowed_hosts import host_name_problem
 
         for name in self.allowed_hosts:
             problem = host_name_problem(name)

@@ -21,7 +21,7 @@ import threading
 from collections import deque
 from typing import Any
 
-from crashdrill.server.store import NewRecord
+from crashdrill.server.storage.store import NewRecord
 
 KEEP = 50  # the newest starts: recent enough to follow a lab that got busier
 FIELD = "startup_s"

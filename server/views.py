@@ -7,9 +7,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from crashdrill.server.db import Row
-from crashdrill.server.pending_kill import pending_kill
-from crashdrill.server.store import ACTIVE_STATES
+from crashdrill.server.lessons.pending_kill import pending_kill
+from crashdrill.server.storage.db import Row
+from crashdrill.server.storage.store import ACTIVE_STATES
 from crashdrill.trainer.record_contract import STATE_KINDS, finite_or_null, to_json
 from crashdrill.trainer.stages import Stage
 from crashdrill.workers.restart_events import RESTART_KINDS, restart_kind

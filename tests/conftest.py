@@ -18,7 +18,7 @@ os.environ.setdefault("CRASHDRILL_CACHE_DIR", _CACHE)
 # The stand-in trainer's knobs reach it through the allowlist of workers/trainer_env.py.
 os.environ.setdefault("CRASHDRILL_TRAINER_ENV_PASS", "CRASHDRILL_STANDIN_*")
 # Starlette's TestClient sends `Host: testserver`; the lab answers only to its own names
-# (server/allowed_hosts.py), so the in-process tests name it as an operator would.
+# (server/door/allowed_hosts.py), so the in-process tests name it as an operator would.
 os.environ.setdefault("CRASHDRILL_ALLOWED_HOSTS", "testserver")
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,8 +1,8 @@
 """Crash modes: what a lesson's **Crash test** button does, in one registry. A lesson names
 one in its preset (`[crash] mode`, trainer/presets.py checks it against NAMES); the lab's
-API offers exactly these (server/schemas.py derives its choices from NAMES); the
+API offers exactly these (server/api/schemas.py derives its choices from NAMES); the
 supervisor does what a mode's fields say (workers/supervisor.py), and the lab starts a
-mode's runs with what it needs (server/crash_effects.py).
+mode's runs with what it needs (server/lessons/crash_effects.py).
 
     mode_named("wipe")          # CrashMode(name="wipe", …, wipes_disk=True)
     mode_named("explode")       # CrashModeError: … one of 'kill', 'during_save', …

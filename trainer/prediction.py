@@ -1,7 +1,7 @@
 """A lesson's prediction: the one short question a student answers before the first crash
 test (predict, then observe, then read the answer). One home for what a preset's
 `[predict]` table may say and what an answer may be; the lab stores the answers and
-measures the outcomes (server/predictions.py), the page renders from `to_dict()`.
+measures the outcomes (server/lessons/predictions.py), the page renders from `to_dict()`.
 
     [predict]
     question = "How many steps will each run lose to your crash test?"

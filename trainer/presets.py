@@ -36,7 +36,7 @@ preset names one of them.
 
 `published` and `locked` are only read and checked here: what they let a student see and
 change (and the bounds on a student's values, and the during_save pause) is the lab's
-lesson policy, server/lesson_policy.py. `config_problems(preset, where)` is the check
+lesson policy, server/lessons/policy.py. `config_problems(preset, where)` is the check
 that a preset's values, a student's changed ones included, make valid TrainConfigs.
 
 Built-ins ship in `presets/` beside this file; an instructor's directory can be added with

@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 # The event of a restart that refused to train without a checkpoint (--require-checkpoint);
-# the lab reads a lesson's outcome from it (server/predictions.py).
+# the lab reads a lesson's outcome from it (server/lessons/predictions.py).
 NO_CHECKPOINT_CODE = "no_checkpoint"
 
 

@@ -1,6 +1,6 @@
 """The one resume comparison: recomputed values against the originals, step by step.
 
-Both resume checks use it — the lab's (server/lab_checks.py: a resumed segment against
+Both resume checks use it — the lab's (server/lessons/resume_checks.py: a resumed segment against
 the earlier segments of the same run) and the drill's (drill/compare.py: a resumed
 process against an uninterrupted reference). Each pairs the steps its own way; what two
 paired values are worth is decided here, once:

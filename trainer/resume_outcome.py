@@ -1,5 +1,5 @@
 """What a resume came to, in one word: the one list of outcomes that the lab's resume
-check (server/lab_checks.py, the `outcome` of each check the API serves), the page
+check (server/lessons/resume_checks.py, the `outcome` of each check the API serves), the page
 (web/static/lesson.js picks its words by it), a lesson's prediction (trainer/prediction.py:
 its choices are outcomes) and the drill (drill/judge.py, `resume_outcome` in its
 report) all name, so that nobody decides it again from `bit_identical`, `missing` or
@@ -74,7 +74,7 @@ MEANINGS: dict[ResumeOutcome, str] = {
 HELD: frozenset[ResumeOutcome] = frozenset(
     {ResumeOutcome.IDENTICAL, ResumeOutcome.EQUAL_AS_PRINTED, ResumeOutcome.NOTHING_LEFT}
 )
-# What the lab's check (server/lab_checks.py) can say; the rest are the drill's or, for a
+# What the lab's check (server/lessons/resume_checks.py) can say; the rest are the drill's or, for a
 # refused restart, a prediction's (read from the `no_checkpoint` event, with no check).
 LAB_CHECK: frozenset[ResumeOutcome] = frozenset(
     {

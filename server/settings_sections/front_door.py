@@ -1,5 +1,6 @@
 """The front-door section of the settings: who may reach the lab and how many
-connections they hold (server/front_door.py, server/allowed_hosts.py, server/forwarded.py)."""
+connections they hold (server/door/front_door.py, server/door/allowed_hosts.py,
+server/door/forwarded.py)."""
 
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ def allowed_hosts_from_environ() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class FrontDoorSection:
-    """Who may reach the lab and how many connections they hold (server/front_door.py,
-    server/allowed_hosts.py, server/forwarded.py)."""
+    """Who may reach the lab and how many connections they hold (server/door/front_door.py,
+    server/door/allowed_hosts.py, server/door/forwarded.py)."""
 
     TITLE = "The front door"
     OTHER_VARIABLES = other_variables()

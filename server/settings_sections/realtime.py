@@ -1,5 +1,5 @@
 """The realtime section of the settings: how pages follow runs, over the server's event
-streams and Supabase Realtime when a project is given (server/realtime.py)."""
+streams and Supabase Realtime when a project is given (server/stream/realtime.py)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from crashdrill.server.setting_schema import (
 @dataclass(frozen=True)
 class StudentsSection:
     """What anonymous students may do: their quotas and the budget of one run
-    (docs/server.md "Running a lab for a class"; server/lesson_bounds.py)."""
+    (docs/server.md "Running a lab for a class"; server/lessons/bounds.py)."""
 
     TITLE = "Students"
     OTHER_VARIABLES = other_variables()
@@ -65,7 +65,7 @@ class StudentsSection:
         allowed=at_least(1024, "at least 1024"),
         what="larger request bodies get 413",
     )
-    # Settings instructors may open to students beyond the default (server/lesson_bounds.py).
+    # Settings instructors may open to students beyond the default (server/lessons/bounds.py).
     student_unlockable: tuple[str, ...] = setting(
         (),
         default_text="none",

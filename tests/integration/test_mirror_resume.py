@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
-from crashdrill.server.lab_checks import resume_checks
+from crashdrill.server.lessons.resume_checks import resume_checks
 from crashdrill.trainer.checkpoint_pause import ENV as PAUSE_ENV
 from crashdrill.trainer.checkpoint_pause import format_pause, paused_step
 from crashdrill.workers.launch import Launch

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from crashdrill.server import realtime_doctor
+from crashdrill.server.stream import realtime_doctor
 from tests.support.extras import require_extra
 from tests.support.fake_realtime import ANON_KEY, SERVICE_KEY, FakeRealtime
 from tests.support.lab import free_port

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from crashdrill.server.realtime import topic_of
 from crashdrill.server.settings import Settings
+from crashdrill.server.stream.realtime import topic_of
 from tests.support.extras import require_extra
 from tests.support.fake_realtime import ANON_KEY, SERVICE_KEY, Broadcast, FakeRealtime
 from tests.support.lab import STAND_IN, free_port, serving
@@ -159,7 +159,7 @@ def test_when_realtime_is_down_ingest_goes_on_and_publishing_resumes_without_los
 ) -> None:
     port = free_port()
     settings = lab_settings(tmp_path, f"http://127.0.0.1:{port}")
-    caplog.set_level(logging.INFO, logger="crashdrill.server.realtime_publisher")
+    caplog.set_level(logging.INFO, logger="crashdrill.server.stream.realtime_publisher")
     with serving(settings) as url, httpx.Client(base_url=url, timeout=30) as api:
         t0 = time.monotonic()
         pair, stored = run_pair(api)  # Realtime unreachable all along: ingest did not wait

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from crashdrill.server.lab_checks import ResumeCheck, resume_checks
+from crashdrill.server.lessons.resume_checks import ResumeCheck, resume_checks
 from crashdrill.trainer.records import read_records
 from crashdrill.trainer.resume_compare import COMPARED_KINDS, compare_records, differing
 from tests.conftest import crashdrill_cmd

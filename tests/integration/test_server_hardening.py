@@ -359,7 +359,7 @@ def test_the_class_view_comes_a_page_at_a_time(client: httpx.Client) -> None:
 def test_the_catalog_is_read_again_only_when_a_preset_file_changes(
     settings: Settings, client: httpx.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import crashdrill.server.catalog as catalog
+    import crashdrill.server.lessons.catalog as catalog
 
     reads: list[str] = []
     real = catalog.parse_text

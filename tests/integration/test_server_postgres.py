@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from crashdrill.server.db import PostgresDatabase
+from crashdrill.server.storage.db import PostgresDatabase
 from tests.support.lab import free_port, serving, spawn_server, stand_in_settings, wait_for_pair
 from tests.support.latency_proxy import LatencyProxy
 from tests.support.postgres import PostgresServer

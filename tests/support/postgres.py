@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from crashdrill.server.db import Database, PostgresDatabase
+from crashdrill.server.storage.db import Database, PostgresDatabase
 from tests.support.extras import require_extra, unavailable
 from tests.support.lab import free_port
 

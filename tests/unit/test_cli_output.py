@@ -13,7 +13,7 @@ import pytest
 
 from crashdrill import cli
 from crashdrill.closed_output import EXIT_OUTPUT_CLOSED
-from crashdrill.server.lesson_policy import public_view
+from crashdrill.server.lessons.policy import public_view
 from crashdrill.trainer.presets import get_preset, list_presets, parse_preset_text
 
 DRILL = [sys.executable, "-m", "crashdrill.drill"]

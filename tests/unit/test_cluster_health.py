@@ -1,6 +1,6 @@
 """Whether the cluster answers (workers/cluster_health.py), how the Ray executor tells it
 (fakes for ray.get: no cluster), and which nodes' telemetry a pair's streams get
-(server/telemetry_feed.py)."""
+(server/stream/telemetry_feed.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from crashdrill.server.cluster import cluster_status
-from crashdrill.server.fanout import Message
-from crashdrill.server.telemetry_feed import MACHINE_CHANNEL, TelemetryFeed, pair_nodes
+from crashdrill.server.stream.fanout import Message
+from crashdrill.server.stream.telemetry_feed import MACHINE_CHANNEL, TelemetryFeed, pair_nodes
 from crashdrill.workers.cluster_health import ClusterHealth, ClusterNodes
 from crashdrill.workers.local_executor import LocalExecutor
 from tests.support.extras import require_extra

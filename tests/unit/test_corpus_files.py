@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from crashdrill.server.catalog import Catalog, corpus_problems
 from crashdrill.server.errors import BadInput
+from crashdrill.server.lessons.catalog import Catalog, corpus_problems
 from crashdrill.trainer.corpus_files import CorpusPathError, corpus_file, open_corpus
 from crashdrill.trainer.data import DataError, load_text
 from crashdrill.trainer.presets import get_preset, parse_preset_text

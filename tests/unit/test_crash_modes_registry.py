@@ -14,8 +14,8 @@ from typing import get_args
 
 import pytest
 
-from crashdrill.server import schemas
-from crashdrill.server.store import ACTIVE_STATES, LIVE_STATES, RUN_STATES, TERMINAL_STATES
+from crashdrill.server.api import schemas
+from crashdrill.server.storage.store import ACTIVE_STATES, LIVE_STATES, RUN_STATES, TERMINAL_STATES
 from crashdrill.trainer import crash_modes
 from crashdrill.trainer.crash_modes import CrashModeError, mode_named
 from crashdrill.trainer.presets import PresetError, parse_preset_text
@@ -51,13 +51,13 @@ def test_every_registered_mode_is_accepted_by_a_preset_and_by_the_api():
 
 
 def test_a_mode_added_to_the_registry_alone_is_one_the_crash_answer_accepts():
-    """A mode added in the registry only (no edit of server/schemas.py) must not make the
+    """A mode added in the registry only (no edit of server/api/schemas.py) must not make the
     crash route's answer fail its own validation (a 500)."""
     script = textwrap.dedent(
         """
         from crashdrill.trainer import crash_modes
         crash_modes.NAMES = (*crash_modes.NAMES, "meteor")
-        from crashdrill.server.schemas import CrashResult
+        from crashdrill.server.api.schemas import CrashResult
         body = dict(run="r", killed_pid=1, at_step=3, state="restarting", crash_mode="meteor")
         print(CrashResult.model_validate(body).crash_mode)
         """

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from crashdrill.server.lesson_policy import public_view
+from crashdrill.server.lessons.policy import public_view
 from crashdrill.trainer.crash_modes import MODES, modes_json
 from crashdrill.trainer.presets import get_preset, list_presets
 

@@ -104,7 +104,7 @@ def test_the_image_healthcheck_passes_only_while_the_lab_says_ready(
 
 
 def test_the_healthcheck_asks_the_route_the_server_has() -> None:
-    from crashdrill.server.routes_health import router
+    from crashdrill.server.api.health import router
 
     source = (DOCKER / "healthcheck.py").read_text(encoding="utf-8")
     url = re.search(r'DEFAULT_URL = "http://127\.0\.0\.1:8000(/[^"]+)"', source)
@@ -274,13 +274,7 @@ def test_the_proxy_passes_every_event_stream_of_the_lab_unbuffered() -> None:
     """The template's unbuffered location matches each streaming route, and no other."""
     from starlette.responses import StreamingResponse
 
-    from crashdrill.server import (
-        routes_health,
-        routes_instructor,
-        routes_live,
-        routes_pairs,
-        routes_runs,
-    )
+    from crashdrill.server.api import health, instructor, live, pairs, runs
 
     template = (DOCKER / "proxy-nginx.conf").read_text(encoding="utf-8")
     found = re.search(r"location ~ (\S+) \{\n((?:.*\n)*?)\s*\}", template)
@@ -288,7 +282,7 @@ def test_the_proxy_passes_every_event_stream_of_the_lab_unbuffered() -> None:
     unbuffered = re.compile(found.group(1))
     paths = {
         route.path: getattr(route, "response_class", None)
-        for module in (routes_health, routes_instructor, routes_live, routes_pairs, routes_runs)
+        for module in (health, instructor, live, pairs, runs)
         for route in module.router.routes
     }
     streams = {

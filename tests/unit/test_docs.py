@@ -73,7 +73,7 @@ def test_every_relative_link_points_at_a_file_and_heading_that_exist(page: Path)
 # What counts as a path of the repo: a top-level folder of it, then at least one more part,
 # ending in a file name with one of these extensions — whether backticked, linked or plain,
 # but not the tail of a longer path (python/ray/cluster_utils.py, a URL). A placeholder is
-# written in capitals (server/migrations/NNNN_name.sql, workers/NAME_executor.py) or with
+# written in capitals (server/storage/migrations/NNNN_name.sql, workers/NAME_executor.py) or with
 # a glob (tests/unit/test_*.py) and is not a path.
 TOP_DIRS = sorted(
     p.name
@@ -109,11 +109,11 @@ def python_files() -> list[Path]:
 
 def test_a_path_is_a_top_level_folder_s_file_and_not_a_placeholder_or_another_repo_s() -> None:
     words = (
-        "see `server/front_door.py`, [x](docs/server.md#the-front-door) and trainer/loop.py;"
+        "see `server/door/front_door.py`, [x](docs/server.md#the-front-door) and trainer/loop.py;"
         " not python/ray/cluster_utils.py, https://example.org/docs/x.md, the folder"
-        " web/static/, server/migrations/NNNN_name.sql, tests/unit/test_*.py, loop.py"
+        " web/static/, server/storage/migrations/NNNN_name.sql, tests/unit/test_*.py, loop.py"
     )
-    assert named_paths(words) == {"server/front_door.py", "docs/server.md", "trainer/loop.py"}
+    assert named_paths(words) == {"server/door/front_door.py", "docs/server.md", "trainer/loop.py"}
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)

@@ -10,7 +10,7 @@ import pytest
 
 from crashdrill.server.ingest import ingest_mirror_log, ingest_run
 from crashdrill.server.settings import Settings, SettingsError
-from crashdrill.server.store import Store
+from crashdrill.server.storage.store import Store
 from crashdrill.trainer.config import ConfigError, TrainConfig
 from tests.support.postgres import open_test_database
 from tests.support.rows import present

@@ -15,8 +15,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from crashdrill.server.app import create_app
-from crashdrill.server.fanout import Message
-from crashdrill.server.realtime import (
+from crashdrill.server.settings import Settings, SettingsError
+from crashdrill.server.stream.fanout import Message
+from crashdrill.server.stream.realtime import (
     PAGE_KEYS,
     PairPending,
     RealtimeFanout,
@@ -25,8 +26,7 @@ from crashdrill.server.realtime import (
     realtime_fanout,
     topic_of,
 )
-from crashdrill.server.realtime_publisher import channel_params, connect
-from crashdrill.server.settings import Settings, SettingsError
+from crashdrill.server.stream.realtime_publisher import channel_params, connect
 from tests.support.extras import require_extra
 from tests.support.fake_realtime import ANON_KEY, SERVICE_KEY, FakeRealtime
 from tests.support.lab import STAND_IN

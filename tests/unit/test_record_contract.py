@@ -104,7 +104,7 @@ def test_a_real_run_writes_exactly_the_fields_the_contract_declares(tmp_path: Pa
 
 def test_the_server_takes_its_kind_lists_from_the_contract() -> None:
     from crashdrill.server import ingest, views
-    from crashdrill.server.schemas import RecordKind, RecordKinds
+    from crashdrill.server.api.schemas import RecordKind, RecordKinds
 
     assert get_args(RecordKind) == KIND_NAMES
     assert ingest.STEP_KEYED_KINDS == STEP_KEYED_KINDS
@@ -125,8 +125,8 @@ def test_the_api_serves_the_contract(tmp_path: Path, monkeypatch: pytest.MonkeyP
     with TestClient(create_app(settings)) as client:
         r = client.get("/api/record-kinds")
     assert r.status_code == 200
-    # The trainer's contract, and the lab's run states beside it (server/store.py).
-    from crashdrill.server.store import run_states_json
+    # The trainer's contract, and the lab's run states beside it (server/storage/store.py).
+    from crashdrill.server.storage.store import run_states_json
 
     assert r.json() == {**contract_json(), "run_states": run_states_json()}
     keyed = {k["name"] for k in r.json()["kinds"] if k["keyed_by_step"]}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from crashdrill.server.crash_effects import fresh_start_allowed
+from crashdrill.server.lessons.crash_effects import fresh_start_allowed
 from crashdrill.trainer.crash_modes import HOST_LOSS, MODES, mode_named
 from crashdrill.workers.executor import Host
 from crashdrill.workers.restart_events import moved_event, restart_event

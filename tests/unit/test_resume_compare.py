@@ -11,7 +11,7 @@ import pytest
 
 from crashdrill.drill.trace import StepPoint
 from crashdrill.drill.verdicts import compare_losses
-from crashdrill.server.lab_checks import resume_checks
+from crashdrill.server.lessons.resume_checks import resume_checks
 from crashdrill.trainer.record_contract import KINDS, bits_to_float32, float32_bits
 from crashdrill.trainer.resume_compare import (
     COMPARED,

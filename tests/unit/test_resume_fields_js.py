@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from crashdrill.server.lab_checks import resume_checks
+from crashdrill.server.lessons.resume_checks import resume_checks
 from crashdrill.trainer.record_contract import float32_bits
 
 MODULE = Path(__file__).resolve().parents[2] / "web" / "static" / "resume_fields.js"

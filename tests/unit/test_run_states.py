@@ -1,4 +1,4 @@
-"""A run's states have one home (server/store.py RUN_STATES and its groups): no query of the
+"""A run's states have one home (server/storage/store.py RUN_STATES and its groups): no query of the
 server spells a state as an SQL literal of its own."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from crashdrill.server.store import ACTIVE_STATES, LIVE_STATES, RUN_STATES, sql_list
+from crashdrill.server.storage.store import ACTIVE_STATES, LIVE_STATES, RUN_STATES, sql_list
 
 SERVER = Path(__file__).resolve().parents[2] / "server"
 
@@ -20,7 +20,7 @@ def test_no_server_query_spells_a_state_as_a_literal() -> None:
         for p in SERVER.glob("*.py")
         for m in literal.finditer(p.read_text())
     }
-    assert not found, f"use the states of server/store.py (sql_list): {sorted(found)}"
+    assert not found, f"use the states of server/storage/store.py (sql_list): {sorted(found)}"
 
 
 def test_the_groups_are_run_states_and_sql_list_refuses_anything_else() -> None:

@@ -1,4 +1,4 @@
-"""The page's run states (web/static/run_states.js) are the server's (server/store.py), as
+"""The page's run states (web/static/run_states.js) are the server's (server/storage/store.py), as
 GET /api/record-kinds serves them, and no other page module spells a group of them again."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from crashdrill.server.routes_runs import record_kinds
-from crashdrill.server.store import ACTIVE_STATES, LIVE_STATES, RUN_STATES, TERMINAL_STATES
+from crashdrill.server.api.runs import record_kinds
+from crashdrill.server.storage.store import ACTIVE_STATES, LIVE_STATES, RUN_STATES, TERMINAL_STATES
 
 STATIC = Path(__file__).resolve().parents[2] / "web" / "static"
 MODULE = STATIC / "run_states.js"

@@ -1,4 +1,4 @@
-"""The lab answers only to its own names (server/allowed_hosts.py): a page whose name was
+"""The lab answers only to its own names (server/door/allowed_hosts.py): a page whose name was
 re-pointed at the lab (DNS rebinding) gets 400 on every route, before the Origin check."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from crashdrill.server.allowed_hosts import host_allowed, name_of
+from crashdrill.server.door.allowed_hosts import host_allowed, name_of
 from crashdrill.server.settings import Settings, SettingsError
 from tests.support.lab import app_state, stand_in_app, stand_in_settings
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from crashdrill.server.background import BackgroundTask, every, on_signal
-from crashdrill.server.db import DatabaseUnavailable
+from crashdrill.server.storage.db import DatabaseUnavailable
 
 log = logging.getLogger("crashdrill.tests.background")
 

@@ -1,11 +1,11 @@
-"""The content security policy (server/browser_guard.py); the middleware itself is tested
+"""The content security policy (server/door/browser_guard.py); the middleware itself is tested
 against the real server in tests/integration/test_server_hardening.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from crashdrill.server.browser_guard import content_security_policy
+from crashdrill.server.door.browser_guard import content_security_policy
 from crashdrill.server.settings import Settings
 
 

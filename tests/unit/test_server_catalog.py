@@ -1,4 +1,4 @@
-"""The lab's lesson catalog (server/catalog.py): the order in which it lists lessons (the
+"""The lab's lesson catalog (server/lessons/catalog.py): the order in which it lists lessons (the
 student's list and the instructor's table both come from Catalog.visible: by lesson
 number, numeric parts as numbers), a duplicate told apart from its original, and the
 ids a preset cannot take."""
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from crashdrill.server.catalog import Catalog, parse_text
 from crashdrill.server.errors import BadInput
+from crashdrill.server.lessons.catalog import Catalog, parse_text
 from crashdrill.trainer.presets import BUILTIN_DIR, PresetError, number_key
 
 

@@ -13,7 +13,7 @@ import pytest
 from crashdrill.server.ingest import run_fields_after
 from crashdrill.server.ingest_loop import IngestLoop
 from crashdrill.server.run_control import RunControl
-from crashdrill.server.store import Store
+from crashdrill.server.storage.store import Store
 from crashdrill.server.views import training
 from crashdrill.workers.supervisor import Supervisor
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from crashdrill.server.db import (
+from crashdrill.server.storage.db import (
     Database,
     MigrationError,
     available_migrations,

@@ -6,8 +6,8 @@ import asyncio
 import dataclasses
 import json
 
-from crashdrill.server.fanout import LocalFanout, Message
-from crashdrill.server.store import state_rank
+from crashdrill.server.storage.store import state_rank
+from crashdrill.server.stream.fanout import LocalFanout, Message
 
 
 def records(run: str, ids: range) -> Message:

@@ -1,10 +1,10 @@
-"""Forwarded headers are believed only from trusted proxies (server/forwarded.py)."""
+"""Forwarded headers are believed only from trusted proxies (server/door/forwarded.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from crashdrill.server.forwarded import client_address, request_origin, served_over_https
+from crashdrill.server.door.forwarded import client_address, request_origin, served_over_https
 from crashdrill.server.settings import Settings
 
 

@@ -1,4 +1,4 @@
-"""server/front_door.py without a server: who is admitted, how the caps fit the open-files
+"""server/door/front_door.py without a server: who is admitted, how the caps fit the open-files
 limit, and the settings that set them (the protocol itself is driven over real sockets in
 tests/integration/test_front_door.py)."""
 
@@ -19,7 +19,7 @@ import pytest
 import uvicorn
 
 from crashdrill.server import serve_cli
-from crashdrill.server.front_door import (
+from crashdrill.server.door.front_door import (
     FD_RESERVE_BASE,
     TOO_MANY,
     TOO_MANY_FROM_ADDRESS,
@@ -91,7 +91,7 @@ def test_an_open_files_limit_that_leaves_no_room_for_connections_is_refused(
 def test_the_server_raises_its_soft_open_files_limit_to_the_hard_one() -> None:
     code = (
         "import resource\n"
-        "from crashdrill.server.front_door import open_files_limit\n"
+        "from crashdrill.server.door.front_door import open_files_limit\n"
         "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
         "print(open_files_limit() == (hard, hard))\n"
@@ -175,7 +175,7 @@ def test_uvicorn_takes_the_door_s_options_and_serves_with_its_guarded_protocol(
 def guarded(tmp_path: Path) -> Iterator[int]:
     """A port on 127.0.0.1 where uvicorn serves, through the door and the lab's browser
     guard (the Host check), an app that answers every request it gets with 200."""
-    from crashdrill.server.browser_guard import BrowserGuardMiddleware
+    from crashdrill.server.door.browser_guard import BrowserGuardMiddleware
 
     async def ok(scope: dict[str, Any], receive: Any, send: Any) -> None:
         while (await receive()).get("more_body"):

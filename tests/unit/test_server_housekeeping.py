@@ -1,7 +1,7 @@
 """Disk for a class (issue #15, point 3): finished runs keep their records while their
 checkpoints go after a while or when the lab's disk budget is spent (oldest ended first),
 nothing a running run needs is deleted, and new pairs get 503 when the disk is nearly
-full (server/housekeeping.py, server/quotas.py). Runs played by the stand-in trainer."""
+full (server/housekeeping.py, server/door/quotas.py). Runs played by the stand-in trainer."""
 
 from __future__ import annotations
 

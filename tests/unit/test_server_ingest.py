@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from crashdrill.server.ingest import ingest_run, parse_lines
-from crashdrill.server.store import NewRecord, Store
+from crashdrill.server.storage.store import NewRecord, Store
 from tests.support.postgres import open_test_database
 from tests.support.rows import present
 
@@ -180,7 +180,7 @@ def test_a_small_batch_is_one_statement_on_postgres_with_the_same_result(
 
 
 def started_over_after(store: Store, resume: dict[str, Any]) -> list[str]:
-    from crashdrill.server.crash_effects import started_over_events
+    from crashdrill.server.lessons.crash_effects import started_over_events
 
     append(store, line("run", vocab=256))
     append(store, "".join(line("step", step=s, loss=2.0) for s in (1, 2, 3)))

@@ -13,7 +13,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from crashdrill.server.catalog import set_top_level
+from crashdrill.server.lessons.catalog import set_top_level
 from crashdrill.server.settings import Settings
 from tests.support.lab import STAND_IN, stand_in_app, stand_in_settings
 
@@ -108,7 +108,7 @@ def test_a_forged_instructor_cookie_is_ignored(app: FastAPI, teacher: TestClient
 def test_after_ten_wrong_tokens_a_minute_wrong_ones_get_429_but_the_right_one_still_works(
     app: FastAPI, teacher: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import crashdrill.server.instructor_sessions as instructor_sessions
+    import crashdrill.server.door.instructor_sessions as instructor_sessions
 
     monkeypatch.setattr(instructor_sessions, "WRONG_TOKEN_DELAY_S", 0.0)
     monkeypatch.setattr(instructor_sessions, "OVER_LIMIT_DELAY_S", 0.0)
@@ -151,7 +151,7 @@ WRONG_TOKEN_WAYS = {
 def test_a_wrong_token_is_answered_only_after_a_delay_however_it_comes(
     app: FastAPI, teacher: TestClient, way: str
 ) -> None:
-    import crashdrill.server.instructor_sessions as instructor_sessions
+    import crashdrill.server.door.instructor_sessions as instructor_sessions
 
     method, path, kwargs = WRONG_TOKEN_WAYS[way]
     guesser = TestClient(app)
@@ -168,7 +168,7 @@ def test_a_wrong_token_is_answered_only_after_a_delay_however_it_comes(
 def test_a_header_token_over_the_guess_limit_waits_the_longer_delay(
     app: FastAPI, teacher: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import crashdrill.server.instructor_sessions as instructor_sessions
+    import crashdrill.server.door.instructor_sessions as instructor_sessions
 
     monkeypatch.setattr(instructor_sessions, "WRONG_TOKEN_DELAY_S", 0.0)
     monkeypatch.setattr(instructor_sessions, "OVER_LIMIT_DELAY_S", 0.4)
@@ -186,7 +186,7 @@ def test_the_guess_limit_can_be_turned_off(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
 
-    import crashdrill.server.instructor_sessions as instructor_sessions
+    import crashdrill.server.door.instructor_sessions as instructor_sessions
 
     monkeypatch.setattr(instructor_sessions, "WRONG_TOKEN_DELAY_S", 0.0)
     app = stand_in_app(settings, max_wrong_tokens=0)
@@ -201,7 +201,7 @@ def test_the_guess_limit_can_be_turned_off(
 def test_token_guesses_slide_out_of_the_window_and_addresses_are_bounded(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import crashdrill.server.instructor_sessions as sessions
+    import crashdrill.server.door.instructor_sessions as sessions
 
     now = [1000.0]
     guesses = sessions.TokenGuesses(limit=3, window_s=60, clock=lambda: now[0])
@@ -461,7 +461,7 @@ def test_the_class_view_lists_every_pair_and_the_instructor_may_stop_a_students_
 
 
 def test_an_instructor_session_expires_and_a_revoked_one_is_gone() -> None:
-    from crashdrill.server.instructor_sessions import InstructorSessions
+    from crashdrill.server.door.instructor_sessions import InstructorSessions
 
     now = [1000.0]
     sessions = InstructorSessions(lifetime_s=60, clock=lambda: now[0])

@@ -1,4 +1,4 @@
-"""The lab's lesson policy (server/lesson_policy.py): who sees a lesson, what a student may
+"""The lab's lesson policy (server/lessons/policy.py): who sees a lesson, what a student may
 change in it, within which bounds, and the during_save pause."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from crashdrill.server.catalog import Lesson
-from crashdrill.server.lesson_bounds import SERVER_LOCKED, LabLimits
-from crashdrill.server.lesson_policy import (
+from crashdrill.server.lessons.bounds import SERVER_LOCKED, LabLimits
+from crashdrill.server.lessons.catalog import Lesson
+from crashdrill.server.lessons.policy import (
     STUDENT_ADJUSTABLE,
     LockedSetting,
     apply_student_overrides,
@@ -114,7 +114,7 @@ def test_during_save_pause_holds_every_cadence_checkpoint_but_not_step_0_or_the_
     assert during_save_pause(p, "B", 0.5) == "5:0.5"
 
 
-# ---- bounds (server/lesson_bounds.py) ----------------------------------------------
+# ---- bounds (server/lessons/bounds.py) ----------------------------------------------
 
 OPEN = {**VALID, "run": {"steps": 100, "warmup": 0}, "locked": []}  # nothing locked by the lesson
 
@@ -223,7 +223,7 @@ def test_a_change_that_takes_the_run_over_the_budget_is_refused_naming_the_limit
 
 
 def test_every_setting_has_a_student_range_that_holds_the_built_in_lessons_own_values():
-    from crashdrill.server.lesson_bounds import lesson_values, student_range
+    from crashdrill.server.lessons.bounds import lesson_values, student_range
 
     limits = LabLimits(unlockable=SERVER_LOCKED)
     for preset in list_presets():
@@ -236,7 +236,7 @@ def test_every_setting_has_a_student_range_that_holds_the_built_in_lessons_own_v
 
 
 def test_every_built_in_lesson_fits_the_default_budget_with_a_student_s_longest_run():
-    from crashdrill.server.lesson_bounds import budget_problems
+    from crashdrill.server.lessons.bounds import budget_problems
     from crashdrill.server.settings import Settings, default_disk_bytes_per_run
 
     limits = LabLimits.from_settings(Settings(data_dir=Path("/nonexistent")))
@@ -254,7 +254,7 @@ def test_every_built_in_lesson_fits_the_default_budget_with_a_student_s_longest_
 
 def test_the_parameter_count_is_the_models():
     torch = pytest.importorskip("torch")
-    from crashdrill.server.lesson_bounds import param_count
+    from crashdrill.server.lessons.bounds import param_count
     from crashdrill.trainer.config import TrainConfig
     from crashdrill.trainer.model import GPT
 

@@ -1,5 +1,5 @@
 """A kill the lab signalled whose restart has written no step yet is in the run view
-(`pending_kill`, `can_crash`, `can_preempt`: server/pending_kill.py, server/views.py), kept
+(`pending_kill`, `can_crash`, `can_preempt`: server/lessons/pending_kill.py, server/views.py), kept
 in the run's row so that a server restart that adopts the trainer still knows it and arms
 an armed crash test again (server/run_control.py `rearm`). On a real SQLite database with
 its migrations; the supervisor is a stand-in that records what it was asked."""
@@ -12,11 +12,11 @@ from typing import Any, cast
 
 import pytest
 
-from crashdrill.server.db import Database
 from crashdrill.server.errors import Conflict
 from crashdrill.server.ingest_loop import IngestLoop
 from crashdrill.server.run_control import RunControl
-from crashdrill.server.store import Store
+from crashdrill.server.storage.db import Database
+from crashdrill.server.storage.store import Store
 from crashdrill.server.views import run_view
 from crashdrill.workers.launch import NotRunning
 from crashdrill.workers.supervisor import Supervisor

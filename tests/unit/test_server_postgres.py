@@ -14,9 +14,14 @@ from fastapi.testclient import TestClient
 
 from crashdrill.server import serve_cli
 from crashdrill.server.app import create_app
-from crashdrill.server.db import Database, DatabaseUnavailable, PostgresDatabase, open_database
 from crashdrill.server.outage import Outage
 from crashdrill.server.settings import Settings, SettingsError
+from crashdrill.server.storage.db import (
+    Database,
+    DatabaseUnavailable,
+    PostgresDatabase,
+    open_database,
+)
 from tests.conftest import run_cli
 from tests.support.lab import STAND_IN, free_port, wait_pair
 from tests.support.postgres import PostgresServer, unavailable

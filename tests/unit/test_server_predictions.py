@@ -14,9 +14,9 @@ import httpx2
 import pytest
 from fastapi.testclient import TestClient
 
-from crashdrill.server.lesson_policy import LockedSetting, apply_student_overrides
-from crashdrill.server.predictions import run_outcome
-from crashdrill.server.store import Store
+from crashdrill.server.lessons.policy import LockedSetting, apply_student_overrides
+from crashdrill.server.lessons.predictions import run_outcome
+from crashdrill.server.storage.store import Store
 from crashdrill.trainer.prediction import MEASURES, Prediction
 from crashdrill.trainer.presets import (
     PresetError,

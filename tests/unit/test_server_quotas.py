@@ -1,6 +1,6 @@
 """Quotas that hold (issue #15, point 2) against the real app in-process, runs played by
 the stand-in trainer: live pairs counted per address as well as per cookie, the lab's
-queue limit, and pairs nobody watches stopped (server/quotas.py, server/housekeeping.py)."""
+queue limit, and pairs nobody watches stopped (server/door/quotas.py, server/housekeeping.py)."""
 
 from __future__ import annotations
 

@@ -13,13 +13,13 @@ from typing import IO, Any
 
 import pytest
 
-from crashdrill.server.db import Database
-from crashdrill.server.fanout import LocalFanout
 from crashdrill.server.ingest_loop import IngestLoop
 from crashdrill.server.outage import Outage
 from crashdrill.server.reports import SupervisorReports
 from crashdrill.server.settings import Settings
-from crashdrill.server.store import Store
+from crashdrill.server.storage.db import Database
+from crashdrill.server.storage.store import Store
+from crashdrill.server.stream.fanout import LocalFanout
 from crashdrill.workers.launch import Change
 from crashdrill.workers.mirror import CheckpointMirror
 from tests.support.gcs_emulator import write_checkpoint, write_run_json

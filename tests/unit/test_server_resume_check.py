@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from starlette.responses import JSONResponse
 
-from crashdrill.server import lab_checks
-from crashdrill.server.db import Database
 from crashdrill.server.ingest_loop import resume_checks as resume_checks_of_run
-from crashdrill.server.lab_checks import checks_from_rows, resume_checks
-from crashdrill.server.store import NewRecord, Store
+from crashdrill.server.lessons import resume_checks as lab_checks
+from crashdrill.server.lessons.resume_checks import checks_from_rows, resume_checks
+from crashdrill.server.storage.db import Database
+from crashdrill.server.storage.store import NewRecord, Store
 from crashdrill.trainer.checkpoint_layout import PART_WORDS, PARTS_FULL
 from crashdrill.trainer.resume_outcome import LAB_CHECK
 

@@ -10,8 +10,8 @@ from fastapi.testclient import TestClient
 
 import crashdrill
 from crashdrill.server.app import create_app
-from crashdrill.server.db import DatabaseUnavailable
 from crashdrill.server.settings import Settings
+from crashdrill.server.storage.db import DatabaseUnavailable
 
 pytestmark = pytest.mark.timeout(60)
 

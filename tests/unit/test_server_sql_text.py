@@ -1,11 +1,11 @@
-"""SQL text both backends accept (server/sql_text.py): placeholders, dialect lines and
+"""SQL text both backends accept (server/storage/sql_text.py): placeholders, dialect lines and
 SET clauses."""
 
 from __future__ import annotations
 
 import pytest
 
-from crashdrill.server.sql_text import is_read, set_clause, split_sql, to_pyformat
+from crashdrill.server.storage.sql_text import is_read, set_clause, split_sql, to_pyformat
 
 
 def test_split_sql_drops_comments_and_empty_statements() -> None:

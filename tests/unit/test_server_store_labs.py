@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from crashdrill.server.db import Database
 from crashdrill.server.settings import SettingsError, _kept_token
-from crashdrill.server.store import Store
+from crashdrill.server.storage.db import Database
+from crashdrill.server.storage.store import Store
 from tests.support.postgres import open_test_database
 from tests.support.rows import present
 

@@ -1,4 +1,4 @@
-"""Open event streams per address and in all (server/stream_slots.py)."""
+"""Open event streams per address and in all (server/stream/slots.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import gc
 import pytest
 
 from crashdrill.server.errors import TooMany
-from crashdrill.server.stream_slots import StreamSlots
+from crashdrill.server.stream.slots import StreamSlots
 
 
 def test_slots_are_capped_per_address_and_in_all_and_given_back_once() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from crashdrill.server.start_times import StartTimes
-from crashdrill.server.store import NewRecord
+from crashdrill.server.storage.store import NewRecord
 
 
 def step(data: dict[str, object], kind: str = "step") -> NewRecord:

@@ -3,7 +3,7 @@ app.js `onRecords`): a `records` message that says `gap` (the server dropped rec
 slow page), or whose `after` — the run's record before its first one — is past the newest
 record id the page has (a reconnect, a hello that raced a batch), gives the id to refetch
 after; a message that follows on from what the page has gives none. Run in node on
-messages shaped as server/fanout.py renders them."""
+messages shaped as server/stream/fanout.py renders them."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from crashdrill.server.fanout import Message, _render
+from crashdrill.server.stream.fanout import Message, _render
 
 STATIC = Path(__file__).resolve().parents[2] / "web" / "static"
 NODE = shutil.which("node")

@@ -1,4 +1,4 @@
-// A run's states and their groups, the page's one copy of server/store.py's (served as
+// A run's states and their groups, the page's one copy of server/storage/store.py's (served as
 // `run_states` by GET /api/record-kinds; tests/unit/test_run_states_js.py holds the two
 // equal). queued → starting → running ⇄ restarting → finished | failed | stopped | diverged.
 

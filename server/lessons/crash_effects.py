@@ -28,10 +28,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from crashdrill.server.db import Row
 from crashdrill.server.ingest import IngestBatch
-from crashdrill.server.lesson_policy import during_save_pause
-from crashdrill.server.store import NewRecord, Store
+from crashdrill.server.lessons.policy import during_save_pause
+from crashdrill.server.storage.db import Row
+from crashdrill.server.storage.store import NewRecord, Store
 from crashdrill.trainer.checkpoint_pause import ENV as PAUSE_ENV
 from crashdrill.trainer.config import ConfigError
 from crashdrill.trainer.crash_modes import DEFAULT, NAMES, mode_named

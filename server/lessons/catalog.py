@@ -3,7 +3,7 @@ and instructor presets, TOML files in `settings.instructor_presets_dir` that an 
 creates, edits, duplicates, locks and publishes through /api/instructor.
 
 Who sees which lesson (published or not) and what a student may change in it is the
-lesson policy's (server/lesson_policy.py). An instructor preset is one file, `<id>.toml`;
+lesson policy's (server/lessons/policy.py). An instructor preset is one file, `<id>.toml`;
 the lab rewrites its top-level keys (`published`, `locked`, a copy's `id` and `title`) with
 tomlkit, which keeps every comment and the layout as the instructor wrote them.
 """
@@ -24,7 +24,7 @@ from starlette.convertors import Convertor
 from tomlkit.exceptions import TOMLKitError
 
 from crashdrill.server.errors import BadInput, Conflict, Forbidden, NotFound
-from crashdrill.server.lesson_policy import locked_names, student_overrides_allowed, visible_to
+from crashdrill.server.lessons.policy import locked_names, student_overrides_allowed, visible_to
 from crashdrill.trainer.corpus_files import CorpusPathError, corpus_file
 from crashdrill.trainer.presets import (
     Preset,

@@ -7,16 +7,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from crashdrill.server.pending_kill import KINDS as PENDING_KILL_KINDS
-from crashdrill.server.store import RUN_STATES
+from crashdrill.server.lessons.pending_kill import KINDS as PENDING_KILL_KINDS
+from crashdrill.server.storage.store import RUN_STATES
 from crashdrill.trainer import crash_modes
 from crashdrill.trainer.record_contract import KIND_NAMES
 from crashdrill.trainer.resume_outcome import ResumeOutcome
 
 # Choices that have one home elsewhere, derived here so that the routes' validation and the
 # OpenAPI schema list exactly those: the record kinds of the run-record contract
-# (crashdrill.trainer.record_contract, in its order), a run's states (server/store.py), the
-# crash modes (crashdrill.trainer.crash_modes), a pending kill's kinds (server/pending_kill.py).
+# (crashdrill.trainer.record_contract, in its order), a run's states
+# (server/storage/store.py), the crash modes (crashdrill.trainer.crash_modes), a pending
+# kill's kinds (server/lessons/pending_kill.py).
 # A new one there needs no edit here.
 if TYPE_CHECKING:
     RecordKind = str
@@ -440,7 +441,9 @@ class RecordKinds(BaseModel):
     )
     run_states: RunStatesOut | None = Field(
         default=None,
-        description="a run's states and their groups (server/store.py; web/static/run_states.js)",
+        description=(
+            "a run's states and their groups (server/storage/store.py; web/static/run_states.js)"
+        ),
     )
 
 

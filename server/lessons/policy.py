@@ -2,7 +2,7 @@
 decides; the trainer's preset module (trainer/presets.py) owns only the file format and
 checks that a preset's values make valid TrainConfigs.
 
-    limits = LabLimits.from_settings(settings)   # server/lesson_bounds.py
+    limits = LabLimits.from_settings(settings)   # server/lessons/bounds.py
     visible_to(preset, instructor=False)   # may this person see and start it?
     locked_names(preset, limits)           # what a student may not change
     student_overrides_allowed(preset, limits)  # what they may: run settings and/or "knob"
@@ -24,7 +24,7 @@ some: an instructor unlocks more per preset, the lab's owner decides how far.
 Bounds. Each value a student gives is checked, in order: of the setting's type (a
 whole number, a number, text: 422); not locked by the lesson (LockedSetting: 403); not
 locked by the server (422); within its range, derived from the lesson and the machine
-(server/lesson_bounds.py: `steps` ≤ 4× the lesson's, `ckpt_every` ≥ 10 and ≤ steps,
+(server/lessons/bounds.py: `steps` ≤ 4× the lesson's, `ckpt_every` ≥ 10 and ≤ steps,
 `keep` 2..10, …); the changed runs within the lab's budget (parameters, tokens,
 checkpoint bytes); and valid configs (the preset's own validation). Every problem names
 the field, the value and what is allowed, prefixed "[student settings]".
@@ -39,7 +39,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from crashdrill.server.lesson_bounds import (
+from crashdrill.server.lessons.bounds import (
     LabLimits,
     budget_problems,
     range_problem,

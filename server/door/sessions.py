@@ -2,7 +2,7 @@
 
 Every browser gets a random session id in a cookie signed with the server's key
 (itsdangerous), HttpOnly, SameSite=Lax (a cross-site form cannot crash someone's run;
-server/browser_guard.py refuses cross-origin state changes too) and Secure when the lab is
+server/door/browser_guard.py refuses cross-origin state changes too) and Secure when the lab is
 served over https. A pair belongs to the session that created it.
 
 Also here: the request-body cap, so that an oversized body is refused before any route
@@ -19,8 +19,8 @@ from itsdangerous import BadSignature, URLSafeSerializer
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from crashdrill.server.forwarded import served_over_https
-from crashdrill.server.instructor_sessions import is_instructor
+from crashdrill.server.door.forwarded import served_over_https
+from crashdrill.server.door.instructor_sessions import is_instructor
 from crashdrill.server.settings import Settings
 
 __all__ = ["BodyLimitMiddleware", "SessionMiddleware", "is_instructor", "session_of"]

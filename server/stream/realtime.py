@@ -22,7 +22,7 @@ a live run gets an empty batch at least every KEEPALIVE_S, so a page can tell a 
 Realtime from a quiet run.
 
 The gathering and the encoding run on the event loop's thread (they are cheap: string
-joins); the network is the publisher thread's (server/realtime_publisher.py), behind a
+joins); the network is the publisher thread's (server/stream/realtime_publisher.py), behind a
 bounded outbox: a slow or failing Supabase never blocks ingest or the loop.
 """
 
@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crashdrill.server.background import BackgroundTask, every
-from crashdrill.server.fanout import LocalFanout, Message, Subscriber
 from crashdrill.server.settings import Settings, SettingsError
+from crashdrill.server.stream.fanout import LocalFanout, Message, Subscriber
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +197,7 @@ class RealtimeFanout:
         self.pair_of = pair_of
         self.live_pairs = live_pairs
         if publisher is None:
-            from crashdrill.server.realtime_publisher import Publisher
+            from crashdrill.server.stream.realtime_publisher import Publisher
 
             publisher = Publisher.from_settings(settings)
         self.publisher = publisher

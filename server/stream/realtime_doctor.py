@@ -30,7 +30,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from crashdrill.server.realtime_publisher import channel_params, connect
+from crashdrill.server.stream.realtime_publisher import channel_params, connect
 from crashdrill.trainer.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 POLICY_SQL = """  create policy "crashdrill pages read lab broadcasts" on realtime.messages

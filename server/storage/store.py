@@ -12,8 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from crashdrill.server.db import Database, Row
-from crashdrill.server.sql_text import set_clause
+from crashdrill.server.storage.db import Database, Row
+from crashdrill.server.storage.sql_text import set_clause
 from crashdrill.workers.launch import ENDED
 
 # A run's states, the one definition (the API's RunState is derived from RUN_STATES):
@@ -56,7 +56,7 @@ def marks(values: Sequence[object]) -> str:
 
 def state_rank(state: str) -> int:
     """A run's states only move forward: queued 0, starting 1, running and restarting 2
-    (back and forth), ended 3 (server/fanout.py drops a view ranked below one sent)."""
+    (back and forth), ended 3 (server/stream/fanout.py drops a view ranked below one sent)."""
     if state in TERMINAL_STATES:
         return 3
     return {"queued": 0, "starting": 1}.get(state, 2)
@@ -149,7 +149,7 @@ class Store:
                 )
 
     def set_prediction(self, pair_id: str, prediction_json: str) -> None:
-        """The owner's prediction (server/predictions.py); a new one replaces the old."""
+        """The owner's prediction (server/lessons/predictions.py); a new one replaces the old."""
         self.db.run(
             "UPDATE pairs SET prediction_json = ?, outcome_json = NULL WHERE id = ?",
             (prediction_json, pair_id),

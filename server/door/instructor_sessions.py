@@ -9,7 +9,7 @@ counts while its signature is younger than `instructor_session_s` and the server
 holds its id; logout forgets the id, so a copy of the cookie replayed afterwards is
 refused, and so does a restart of the server. Nothing derived from the token is in it.
 The cookie is HttpOnly, SameSite=Lax, and Secure when the lab is served over https (the
-`https` setting, or X-Forwarded-Proto from a trusted proxy: server/forwarded.py).
+`https` setting, or X-Forwarded-Proto from a trusted proxy: server/door/forwarded.py).
 
 Guessing is slowed per client address without ever refusing the right token: the right
 token always works; every wrong one is answered after WRONG_TOKEN_DELAY_S, and once an
@@ -38,8 +38,8 @@ from starlette.datastructures import State
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from crashdrill.server.door.forwarded import client_address, served_over_https
 from crashdrill.server.errors import TooMany
-from crashdrill.server.forwarded import client_address, served_over_https
 from crashdrill.server.settings import Settings
 
 INSTRUCTOR_COOKIE = "crashdrill_instructor"

@@ -26,7 +26,7 @@ import re
 
 from starlette.types import Scope
 
-from crashdrill.server.forwarded import request_host
+from crashdrill.server.door.forwarded import request_host
 from crashdrill.server.settings import Settings
 
 _LABEL = r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?"

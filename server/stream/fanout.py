@@ -2,7 +2,7 @@
 
 `Fanout` is the small interface the rest of the server publishes through; `LocalFanout`
 delivers to SSE streams of this process (the embedded default). With Supabase configured,
-`crashdrill.server.realtime.RealtimeFanout` wraps it: SSE as here, plus one Broadcast
+`crashdrill.server.stream.realtime.RealtimeFanout` wraps it: SSE as here, plus one Broadcast
 message per pair per tick that the page subscribes to directly.
 
 Every subscriber holds at most one pending message per key, never a queue:

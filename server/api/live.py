@@ -14,7 +14,7 @@ The stream of a pair carries, as SSE events:
   cluster's reachability changes;
 - a `: ping` comment when nothing happened for a while.
 
-Open streams are bounded per client address and in all (server/stream_slots.py): 429
+Open streams are bounded per client address and in all (server/stream/slots.py): 429
 with Retry-After past either limit.
 """
 
@@ -29,16 +29,16 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from crashdrill.server.api.pairs import lab_of
+from crashdrill.server.api.schemas import Machine, problems
+from crashdrill.server.door.forwarded import client_address
+from crashdrill.server.door.sessions import session_of
 from crashdrill.server.errors import NotFound
-from crashdrill.server.fanout import frame
-from crashdrill.server.forwarded import client_address
 from crashdrill.server.lab import Lab
-from crashdrill.server.routes_pairs import lab_of
-from crashdrill.server.schemas import Machine, problems
-from crashdrill.server.sessions import session_of
-from crashdrill.server.store import state_rank
-from crashdrill.server.stream_slots import StreamSlots
-from crashdrill.server.telemetry_feed import MACHINE_CHANNEL
+from crashdrill.server.storage.store import state_rank
+from crashdrill.server.stream.fanout import frame
+from crashdrill.server.stream.slots import StreamSlots
+from crashdrill.server.stream.telemetry_feed import MACHINE_CHANNEL
 from crashdrill.server.views import record_json
 
 router = APIRouter(prefix="/api", tags=["live"])

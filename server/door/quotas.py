@@ -10,7 +10,7 @@ pairs queued or training, and so may its address (`max_pairs_per_address`): drop
 cookie makes a new browser, not a new address. A class behind one NAT shares an address;
 there, set `max_pairs_per_address` to the class's share (or 0: by cookie alone, trusting
 the students' cookies). Past either limit: 429 naming it. What an address's live pairs
-will write to disk together (each pair's estimate, server/lesson_bounds.py: checkpoints ×
+will write to disk together (each pair's estimate, server/lessons/bounds.py: checkpoints ×
 their size, mirror copies counted) is bounded by `max_disk_bytes_per_address`: past it,
 429 with the numbers. Instructors are exempt.
 
@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from crashdrill.server.errors import TooMany, Unavailable
 from crashdrill.server.settings import Settings
-from crashdrill.server.store import Store
+from crashdrill.server.storage.store import Store
 from crashdrill.trainer.presets import LABELS
 
 QUEUE_RETRY_AFTER_S = 60

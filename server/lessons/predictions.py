@@ -27,10 +27,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from crashdrill.server.db import Row
 from crashdrill.server.errors import BadInput, Conflict, Forbidden
 from crashdrill.server.ingest_loop import resume_checks
-from crashdrill.server.store import TERMINAL_STATES, Store
+from crashdrill.server.storage.db import Row
+from crashdrill.server.storage.store import TERMINAL_STATES, Store
 from crashdrill.trainer.prediction import LABELS, RULE_TEXT, Prediction
 from crashdrill.trainer.records import NO_CHECKPOINT_CODE
 from crashdrill.trainer.resume_outcome import PENDING, ResumeOutcome

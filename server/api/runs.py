@@ -8,8 +8,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 
-from crashdrill.server.routes_pairs import lab_of
-from crashdrill.server.schemas import (
+from crashdrill.server.api.pairs import lab_of
+from crashdrill.server.api.schemas import (
     CrashResult,
     Events,
     PreemptResult,
@@ -20,8 +20,8 @@ from crashdrill.server.schemas import (
     StopResult,
     problems,
 )
-from crashdrill.server.sessions import is_instructor, session_of
-from crashdrill.server.store import run_states_json
+from crashdrill.server.door.sessions import is_instructor, session_of
+from crashdrill.server.storage.store import run_states_json
 from crashdrill.server.views import event_view, record_json
 from crashdrill.trainer.record_contract import contract_json
 

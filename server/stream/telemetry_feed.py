@@ -24,10 +24,10 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from crashdrill.server.db import DatabaseUnavailable
-from crashdrill.server.fanout import Fanout, Message
 from crashdrill.server.settings import Settings
-from crashdrill.server.store import Store
+from crashdrill.server.storage.db import DatabaseUnavailable
+from crashdrill.server.storage.store import Store
+from crashdrill.server.stream.fanout import Fanout, Message
 from crashdrill.workers.cluster_health import LOCAL
 
 log = logging.getLogger(__name__)

@@ -31,8 +31,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from crashdrill.server.db import Row
-from crashdrill.server.store import ACTIVE_STATES
+from crashdrill.server.storage.db import Row
+from crashdrill.server.storage.store import ACTIVE_STATES
 from crashdrill.trainer.crash_modes import mode_named
 
 KINDS = ("crash", "preempt")

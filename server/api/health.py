@@ -32,9 +32,9 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 import crashdrill
+from crashdrill.server.api.schemas import StartTimes, problems
 from crashdrill.server.cluster import cluster_status
 from crashdrill.server.lab import Lab
-from crashdrill.server.schemas import StartTimes, problems
 from crashdrill.workers.warm import NONE
 
 router = APIRouter(prefix="/api", tags=["health"])

@@ -5,7 +5,7 @@
     split_sql(migration_text, "postgres")   # its statements, for that dialect
     set_clause({"state": "running", "pid": 7}, {"state", "pid"})   # "state = ?, pid = ?"
 
-Everything above server/db.py writes SQL with `?` placeholders; Postgres gets them as
+Everything above server/storage/db.py writes SQL with `?` placeholders; Postgres gets them as
 `%s`, outside string literals, quoted names and comments. A migration line that starts
 with `-- sqlite:` or `-- postgres:` is SQL for that dialect only (the rest of the line),
 and a comment for the other. The rules for SQL both accept are in db.py's docstring.

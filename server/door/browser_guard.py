@@ -5,7 +5,7 @@ framing, sniffing.
 
 - Any request whose Host (X-Forwarded-Host from a trusted proxy) is not a name the lab
   answers to gets 400 first, before the Origin check: a page whose name was re-pointed at
-  the lab would otherwise pass it as same-origin (server/allowed_hosts.py).
+  the lab would otherwise pass it as same-origin (server/door/allowed_hosts.py).
 - A POST, PUT, PATCH or DELETE whose Origin (else Referer) names another origin than the
   lab's own or one of the `allowed_origins` setting is refused with 403 before any route
   runs: another site's page cannot start pairs, crash runs or log an instructor in with a
@@ -26,8 +26,8 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from crashdrill.server.allowed_hosts import host_refusal
-from crashdrill.server.forwarded import request_origin
+from crashdrill.server.door.allowed_hosts import host_refusal
+from crashdrill.server.door.forwarded import request_origin
 from crashdrill.server.settings import Settings
 
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})

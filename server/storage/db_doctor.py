@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from crashdrill.server.db import (
+from crashdrill.server.storage.db import (
     DatabaseUnavailable,
     PostgresDatabase,
     available_migrations,

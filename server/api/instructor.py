@@ -2,9 +2,9 @@
 validate as you type, edit, duplicate, lock knobs, publish), and watch the whole class.
 
 Every route but login/logout/me needs an instructor: the token in a header, or the
-`crashdrill_instructor` cookie that login sets (server/instructor_sessions.py). The class view's
-crash and stop buttons call the ordinary run routes, which let an instructor act on any
-run.
+`crashdrill_instructor` cookie that login sets (server/door/instructor_sessions.py).
+The class view's crash and stop buttons call the ordinary run routes, which let an
+instructor act on any run.
 """
 
 from __future__ import annotations
@@ -16,7 +16,23 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.convertors import register_url_convertor
 
-from crashdrill.server.catalog import (
+from crashdrill.server.api.pairs import (
+    catalog_of,
+    lab_of,
+    lesson_public,
+    limits_of,
+    within_budget,
+)
+from crashdrill.server.api.schemas import problems
+from crashdrill.server.door.instructor_sessions import (
+    check_token,
+    is_instructor,
+    login_cookie,
+    logout_cookie,
+)
+from crashdrill.server.door.sessions import session_of
+from crashdrill.server.errors import BadInput, Forbidden, LabError
+from crashdrill.server.lessons.catalog import (
     ID_RULE,
     MAX_TEXT,
     Catalog,
@@ -24,24 +40,8 @@ from crashdrill.server.catalog import (
     PresetIdConvertor,
     parse_text,
 )
-from crashdrill.server.errors import BadInput, Forbidden, LabError
-from crashdrill.server.instructor_sessions import (
-    check_token,
-    is_instructor,
-    login_cookie,
-    logout_cookie,
-)
-from crashdrill.server.predictions import class_predictions
-from crashdrill.server.routes_pairs import (
-    catalog_of,
-    lab_of,
-    lesson_public,
-    limits_of,
-    within_budget,
-)
-from crashdrill.server.schemas import problems
-from crashdrill.server.sessions import session_of
-from crashdrill.server.store import ACTIVE_STATES
+from crashdrill.server.lessons.predictions import class_predictions
+from crashdrill.server.storage.store import ACTIVE_STATES
 from crashdrill.server.views import pair_view, queue_positions, restart_counts
 from crashdrill.trainer.config import SECTIONS, section_fields
 from crashdrill.trainer.presets import KNOB, SETTINGS, PresetError

@@ -8,7 +8,7 @@ Two backends, one interface (`run`, `run_many`, `one`, `transaction`, `migrate`,
   string works as it is (`?sslmode=require` and the rest go to libpq untouched).
 
 `open_database(settings)` picks one. Everything above this module speaks SQL that both
-accept (server/sql_text.py rewrites and splits it): `?` placeholders (translated to
+accept (server/storage/sql_text.py rewrites and splits it): `?` placeholders (translated to
 psycopg's `%s` outside string literals, quoted names and comments), `INSERT … ON CONFLICT
 DO NOTHING RETURNING id`, TEXT, INTEGER, BIGINT and DOUBLE PRECISION columns (no NUMERIC:
 psycopg would return Decimal; BIGINT where a value comes from a file, as SQLite's INTEGER
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from crashdrill.server.sql_text import is_read, split_sql, to_pyformat
+from crashdrill.server.storage.sql_text import is_read, split_sql, to_pyformat
 
 if TYPE_CHECKING:
     import psycopg

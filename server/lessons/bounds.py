@@ -1,5 +1,5 @@
 """Bounds on lessons: the type and range of each setting a student may be let change, and
-the lab's budget on what one run may cost. The lesson policy (server/lesson_policy.py)
+the lab's budget on what one run may cost. The lesson policy (server/lessons/policy.py)
 applies them; the numbers come from the server's settings (server/settings.py).
 
     limits = LabLimits.from_settings(settings)      # the budget and the machine
@@ -24,7 +24,7 @@ checkpoint bytes per run (one checkpoint × keep; a checkpoint holds the fp32 we
 AdamW's two moments, CHECKPOINT_BYTES_PER_PARAM bytes a parameter) and disk bytes per
 run: what it writes over its life, one checkpoint × the checkpoints it saves (step 0, every
 `ckpt_every`, the last), twice when the lab copies them to its mirror. The bytes a
-client's live pairs write together are bounded per address (server/quotas.py).
+client's live pairs write together are bounded per address (server/door/quotas.py).
 """
 
 from __future__ import annotations

@@ -13,14 +13,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import Field
 
-from crashdrill.server.catalog import Catalog, Lesson
-from crashdrill.server.errors import BadInput, Conflict, Forbidden, LabError, NotFound
-from crashdrill.server.forwarded import client_address
-from crashdrill.server.lab import Lab
-from crashdrill.server.lesson_bounds import LabLimits, budget_problems
-from crashdrill.server.lesson_policy import LockedSetting, apply_student_overrides, public_view
-from crashdrill.server.predictions import record_prediction
-from crashdrill.server.schemas import (
+from crashdrill.server.api.schemas import (
     HoldIn,
     HoldResult,
     NewPair,
@@ -31,8 +24,15 @@ from crashdrill.server.schemas import (
     StopPairResult,
     problems,
 )
-from crashdrill.server.sessions import is_instructor, session_of
-from crashdrill.server.store import ACTIVE_STATES
+from crashdrill.server.door.forwarded import client_address
+from crashdrill.server.door.sessions import is_instructor, session_of
+from crashdrill.server.errors import BadInput, Conflict, Forbidden, LabError, NotFound
+from crashdrill.server.lab import Lab
+from crashdrill.server.lessons.bounds import LabLimits, budget_problems
+from crashdrill.server.lessons.catalog import Catalog, Lesson
+from crashdrill.server.lessons.policy import LockedSetting, apply_student_overrides, public_view
+from crashdrill.server.lessons.predictions import record_prediction
+from crashdrill.server.storage.store import ACTIVE_STATES
 from crashdrill.trainer.presets import KNOB, Preset, PresetError, dump_preset
 
 router = APIRouter(prefix="/api", tags=["pairs"])
@@ -62,7 +62,7 @@ def instructor_of(request: Request) -> bool:
 
 
 def address_of(request: Request) -> str:
-    """The client's address (a trusted proxy's X-Forwarded-For, server/forwarded.py):
+    """The client's address (a trusted proxy's X-Forwarded-For, server/door/forwarded.py):
     pairs are counted per address as well as per browser."""
     return client_address(request.scope, request.app.state.settings)
 
