@@ -8,10 +8,12 @@ Why not `mypy server workers drill`: an editable install finds crashdrill.* thro
 import hook that mypy cannot follow, so every cross-module import was `Any` under
 `ignore_missing_imports` and a call with the wrong arguments to another module passed
 (e.g. a setting renamed in one module and still read in another). This lays the package
-out as an installed wheel would (scripts/installed_layout.py), checks `-p crashdrill`
-there with pyproject's [tool.mypy], and prints each error with its path in this repo
-(crashdrill/trainer/NAME.py → trainer/NAME.py). Exit codes are mypy's: 0 clean, 1 errors, 2
-a usage or crash.
+out as an installed wheel would (scripts/installed_layout.py), checks `-p crashdrill` and
+the tests (`-p tests`, through a link to tests/) there with pyproject's [tool.mypy], and
+prints each error with its path in this repo (crashdrill/trainer/NAME.py →
+trainer/NAME.py). The tests are checked so that a `type: ignore` in them hides something
+real: `warn_unused_ignores` fails one that hides nothing. Exit codes are mypy's: 0 clean,
+1 errors, 2 a usage or crash.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def main(argv: list[str]) -> int:
         return 2
     with laid_out("crashdrill-types-") as tmp:
         cmd = [str(tool), "--config-file", str(ROOT / "pyproject.toml")]
-        cmd += ["--cache-dir", str(ROOT / ".mypy_cache"), "-p", "crashdrill", *argv]
+        (tmp / "tests").symlink_to(ROOT / "tests")
+        cmd += ["--cache-dir", str(ROOT / ".mypy_cache"), "-p", "crashdrill", "-p", "tests", *argv]
         env = {**os.environ, "MYPYPATH": str(tmp)}
         done = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True)
     sys.stdout.write(repo_paths(done.stdout))

@@ -85,8 +85,8 @@ def address_key(host: str) -> str:
     except ValueError:
         return host
     if ip.version == 6:
-        if ip.ipv4_mapped is not None:  # type: ignore[union-attr]
-            return str(ip.ipv4_mapped)  # type: ignore[union-attr]
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
         return str(ipaddress.ip_network(f"{ip}/64", strict=False))
     return str(ip)
 

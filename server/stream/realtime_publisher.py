@@ -24,9 +24,12 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crashdrill.server.settings import Settings
+
+if TYPE_CHECKING:  # the supabase extra's types; the lab imports realtime only when used
+    from realtime.types import RealtimeChannelOptions
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +62,7 @@ async def connect(url: str, key: str, timeout: float) -> Any:
     return client
 
 
-def channel_params(*, ack: bool, private: bool) -> dict[str, Any]:
+def channel_params(*, ack: bool, private: bool) -> RealtimeChannelOptions:
     """A channel's join config: Broadcast only (no presence), acknowledged or not."""
     return {
         "config": {

@@ -31,7 +31,9 @@ print(json.dumps({"before": before, "after": torch.cuda.is_initialized(),
 """
 
 
-def test_a_forked_child_initialises_cuda_itself(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_forked_child_initialises_cuda_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "cudaprobe.py").write_text(PROBE)
     monkeypatch.chdir(tmp_path)
     warm = WarmTrainers(preload=TRAINER_PRELOAD, command=["cudaprobe"], enabled=True)

@@ -35,7 +35,9 @@ def statuses(inv: Inventory) -> dict[str, str]:
     return {name: p.status for name, p in inv.parts.items()}
 
 
-def trained(steps: int = 2) -> tuple[torch.nn.Module, torch.optim.Optimizer, object]:
+def trained(
+    steps: int = 2,
+) -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))
     opt = torch.optim.AdamW(model.parameters(), lr=0.01)

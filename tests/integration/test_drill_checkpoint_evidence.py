@@ -9,11 +9,12 @@ from pathlib import Path
 import torch
 
 from crashdrill.drill.checkpoint_evidence import CheckpointLook
+from crashdrill.drill.target import Segment
 from tests.unit.test_drill_compare import CKPT as SNAP
 from tests.unit.test_drill_compare import REF, _analyse, _codes, _seg
 
 
-def diverged_at_once() -> list:  # type: ignore[type-arg]
+def diverged_at_once() -> list[Segment]:
     return [
         _seg(0, range(1, 23), killed=True, before=SNAP),
         _seg(1, range(16, 41), values={s: REF[s - 1] + 0.05 for s in range(16, 41)}),

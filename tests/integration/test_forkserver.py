@@ -24,7 +24,7 @@ from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.target import Child
 from crashdrill.drill.trace import LossParser
 from crashdrill.drill.verify import fork_server_wanted
-from crashdrill.processes.forkserver import ForkedProcess, ForkServer, ForkServerError, supported
+from crashdrill.processes.forkserver import ForkServer, ForkServerError, supported
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -91,7 +91,7 @@ def test_a_forked_child_runs_the_module_as_python_dash_m_would(
 ) -> None:
     argv = [*module(tmp_path, "whoami", WHOAMI), "--x", "1"]
     env = {**os.environ, "FORK_TEST": "yes"}
-    child = server.spawn(argv, env, str(tmp_path))
+    child = server.spawn_piped(argv, env, str(tmp_path))
     out, err, code = finish(child)
     seen = json.loads(out)
     assert code == 0 and err.decode() == "to stderr\n"
@@ -106,14 +106,14 @@ def test_the_environment_is_the_requested_one_not_the_servers(
     server: ForkServer, tmp_path: Path
 ) -> None:
     env = {k: v for k, v in os.environ.items() if k != "FORK_TEST"}
-    child = server.spawn(module(tmp_path, "whoami", WHOAMI), env, str(tmp_path))
+    child = server.spawn_piped(module(tmp_path, "whoami", WHOAMI), env, str(tmp_path))
     assert json.loads(finish(child)[0])["env"] is None
 
 
 def test_exit_codes_and_tracebacks_are_relayed(server: ForkServer, tmp_path: Path) -> None:
-    child = server.spawn(module(tmp_path, "seven", "raise SystemExit(7)"), {}, str(tmp_path))
+    child = server.spawn_piped(module(tmp_path, "seven", "raise SystemExit(7)"), {}, str(tmp_path))
     assert finish(child)[2] == 7
-    child = server.spawn(module(tmp_path, "boom", "1 / 0"), {}, str(tmp_path))
+    child = server.spawn_piped(module(tmp_path, "boom", "1 / 0"), {}, str(tmp_path))
     _, err, code = finish(child)
     assert code == 1 and b"ZeroDivisionError" in err
 
@@ -139,21 +139,23 @@ def test_a_child_ends_as_the_interpreter_would_without_its_teardown(
 ) -> None:
     # The server ends a child with os._exit (no freeing of torch's objects): threads are
     # joined, atexit handlers run and buffered output is flushed first, as at a normal end.
-    out, err, code = finish(server.spawn(module(tmp_path, "late", LATE_WORK), {}, str(tmp_path)))
+    out, err, code = finish(
+        server.spawn_piped(module(tmp_path, "late", LATE_WORK), {}, str(tmp_path))
+    )
     assert code == 0 and err == b""
     assert out.decode().splitlines() == [
         "buffered, never flushed by the modulethread done",
         "atexit ran",
     ]  # and no "freed at teardown": the objects die with the process, unfreed
     argv = [*module(tmp_path, "late", LATE_WORK), "the reason"]
-    out, err, code = finish(server.spawn(argv, {}, str(tmp_path)))
+    out, err, code = finish(server.spawn_piped(argv, {}, str(tmp_path)))
     assert code == 1 and err == b"the reason\n" and b"atexit ran" in out
 
 
 def test_sigkill_is_reported_as_minus_9_and_poll_does_not_block(
     server: ForkServer, tmp_path: Path
 ) -> None:
-    child = server.spawn(module(tmp_path, "sleeper", SLEEPER), {**os.environ}, str(tmp_path))
+    child = server.spawn_piped(module(tmp_path, "sleeper", SLEEPER), {**os.environ}, str(tmp_path))
     grandchild = int(child.stdout.readline())
     assert child.poll() is None
     os.killpg(child.pid, signal.SIGKILL)
@@ -165,7 +167,7 @@ def test_sigkill_is_reported_as_minus_9_and_poll_does_not_block(
 
 def test_closing_the_server_kills_what_it_still_runs(tmp_path: Path) -> None:
     s = ForkServer(preload=[])
-    child = s.spawn(module(tmp_path, "sleeper", SLEEPER), {**os.environ}, str(tmp_path))
+    child = s.spawn_piped(module(tmp_path, "sleeper", SLEEPER), {**os.environ}, str(tmp_path))
     grandchild = int(child.stdout.readline())
     s.close()  # the drill is done (or dead): nothing it started may keep running
     assert gone(s.pid) and gone(child.pid) and gone(grandchild)
@@ -176,7 +178,7 @@ def test_closing_the_server_kills_what_it_still_runs(tmp_path: Path) -> None:
 
 def test_a_server_that_dies_raises_and_takes_no_process_with_it(tmp_path: Path) -> None:
     s = ForkServer(preload=[])
-    child = s.spawn(module(tmp_path, "sleeper", SLEEPER), {**os.environ}, str(tmp_path))
+    child = s.spawn_piped(module(tmp_path, "sleeper", SLEEPER), {**os.environ}, str(tmp_path))
     child.stdout.readline()
     os.kill(s.pid, signal.SIGKILL)
     with pytest.raises(ForkServerError, match="before reporting"):
@@ -185,7 +187,7 @@ def test_a_server_that_dies_raises_and_takes_no_process_with_it(tmp_path: Path) 
         child.poll()  # and again: the status will never come
     assert gone(child.pid)  # the handle killed the orphan
     with pytest.raises(ForkServerError, match="exit -9"):
-        s.spawn(module(tmp_path, "whoami", WHOAMI), {}, str(tmp_path))
+        s.spawn_piped(module(tmp_path, "whoami", WHOAMI), {}, str(tmp_path))
     s.close()
     child.stdout.close()
     child.stderr.close()
@@ -194,7 +196,7 @@ def test_a_server_that_dies_raises_and_takes_no_process_with_it(tmp_path: Path) 
 def test_a_server_whose_imports_fail_says_why(tmp_path: Path) -> None:
     s = ForkServer(preload=["crashdrill_no_such_module"])
     with s, pytest.raises(ForkServerError, match="crashdrill_no_such_module"):
-        s.spawn(module(tmp_path, "whoami", WHOAMI), {}, str(tmp_path))
+        s.spawn_piped(module(tmp_path, "whoami", WHOAMI), {}, str(tmp_path))
 
 
 def test_only_python_dash_m_commands_are_forked(server: ForkServer) -> None:
@@ -206,8 +208,8 @@ def test_the_engine_kills_a_forked_process_at_the_planned_step(
     server: ForkServer, tmp_path: Path
 ) -> None:
     class Forked(CommandTarget):
-        def start(self, argv: list[str], env: dict[str, str], cwd: str | None) -> ForkedProcess:
-            return server.spawn(argv, env, cwd)
+        def start(self, argv: list[str], env: dict[str, str], cwd: str | None) -> Child:
+            return server.spawn_piped(argv, env, cwd)
 
     argv = module(tmp_path, "steps", STEPS)
     target = Forked(argv, parser=LossParser(), timeout=20, cwd=str(tmp_path))
@@ -228,7 +230,7 @@ def test_global_random_streams_are_fresh_in_every_child(tmp_path: Path) -> None:
     code = "import random, numpy; print(random.random(), numpy.random.random())"
     with ForkServer(preload=["numpy.random"]) as s:
         argv = module(tmp_path, "draw", code)
-        draws = [finish(s.spawn(argv, {**os.environ}, str(tmp_path)))[0] for _ in range(2)]
+        draws = [finish(s.spawn_piped(argv, {**os.environ}, str(tmp_path)))[0] for _ in range(2)]
     assert draws[0] != draws[1]
     first = draws[0].split()
     assert all(x not in draws[1].split() for x in first)
@@ -250,7 +252,7 @@ def test_a_drill_killed_by_sigkill_leaves_no_process_behind(tmp_path: Path) -> N
 import os, sys
 from crashdrill.processes.forkserver import ForkServer
 s = ForkServer(preload=[])
-child = s.spawn([sys.executable, "-m", "sleeper"], dict(os.environ), {str(tmp_path)!r})
+child = s.spawn_piped([sys.executable, "-m", "sleeper"], dict(os.environ), {str(tmp_path)!r})
 grandchild = child.stdout.readline().decode().strip()
 print(s.pid, child.pid, grandchild, flush=True)
 sys.stdin.read()  # until the test kills it
@@ -280,7 +282,9 @@ def test_a_child_is_waited_on_when_this_process_holds_over_1024_descriptors(
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
     held = [os.dup(0) for _ in range(1100)]  # the next descriptors are numbered past 1024
     try:
-        child = server.spawn(module(tmp_path, "whoami", WHOAMI), {**os.environ}, str(tmp_path))
+        child = server.spawn_piped(
+            module(tmp_path, "whoami", WHOAMI), {**os.environ}, str(tmp_path)
+        )
         out, _, code = finish(child)
     finally:
         for fd in held:

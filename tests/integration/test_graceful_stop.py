@@ -191,7 +191,8 @@ def test_signals_twice_in_a_row_stop_once_and_two_stops_in_a_row_lose_nothing(
     assert trainer.finish() == EXIT_STOPPED
     first = _stopped(run_dir)
     assert len(_records(run_dir, "event", "stopping")) == 1
-    assert find_latest(run_dir) is not None and find_latest(run_dir).step == first["step"]
+    latest = find_latest(run_dir)
+    assert latest is not None and latest.step == first["step"]
 
     again = Trainer(run_dir, "--require-checkpoint")
     again.wait_step(first["step"] + 15)

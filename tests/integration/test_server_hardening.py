@@ -9,6 +9,7 @@ import dataclasses
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -34,7 +35,7 @@ SECRETS = {
 }
 
 
-def lab_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **changes: object) -> Settings:
+def lab_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **changes: Any) -> Settings:
     settings: Settings = stand_in_settings(tmp_path / "lab", monkeypatch, steps=3000, token=TOKEN)
     return dataclasses.replace(
         settings, port=free_port(), telemetry=False, secret_key=SECRET_KEY, **changes

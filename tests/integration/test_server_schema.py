@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis.config import SchemathesisConfig
 from schemathesis.config._checks import NEGATIVE_DATA_REJECTION_EXPECTED_STATUSES
+from schemathesis.core.result import Ok
 from schemathesis.generation import GenerationMode
 from schemathesis.schemas import BaseSchema
 
@@ -64,6 +65,7 @@ def test_no_input_makes_a_server_error(api_schema: BaseSchema) -> None:
     failures = []
     calls: list[int] = []
     for result in api_schema.get_all_operations():
+        assert isinstance(result, Ok), result
         operation = result.ok()
         names = {p.name for p in operation.path_parameters}
         variants: list[dict[str, str] | None] = [None]

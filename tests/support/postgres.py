@@ -171,7 +171,7 @@ class PostgresServer:
         import psycopg
         from psycopg import sql
 
-        query = sql.SQL(statement).format(sql.Identifier(name))  # type: ignore[arg-type]
+        query = sql.SQL(statement).format(sql.Identifier(name))
         with psycopg.connect(self.url(), autocommit=True, connect_timeout=5) as conn:
             conn.execute(query)
 

@@ -56,7 +56,7 @@ def test_load_files_uses_weights_only_and_round_trips(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["truncate", "bitflip", "no_manifest"])
-def test_corrupt_latest_falls_back_to_previous_loudly(tmp_path, damage):
+def test_corrupt_latest_falls_back_to_previous_loudly(tmp_path: Path, damage: str) -> None:
     _save(tmp_path, [0, 10])
     latest = ck.ckpt_root(tmp_path) / "step-00000010"
     target = latest / "model.pt"
@@ -64,9 +64,9 @@ def test_corrupt_latest_falls_back_to_previous_loudly(tmp_path, damage):
         data = target.read_bytes()
         target.write_bytes(data[: len(data) // 2])
     elif damage == "bitflip":
-        data = bytearray(target.read_bytes())
-        data[len(data) // 2] ^= 0x01
-        target.write_bytes(bytes(data))
+        flipped = bytearray(target.read_bytes())
+        flipped[len(flipped) // 2] ^= 0x01
+        target.write_bytes(bytes(flipped))
     else:
         (latest / "MANIFEST.json").unlink()
     complaints: list[str] = []

@@ -6,6 +6,7 @@ had nothing older, and the log used to promise a fallback)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from crashdrill.trainer import checkpoint_layout as layout
 from crashdrill.trainer.exit_codes import EXIT_NO_CHECKPOINT
@@ -21,7 +22,7 @@ def torn(run_dir: Path, step: int) -> None:
     (d / "model.pt").write_bytes(b"half a file")
 
 
-def rejected(run_dir: Path) -> list[dict[str, object]]:
+def rejected(run_dir: Path) -> list[dict[str, Any]]:
     rec = RecordWriter(run_dir, 1)
     assert find_checkpoint(run_dir, rec) is None
     records, _ = read_records(run_dir / "records.jsonl")

@@ -111,11 +111,14 @@ def sample(node_id: str, t: float) -> dict[str, Any]:
 
 def test_a_pair_gets_the_samples_of_the_nodes_its_runs_are_on_each_once() -> None:
     samples = {"n1": sample("n1", 1.0), "n2": sample("n2", 2.0), "n3": sample("n3", 3.0)}
-    both_on_n2 = [{"host": {"node_id": "n2"}}, {"host": {"node_id": "n2"}}]
+    both_on_n2: list[dict[str, Any]] = [{"host": {"node_id": "n2"}}, {"host": {"node_id": "n2"}}]
     assert pair_nodes(both_on_n2, samples) == [samples["n2"]]
     apart = [{"host": {"node_id": "n3"}}, {"host": {"node_id": "n1"}}]
     assert pair_nodes(apart, samples) == [samples["n3"], samples["n1"]]
-    queued = [{"host": None}, {"host": {"node_id": "n9"}}]  # queued; a node not sampled yet
+    queued: list[dict[str, Any]] = [
+        {"host": None},
+        {"host": {"node_id": "n9"}},
+    ]  # queued; a node not sampled yet
     assert pair_nodes(queued, samples) == []
 
 

@@ -232,7 +232,9 @@ def test_the_lab_believes_forwarded_addresses_from_its_proxy_alone() -> None:
     assert trusted == pinned
     proxy_address = ipaddress.ip_address(pinned[0])
     assert proxy_address in ipaddress.ip_network(subnet)
-    assert ipaddress.ip_network(dynamic).subnet_of(ipaddress.ip_network(subnet))
+    network, within = ipaddress.ip_network(subnet), ipaddress.ip_network(dynamic)
+    assert isinstance(network, ipaddress.IPv4Network) and isinstance(within, ipaddress.IPv4Network)
+    assert within.subnet_of(network)
     assert proxy_address not in ipaddress.ip_network(dynamic), "Docker could give it away"
     assert with_defaults(services["proxy"]["ports"]) == ["127.0.0.1:8000:8080"]
     assert proxy_env(services["proxy"])["CRASHDRILL_PROXY_UPSTREAM"] == "server:8000"

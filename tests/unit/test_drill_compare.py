@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from crashdrill.drill.compare import analyse
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.snapshot import Snapshot, modified_in_place, scan
 from crashdrill.drill.target import Segment, Target
 from crashdrill.drill.trace import LossParser, StepPoint
-from crashdrill.drill.verdicts import Evidence, FinalParams
+from crashdrill.drill.verdicts import Analysis, Evidence, FinalParams
 
 REF = [round(3.0 - 0.01 * s, 10) + 1e-11 * s for s in range(1, 41)]  # 17-digit losses
 CKPT: Snapshot = {"ckpt.json": (1, 100, 10)}
@@ -52,13 +53,13 @@ def _ref(text: str = "{!r}") -> Segment:
     return _seg(0, range(1, 41), text=text)
 
 
-def _analyse(crashed: list[Segment], ref: Segment | None = None, **kw: object):  # type: ignore[no-untyped-def]
+def _analyse(crashed: list[Segment], ref: Segment | None = None, **kw: Any) -> Analysis:
     plan = [KillPoint(s.last_step or 0) for s in crashed if s.killed]
-    ev = Evidence(FakeTarget(), ref or _ref(), CKPT, crashed, plan, **kw)  # type: ignore[arg-type]
+    ev = Evidence(FakeTarget(), ref or _ref(), CKPT, crashed, plan, **kw)
     return analyse(ev)
 
 
-def _codes(an) -> list[str]:  # type: ignore[no-untyped-def]
+def _codes(an: Analysis) -> list[str]:
     return [f.code for f in an.findings]
 
 

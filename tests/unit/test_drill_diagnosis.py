@@ -6,14 +6,17 @@ their final names says which trial it did not exercise."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from crashdrill.drill.checkpoint_evidence import CheckpointLook
 from crashdrill.drill.checkpoint_inspect import inventory
 from crashdrill.drill.compare import analyse
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.snapshot import Snapshot
-from crashdrill.drill.verdicts import Evidence
+from crashdrill.drill.target import Segment
+from crashdrill.drill.verdicts import Analysis, Evidence
 from crashdrill.drill.write_evidence import WriteObserver, incomplete_proof, looks_like_checkpoint
 from tests.unit.test_drill_compare import CKPT, REF, FakeTarget, _analyse, _codes, _ref, _seg
 
@@ -38,7 +41,7 @@ def test_a_restart_that_counts_from_1_again_from_loaded_weights_says_exactly_tha
     assert an.resumes[0].verdict == "steps restarted from 1" and an.exit_code == 1
 
 
-def _planned(segs: list, plan: list[KillPoint]):  # type: ignore[no-untyped-def,type-arg]
+def _planned(segs: list[Segment], plan: list[KillPoint]) -> Analysis:
     return analyse(Evidence(FakeTarget(), _ref(), CKPT, segs, plan))
 
 
@@ -114,7 +117,13 @@ def test_checkpoint_content_is_told_from_a_log_by_its_first_bytes(tmp_path: Path
     assert not looks_like_checkpoint(tmp_path / "log.json")  # JSON lines: a log
 
 
-def _watched(root: Path, steps: list) -> list[str]:  # type: ignore[type-arg]
+def fill(folder: Path, name: str) -> None:
+    """The folder made and one checkpoint-looking file written into it."""
+    folder.mkdir()
+    (folder / name).write_bytes(b"PK\x03\x04")
+
+
+def _watched(root: Path, steps: list[Callable[[], object]]) -> list[str]:
     watch = WriteObserver(root)
     now = time.monotonic()
     for i, step in enumerate([lambda: None, *steps]):
@@ -131,10 +140,7 @@ def test_a_dir_filled_in_under_its_final_name_is_seen_and_a_renamed_one_is_not(
     seen = _watched(
         hf,
         [
-            lambda: (
-                (hf / "checkpoint-8").mkdir()
-                or (hf / "checkpoint-8/model.pt").write_bytes(b"PK\x03\x04")
-            ),
+            lambda: fill(hf / "checkpoint-8", "model.pt"),
             lambda: (hf / "checkpoint-8/optimizer.pt").write_bytes(b"PK\x03\x04"),
         ],
     )
@@ -167,7 +173,7 @@ def test_a_checkpoint_rewritten_in_place_is_seen_and_a_growing_log_is_not(tmp_pa
     assert _watched(tmp_path, [step]) == ["model.pt grew or changed in place under its final name"]
 
 
-def _passed_with_writes_in_place(plan: list[KillPoint]):  # type: ignore[no-untyped-def]
+def _passed_with_writes_in_place(plan: list[KillPoint]) -> Analysis:
     ref = _ref()
     ref.writes_in_place = ["checkpoint-8/ was filled in under its final name"]
     segs = [_seg(0, range(1, 23), killed=True, before=CKPT), _seg(1, range(16, 41))]
@@ -189,7 +195,7 @@ def test_a_drill_that_passed_without_a_kill_inside_an_in_place_write_says_which_
     assert "rerun with another --seed, or with --kills 10" in an.findings[0].text
 
 
-def _look(tree: dict) -> CheckpointLook:  # type: ignore[type-arg]
+def _look(tree: dict[str, Any]) -> CheckpointLook:
     """A CheckpointLook whose inspect already ran on a checkpoint of this skeleton."""
     look = CheckpointLook(Path("/ckpt"))
     desc = {"path": "/ckpt", "format": "torch.save", "files": [{"name": "m.pt", "tree": tree}]}

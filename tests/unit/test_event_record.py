@@ -4,6 +4,7 @@ what its code in the registry does not say, naming what is allowed."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,7 +57,12 @@ def test_a_level_the_code_is_not_written_at_is_refused() -> None:
 
 
 def test_optional_fields_may_be_absent_and_nullable_ones_null() -> None:
-    base = {"at_step": 7, "resume_from": None, "lost_steps": 7, "crash_mode": "kill"}
+    base: dict[str, Any] = {
+        "at_step": 7,
+        "resume_from": None,
+        "lost_steps": 7,
+        "crash_mode": "kill",
+    }
     assert "save_step" not in event("crash", "Crash test.", **base)
     assert event("crash", "Crash test.", save_step=5, **base)["save_step"] == 5
     assert event("finished", "Finished.", steps=4, best_val=None)["best_val"] is None

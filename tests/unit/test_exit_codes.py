@@ -3,6 +3,7 @@ tell people what they mean (the README, `crashdrill run --help`) name every one.
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
@@ -34,9 +35,11 @@ def test_the_readme_names_every_exit_code():
     assert {int(n) for n in re.findall(r"\*\*(\d+)\*\*", paragraph)} == set(CODES.values())
 
 
-def test_crashdrill_run_help_names_every_code_the_trainer_exits_with():
+def test_crashdrill_run_help_names_every_code_the_trainer_exits_with() -> None:
     parser = build_parser(["run", "--help"])
     sub = next(a for a in parser._actions if a.dest == "command")
-    epilog = sub.choices["run"].epilog  # type: ignore[attr-defined]
+    assert isinstance(sub, argparse._SubParsersAction)
+    epilog = sub.choices["run"].epilog
+    assert epilog is not None
     said = {int(n) for n in re.findall(r"(?:^|; |: )(\d+) ", epilog)}
     assert said == {CODES[n] for n in RUN_CODES}

@@ -129,13 +129,13 @@ def trainer_status(client: TestClient, run_id: str, want: str) -> str:
     return status
 
 
-def settled_steps(client: TestClient, pair: str) -> list[int | None]:
+def settled_steps(client: TestClient, pair: str) -> list[int]:
     """The runs' steps once two reads 0.3 s apart agree (an ingest pass or two after the
     last record); a run that goes on training never settles and fails here."""
     deadline = time.monotonic() + 3
     last = None
     while True:
-        steps = [x["step"] for x in client.get(f"/api/pairs/{pair}").json()["runs"]]
+        steps = [x["step"] or 0 for x in client.get(f"/api/pairs/{pair}").json()["runs"]]
         if steps == last:
             return steps
         assert time.monotonic() < deadline, f"the held runs' steps kept moving: {last} → {steps}"

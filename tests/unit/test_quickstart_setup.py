@@ -42,13 +42,17 @@ def qs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, lis
             (vendor / f).write_text("x")
         return 0
 
+    def pip(*a: str, check: bool = True) -> int:
+        calls.append("pip " + " ".join(a))
+        return 0
+
     for name, value in {
         "ROOT": repo,
         "REQUIREMENTS": repo / "requirements",
         "VENDOR": vendor,
         "VENV": venv,
         "PY": venv / "bin" / "python",
-        "pip": lambda *a, check=True: calls.append("pip " + " ".join(a)) or 0,
+        "pip": pip,
         "install_torch": lambda: calls.append("torch"),
         "torch_installed": lambda: True,
         "torch_present": lambda: True,

@@ -5,6 +5,8 @@ from a run set to start over (lesson 1.12's B, issue #19 point 3)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from crashdrill.server.lessons.crash_effects import fresh_start_allowed
@@ -15,14 +17,14 @@ from crashdrill.workers.restart_events import moved_event, restart_event
 LEAD = "Crash test: killed the process with SIGKILL (no chance to save) at step 178"
 
 
-def event(**kw: object) -> dict[str, object]:
-    args: dict[str, object] = {"step": 178, "ckpt": None, "require": True, "fresh": False}
+def event(**kw: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {"step": 178, "ckpt": None, "require": True, "fresh": False}
     args.update(kw)
     return restart_event(
         LEAD,
         1,
-        args["step"],  # type: ignore[arg-type]
-        args["ckpt"],  # type: ignore[arg-type]
+        args["step"],
+        args["ckpt"],
         None,
         bool(args["require"]),
         code="crash",

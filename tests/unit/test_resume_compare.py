@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import pytest
 
@@ -144,9 +145,9 @@ def test_a_field_that_differs_is_named_with_its_first_step_and_size() -> None:
 
 
 def test_each_probe_and_the_sample_text_are_compared_on_their_own() -> None:
-    probe = {"kind": "probe", "probes": {"paris": 0.75, "water": 0.5}}
-    sample = {"kind": "sample", "prompt": "Water is", "text": "Water is wet"}
-    pairs = [
+    probe: dict[str, Any] = {"kind": "probe", "probes": {"paris": 0.75, "water": 0.5}}
+    sample: dict[str, Any] = {"kind": "sample", "prompt": "Water is", "text": "Water is wet"}
+    pairs: list[tuple[int, dict[str, Any], dict[str, Any]]] = [
         (20, probe, {**probe, "probes": {"paris": 0.75, "water": 0.625}}),
         (20, sample, {**sample, "text": "Water is dry"}),
     ]
@@ -176,7 +177,7 @@ def test_json_of_a_comparison_against_a_nan_is_finite_with_a_flag() -> None:
     assert same["max_abs_delta"] == 0.0 and same["infinite_delta"] is False
 
 
-def _ranked(step: int, losses: list[float]) -> dict[str, object]:
+def _ranked(step: int, losses: list[float]) -> dict[str, Any]:
     mean = sum(losses) / len(losses)
     return {
         "kind": "step",

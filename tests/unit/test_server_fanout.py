@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+from typing import Any
 
 from crashdrill.server.storage.store import state_rank
 from crashdrill.server.stream.fanout import LocalFanout, Message
@@ -15,7 +16,7 @@ def records(run: str, ids: range) -> Message:
     return Message("records", f"records:{run}", "append", items=items, run=run, last_id=ids[-1])
 
 
-def parse(frame: bytes) -> tuple[str, str | None, dict[str, object]]:
+def parse(frame: bytes) -> tuple[str, str | None, dict[str, Any]]:
     fields = dict(line.split(": ", 1) for line in frame.decode().strip().split("\n"))
     return fields["event"], fields.get("id"), json.loads(fields["data"])
 
@@ -28,7 +29,7 @@ def test_a_client_that_keeps_up_gets_every_record() -> None:
         for start in range(0, 30, 3):
             fan.publish("run:a", records("a", range(start, start + 3)))
             for frame in await sub.next(1.0):
-                got += [r["id"] for r in parse(frame)[2]["records"]]  # type: ignore[index]
+                got += [r["id"] for r in parse(frame)[2]["records"]]
         return got
 
     assert asyncio.run(main()) == list(range(30))
@@ -47,7 +48,7 @@ def test_a_slow_client_gets_latest_values_and_a_bounded_record_backlog() -> None
         by_event = {parse(f)[0]: parse(f) for f in frames}
         _, last_id, data = by_event["records"]
         assert data["gap"] is True and last_id == "99"
-        assert [r["id"] for r in data["records"]] == list(range(90, 100))  # type: ignore[index]
+        assert [r["id"] for r in data["records"]] == list(range(90, 100))
         assert by_event["run"][2] == {"step": 49}
         assert by_event["telemetry"][2] == {"n": 49}
         assert sub.dropped == 90

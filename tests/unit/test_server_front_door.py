@@ -252,6 +252,7 @@ def test_an_idle_connection_is_closed_by_the_client_before_the_server_closes_it(
     import httpx
 
     pool = httpx.AsyncHTTPTransport()._pool  # what a student's httpx client keeps
+    assert pool._keepalive_expiry is not None
     assert Settings().keep_alive_timeout_s > 2 * pool._keepalive_expiry
 
 
@@ -269,11 +270,11 @@ def test_a_request_sent_in_time_is_answered_when_the_lab_s_loop_was_late_to_read
     settings = Settings(data_dir=tmp_path, request_read_timeout_s=0.5)
     d = FrontDoor(ConnectionLimits.fit(settings, (1 << 20, 1 << 20)))
 
-    async def app(scope: dict, receive: object, send: object) -> None:  # type: ignore[type-arg]
+    async def app(scope: dict[str, Any], receive: object, send: Any) -> None:
         if scope["type"] != "http":
             return
-        await send({"type": "http.response.start", "status": 200, "headers": []})  # type: ignore[operator]
-        await send({"type": "http.response.body", "body": b"ok"})  # type: ignore[operator]
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

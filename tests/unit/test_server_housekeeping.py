@@ -99,7 +99,11 @@ def test_the_disk_budget_deletes_the_oldest_ended_runs_checkpoints_first(
         sampler_factory=FakeSampler,
     )
     try:
-        runs = [("old", "finished", 100.0), ("older", "failed", 50.0), ("new", "stopped", 300.0)]
+        runs: list[tuple[str, str, float | None]] = [
+            ("old", "finished", 100.0),
+            ("older", "failed", 50.0),
+            ("new", "stopped", 300.0),
+        ]
         runs += [("live", "running", None)]
         for run_id, state, ended in runs:
             run_dir = settings.runs_dir / run_id
@@ -114,8 +118,9 @@ def test_the_disk_budget_deletes_the_oldest_ended_runs_checkpoints_first(
         for run_id, kept in [("older", False), ("old", False), ("new", True), ("live", True)]:
             assert (settings.runs_dir / run_id / "ckpt").exists() is kept, run_id
             assert (settings.runs_dir / run_id / "records.jsonl").exists()
-        assert lab.store.run("old")["ckpt_deleted_at"] is not None
-        assert lab.store.run("new")["ckpt_deleted_at"] is None
+        old, new = lab.store.run("old"), lab.store.run("new")
+        assert old is not None and old["ckpt_deleted_at"] is not None
+        assert new is not None and new["ckpt_deleted_at"] is None
         assert lab.housekeeping.pass_once().over_budget == []  # within the budget now
     finally:
         lab.close()

@@ -38,7 +38,7 @@ def lab(settings: Settings, **changes: Any) -> FastAPI:
     return stand_in_app(settings, **changes)
 
 
-def start(client: TestClient, **kw: Any) -> Any:
+def start(client: TestClient | httpx.Client, **kw: Any) -> Any:
     return client.post("/api/pairs", json={"preset": "quick"}, **kw)
 
 

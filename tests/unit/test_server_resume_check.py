@@ -117,7 +117,7 @@ def test_a_nan_loss_on_one_side_gives_json_that_the_api_can_send() -> None:
     [check] = resume_checks(records, {1: 1})
     assert check.max_abs_delta == math.inf
     body = JSONResponse({"run": "r", "checks": [check.to_dict()]}).body  # the route's encoder
-    [sent] = json.loads(body)["checks"]
+    [sent] = json.loads(bytes(body))["checks"]
     assert sent["max_abs_delta"] is None and sent["infinite_delta"] is True
     assert sent["bit_identical"] is False and sent["first_divergent_step"] == 2
 

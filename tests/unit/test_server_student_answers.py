@@ -73,7 +73,7 @@ def test_a_nan_stored_before_ingest_made_it_null_is_served_as_null() -> None:
         "grad_norm": None,
         "text": "NaN",  # a string stays as it was
     }
-    row = {"id": "r1", "label": "A", "state": "failed", "stage": "failed"}
+    row: dict[str, Any] = {"id": "r1", "label": "A", "state": "failed", "stage": "failed"}
     row |= {"stage_progress": 1.0, "step": 9, "segment": 0, "crashes": 0, "message": None}
     row |= {"exit_code": 1, "latest_json": '{"step":' + old + "}"}
     pair = {"preset_json": '{"run": {"steps": 20}}'}

@@ -98,11 +98,12 @@ def test_a_students_wrong_value_is_refused_through_every_door_naming_field_value
 
 
 def test_the_lessons_as_shipped_and_a_students_values_in_range_start(student: TestClient) -> None:
-    for preset, overrides in [
+    cases: list[tuple[str, dict[str, Any]]] = [
         ("quick", {"steps": 120, "seed": 7}),
         ("lesson-1.13", {"steps": 400, "ckpt_every": 25}),
         ("lesson-1.7-fast", {"keep": 10, "lr": 0.001, "eval_batches": 8}),
-    ]:
+    ]
+    for preset, overrides in cases:
         r = pair(student, preset, overrides)
         assert r.status_code == 201, (preset, r.text)
         student.post(f"/api/runs/{r.json()['runs'][0]['id']}/stop")  # make room for the next

@@ -19,6 +19,7 @@ import struct
 import sys
 import time
 import warnings
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -51,7 +52,7 @@ done = [
 if done:
     path = os.path.join(ROOT, max(done, key=lambda d: int(d[5:])))
     model_sd, optim_sd = get_state_dict(ddp, opt)
-    state = {"model": model_sd, "step": 0}
+    state: dict[str, Any] = {"model": model_sd, "step": 0}
     if FLAW != "model":
         state["optim"] = optim_sd
     dcp.load(state, checkpoint_id=path)

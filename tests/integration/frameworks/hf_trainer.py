@@ -55,7 +55,7 @@ class Net(torch.nn.Module):
 
 
 class PrintingTrainer(Trainer):
-    def compute_loss(self, model, inputs, return_outputs=False, **kw):  # type: ignore[no-untyped-def]
+    def compute_loss(self, model, inputs, return_outputs=False, **kw):
         loss = super().compute_loss(model, inputs, return_outputs, **kw)
         value = (loss[0] if return_outputs else loss).detach().float()
         bits = struct.unpack("<I", struct.pack("<f", value.item()))[0]

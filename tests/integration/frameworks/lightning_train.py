@@ -41,7 +41,7 @@ class EpochSampler(torch.utils.data.Sampler):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self):
         g = torch.Generator().manual_seed(1000 + self.epoch)
         return iter(torch.randperm(self.n, generator=g).tolist())
 
@@ -54,7 +54,7 @@ class Regression(L.LightningModule):
         super().__init__()
         self.net = torch.nn.Linear(8, 1)
 
-    def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
+    def training_step(self, batch, batch_idx):
         x, y = batch
         loss = torch.nn.functional.mse_loss(self.net(x).squeeze(-1), y)
         value = loss.detach().float().item()
@@ -64,7 +64,7 @@ class Regression(L.LightningModule):
         time.sleep(STEP_SECONDS)
         return loss
 
-    def configure_optimizers(self):  # type: ignore[no-untyped-def]
+    def configure_optimizers(self):
         opt = torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
         return [opt], [torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)]
 

@@ -113,14 +113,14 @@ def main() -> None:
                 test_loss = loss_on(test)
                 events.scalar("test/loss", step, test_loss)
                 os.makedirs(os.path.join(args.out, "samples"), exist_ok=True)
-                with open(os.path.join(args.out, "samples", f"step-{step}.txt"), "w") as f:
-                    f.write(f"w={w} b={b}\n")
+                with open(os.path.join(args.out, "samples", f"step-{step}.txt"), "w") as sample:
+                    sample.write(f"w={w} b={b}\n")
                 if test_loss < best:  # saved only when it improves, over the one copy
                     best = test_loss
                     state = {"w": w, "b": b} if args.weights_only else {}
                     state = state or {"w": w, "b": b, "step": step, "best": best}
-                    with open(ckpt, "wb") as f:
-                        pickle.dump(state, f, protocol=4)
+                    with open(ckpt, "wb") as out:
+                        pickle.dump(state, out, protocol=4)
             time.sleep(STEP_SECONDS)
 
 
