@@ -355,7 +355,10 @@ class _Guard:
             return
         headers_in = self.cycle is not None and self.cycle is not self._cycle_at_start
         if not self._got_bytes:
-            self._close(None, "closed: sent nothing within request_read_timeout_s")
+            # Answered all the same: a client that was late (a starved machine) reads why
+            # instead of "disconnected without a response"; a browser retries a 408 that
+            # meets an unused socket it had opened ahead.
+            self._close(TOO_SLOW, "closed: sent nothing within request_read_timeout_s")
         elif headers_in:  # the app is waiting for the body: it gets http.disconnect
             self._close(None, "closed: body not in within request_read_timeout_s")
         else:

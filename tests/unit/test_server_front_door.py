@@ -5,6 +5,7 @@ tests/integration/test_front_door.py)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import subprocess
@@ -175,6 +176,13 @@ def test_uvicorn_takes_the_door_s_options_and_serves_with_its_guarded_protocol(
 def guarded(tmp_path: Path) -> Iterator[int]:
     """A port on 127.0.0.1 where uvicorn serves, through the door and the lab's browser
     guard (the Host check), an app that answers every request it gets with 200."""
+    with serve_guarded(tmp_path) as port:
+        yield port
+
+
+@contextlib.contextmanager
+def serve_guarded(tmp_path: Path, **settings_changes: Any) -> Iterator[int]:
+    """The `guarded` server, with these settings changed."""
     from crashdrill.server.door.browser_guard import BrowserGuardMiddleware
 
     async def ok(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -184,7 +192,7 @@ def guarded(tmp_path: Path) -> Iterator[int]:
         await send({"type": "http.response.body", "body": b"ok"})
 
     port = free_port()
-    settings = Settings(data_dir=tmp_path, port=port)
+    settings = Settings(data_dir=tmp_path, port=port, **settings_changes)
     d = FrontDoor(ConnectionLimits.fit(settings, (1 << 20, 1 << 20)))
     app = BrowserGuardMiddleware(ok, settings=settings)  # type: ignore[arg-type]
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
@@ -243,6 +251,23 @@ def test_an_http_1_1_request_without_host_is_400_and_an_http_1_0_one_passes(guar
     assert answer(guarded, b"GET / HTTP/1.1\r\n\r\n") == b"HTTP/1.1 400 Bad Request"
     assert answer(guarded, b"GET / HTTP/1.0\r\n\r\n") == b"HTTP/1.1 200 OK"
     assert answer(guarded, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n") == b"HTTP/1.1 200 OK"
+
+
+def test_a_connection_that_sends_nothing_in_time_is_answered_408_before_it_is_closed(
+    tmp_path: Path,
+) -> None:
+    """A student whose client was late (a starved machine) must read why, not "Server
+    disconnected without sending a response" (issue 38: a connection is never dropped
+    without an answer)."""
+    with (
+        serve_guarded(tmp_path, request_read_timeout_s=0.5) as port,
+        socket.create_connection(("127.0.0.1", port), timeout=10) as s,
+    ):
+        got = b""
+        while chunk := s.recv(4096):
+            got += chunk
+    assert got.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), got
+    assert b"did not arrive in time" in got
 
 
 def test_an_idle_connection_is_closed_by_the_client_before_the_server_closes_it() -> None:
