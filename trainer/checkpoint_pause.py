@@ -1,13 +1,19 @@
 """The checkpoint-pause hook: hold a checkpoint's write open so that a SIGKILL lands inside
 it. One home for its three parts, which cross a process boundary: the environment variable
 that asks for it, its `STEP:SECONDS` format, and the stderr line the trainer prints when
-the pause begins.
+the pause begins. And its opposite, for a hold (workers/hold.py): the lines a trainer
+started with ANNOUNCE_ENV=1 prints as each checkpoint write begins and ends, so that the
+supervisor never stops it inside one.
 
     env = {ENV: format_pause([100, 200], 1.0)}   # "100:1,200:1", for the trainer's start
     parse_pause("100:1,200:0.5")                 # {100: 1.0, 200: 0.5}, or PauseError
     pauses_from_env(os.environ)                  # the same, read from ENV ({} when unset)
     print(paused_line(100), file=sys.stderr)     # what the trainer prints as it pauses
     paused_step(line)                            # 100 for that line, else None
+    env = {ANNOUNCE_ENV: "1"}                    # the lab's trainers say their writes:
+    print(writing_line(100), file=sys.stderr)    # as the write of step 100 begins …
+    print(written_line(100), file=sys.stderr)    # … and once it has ended (or failed)
+    write_open(stderr_text)                      # 100 while that write is open, else None
 
 The value is `STEP:SECONDS[,STEP:SECONDS…]`: the checkpoint of optimizer step STEP (a
 whole number ≥ 0) is held open SECONDS (a number ≥ 0) after its payload files exist in its
@@ -27,7 +33,13 @@ import re
 from collections.abc import Iterable, Mapping
 
 ENV = "CRASHDRILL_CKPT_PAUSE"
+ANNOUNCE_ENV = "CRASHDRILL_CKPT_ANNOUNCE"  # "1": say each write's begin and end on stderr
 _SAID = "crashdrill: paused inside checkpoint write at step "  # and the step's number
+_WRITING = "crashdrill: checkpoint write begins at step "
+_WRITTEN = "crashdrill: checkpoint write ends at step "
+_WRITE_LINE = re.compile(
+    "(" + re.escape(_WRITING) + "|" + re.escape(_WRITTEN) + r")(\d+)\r?$", re.MULTILINE
+)
 # The line ends after the step's digits. In a byte stream only a line with its newline
 # counts: one cut short by a read ("…at step 15" of "…at step 150") would name the wrong step.
 _PAUSED = re.escape(_SAID) + r"(\d+)"
@@ -99,3 +111,35 @@ def paused_step(text: str | bytes) -> int | None:
         return int(found.group(1)) if found else None
     match = _PAUSED_TEXT.search(text)
     return int(match.group(1)) if match else None
+
+
+def announces(environ: Mapping[str, str]) -> bool:
+    """Whether a trainer with `environ` says each checkpoint write's begin and end."""
+    return environ.get(ANNOUNCE_ENV, "") == "1"
+
+
+def writing_line(step: int) -> str:
+    """The stderr line an announcing trainer prints as the write of step `step` begins."""
+    return f"{_WRITING}{step}"
+
+
+def written_line(step: int) -> str:
+    """… and once that write has ended, complete or failed."""
+    return f"{_WRITTEN}{step}"
+
+
+def write_open(text: str | bytes) -> int | None:
+    """The step of a checkpoint write that `text` (the end of an announcing trainer's
+    stderr) says began and has not ended yet, else None. Only whole lines count."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    if not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]  # a last line without its newline yet
+    begun: set[int] = set()
+    for match in _WRITE_LINE.finditer(text):
+        step = int(match.group(2))
+        if match.group(1) == _WRITING:
+            begun.add(step)
+        else:
+            begun.discard(step)
+    return max(begun) if begun else None

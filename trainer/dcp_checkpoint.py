@@ -47,7 +47,13 @@ from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
 from crashdrill.trainer import checkpoint_layout as layout
-from crashdrill.trainer.checkpoint_pause import paused_line, pauses_from_env
+from crashdrill.trainer.checkpoint_pause import (
+    announces,
+    paused_line,
+    pauses_from_env,
+    writing_line,
+    written_line,
+)
 from crashdrill.trainer.file_primitives import fsync_dir, sha256_of
 from crashdrill.trainer.ranks import RankGroup
 from crashdrill.trainer.train_state import CheckpointMismatch
@@ -105,7 +111,22 @@ def _rank_files(entries: dict[str, Any], world: int) -> dict[str, list[str]]:
 def save_group(
     root: Path, keep: int, group: RankGroup, step: int, state: dict[str, Any], meta: dict
 ) -> GroupSave:
-    """Write the checkpoint of `step` from every rank (a collective: call it on all)."""
+    """Write the checkpoint of `step` from every rank (a collective: call it on all). The
+    leader of a lab's trainer says the write's begin and end (trainer/checkpoint_pause.py):
+    from before any rank writes until after the last barrier."""
+    say = group.leader and announces(os.environ)
+    if say:
+        print(writing_line(step), file=sys.stderr, flush=True)
+    try:
+        return _save_group(root, keep, group, step, state, meta)
+    finally:
+        if say:
+            print(written_line(step), file=sys.stderr, flush=True)
+
+
+def _save_group(
+    root: Path, keep: int, group: RankGroup, step: int, state: dict[str, Any], meta: dict
+) -> GroupSave:
     t0 = time.perf_counter()
     work, final = root / layout.temp_dir_name(step), root / layout.step_dir_name(step)
     if group.leader:

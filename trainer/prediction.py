@@ -11,8 +11,11 @@ measures the outcomes (server/lessons/predictions.py), the page renders from `to
 
 When it is asked (`ask_when`, from the lesson's crash): a lesson whose crash comes by
 itself (a session wall, `[crash] wall_step`) asks before Start, since nobody presses
-anything before it lands; every other lesson asks when Crash test is first pressed, and
-the lab holds both runs at a step boundary while the form is open (server/run_control.py).
+anything before it lands; every other lesson shows the question from Start and asks for
+it at the first Crash test. The lab holds both runs while the student answers (from the
+first answer typed, or the Crash test): each trainer is stopped where it is, between two
+instructions of a step, never inside a checkpoint write (server/run_control.py,
+workers/hold.py).
 
 One rule decides whether an answer was right (`answer_right`, said in words by
 `RULE_TEXT`): a choice must be the one that happened; a number of steps counts within

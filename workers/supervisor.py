@@ -17,7 +17,8 @@ the executor.)
     sup.start()          # trainer in its own session; stdout/stderr go to files in run_dir
     sup.crash()          # a crash test: SIGKILL, then a restart with --require-checkpoint
     sup.preempt(30)      # SIGTERM, SIGKILL after 30 s unless it stopped; then a resume
-    sup.hold(60)         # stop the trainer where it is (a student answering), ≤ 60 s
+    sup.hold(60)         # stop the trainer where it is (a student answering), ≤ 60 s,
+                         # never inside a checkpoint write (workers/hold.py)
     sup.release()        # let it go on (a crash test, preemption or stop releases too)
     sup.stop("its owner")
 
@@ -38,10 +39,11 @@ verified checkpoint from the mirror. A trainer whose machine
 vanishes (`lost_host`) is restarted elsewhere the same way, unasked.
 A preemption (`preempt(grace_s)`) is the announced death of spot VMs and SLURM: SIGTERM,
 then SIGKILL when the grace runs out. A trainer that stops gracefully (exit 75: a complete
-checkpoint of its last step) is restarted as a resume whose event says the stop cost 0
-steps; so is one that stopped itself (its time budget) or was SIGTERMed by its machine;
-one that died on the SIGTERM or was SIGKILLed after the grace resumes from its newest
-complete checkpoint, and the event counts the steps lost (workers/graceful_stop.py).
+checkpoint of its last step) is restarted as a resume whose event says the stop lost
+nothing (it saved the step it stopped at); so is one that stopped itself (its time
+budget) or was SIGTERMed by its machine; one that died on the SIGTERM or was SIGKILLed
+after the grace resumes from its newest complete checkpoint, and the event counts the
+steps lost (workers/graceful_stop.py).
 Exit 0 is finished; exit 4 (trainer/divergence.py) is a run that diverged: its loss
 or gradient turned NaN or infinite, and it is not restarted (it would diverge again, bit
 for bit). Every other death marks the run failed: the event says how it ended, and the
@@ -71,7 +73,7 @@ from typing import Any
 
 import psutil
 
-from crashdrill.trainer.checkpoint_pause import paused_step
+from crashdrill.trainer.checkpoint_pause import ANNOUNCE_ENV, paused_step, write_open
 from crashdrill.trainer.crash_modes import DEFAULT as DEFAULT_CRASH_MODE
 from crashdrill.trainer.crash_modes import HOST_LOSS, mode_named
 from crashdrill.trainer.divergence import STAGE as DIVERGED
@@ -146,7 +148,7 @@ class Supervisor:
         self._detached = False
         self._unrequested_kills = 0
         self._stderr_since = 0
-        self._hold = Hold(launch.run_dir.name)  # workers/hold.py
+        self._hold = Hold(launch.run_dir.name, self._write_open)  # workers/hold.py
 
     # ---- starting -------------------------------------------------------------------
 
@@ -253,6 +255,15 @@ class Supervisor:
     @property
     def held(self) -> bool:
         return self._hold.held
+
+    def _write_open(self) -> int | None:
+        """The step of the checkpoint write the trainer is inside now (it says so on
+        stderr, trainer/checkpoint_pause.py), else None."""
+        try:
+            since = max(self._stderr_since, self._stderr_size() - 65536)
+            return write_open(self.files.stderr_since(since))
+        except Exception:  # its host going away: the watcher hears of it
+            return None
 
     def _kill_inside_save(self, proc: Trainer, since: int) -> None:
         """Wait for the trainer to announce a paused checkpoint write, then SIGKILL it."""
@@ -527,7 +538,7 @@ class Supervisor:
         self.run_dir.path.mkdir(parents=True, exist_ok=True)
         env = trainer_environment(
             os.environ,
-            self.launch.env,
+            {**self.launch.env, ANNOUNCE_ENV: "1"},  # its writes said: a hold avoids them
             passes=self.launch.env_pass,
             gcs=writes_gcs_mirror(self.launch.command),
         )

@@ -19,6 +19,9 @@ stopped_gracefully event): _GRACEFUL=1 stops so on SIGTERM, its save taking _SAV
 _STOP_AT (a step at which segment 0 stops itself, as a time budget does; every segment
 with _STOP_ALWAYS=1). _CHILD=1 starts a helper in a session of its own, as torchrun's
 ranks do (its pid in a `standin_child` event), that a kill of the tree must take too.
+_WRITE_S (0): how long each checkpoint write takes; started with the lab's
+CRASHDRILL_CKPT_ANNOUNCE=1 it says each write's begin and end on stderr as the real trainer
+does (trainer/checkpoint_pause.py), so that a hold can be seen to avoid them.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from crashdrill.trainer.checkpoint_pause import announces, writing_line, written_line
 from crashdrill.trainer.start_line import FRESH_LINE, refused_line, resumed_line
 
 
@@ -177,9 +181,15 @@ def main(argv: list[str] | None = None) -> int:
         rec.write("step", step=step, loss=loss, loss_bits=bits, lr=1e-3, tokens=step * 64)
         time.sleep(step_s)
         if step % every == 0:
+            say = announces(os.environ)
+            if say:
+                print(writing_line(step), file=sys.stderr, flush=True)
+            time.sleep(_env("WRITE_S", 0))
             d = ckpt / f"step-{step:08d}"
             d.mkdir(parents=True, exist_ok=True)
             (d / "MANIFEST.json").write_text(json.dumps({"step": step}))
+            if say:
+                print(written_line(step), file=sys.stderr, flush=True)
             rec.write("ckpt", step=step, bytes=1, seconds=0.0, path=str(d))
             rec.write(
                 "event",

@@ -116,6 +116,26 @@ def test_pause_hook_holds_the_writer_inside_the_write_of_the_steps_it_names(
     assert paused == [7]  # step 8's write did not pause
 
 
+def test_an_announcing_writer_says_each_write_s_begin_and_end_and_a_silent_one_nothing(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv(checkpoint_pause.ANNOUNCE_ENV, "1")
+    monkeypatch.setenv(checkpoint_pause.ENV, "8:0.01")
+    _save(tmp_path / "said", [7, 8])
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        checkpoint_pause.writing_line(7),
+        checkpoint_pause.written_line(7),
+        checkpoint_pause.writing_line(8),
+        checkpoint_pause.paused_line(8),  # the pause is inside the write it holds open
+        checkpoint_pause.written_line(8),
+    ]
+    monkeypatch.delenv(checkpoint_pause.ANNOUNCE_ENV)
+    monkeypatch.delenv(checkpoint_pause.ENV)
+    _save(tmp_path / "silent", [7])
+    assert capsys.readouterr().err == ""
+
+
 def test_a_malformed_pause_is_refused_when_the_writer_is_made(tmp_path, monkeypatch):
     monkeypatch.setenv(checkpoint_pause.ENV, "seven:1")
     with pytest.raises(checkpoint_pause.PauseError, match=r"'seven:1'.*STEP:SECONDS"):

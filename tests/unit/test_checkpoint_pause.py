@@ -13,6 +13,9 @@ from crashdrill.trainer.checkpoint_pause import (
     paused_line,
     paused_step,
     pauses_from_env,
+    write_open,
+    writing_line,
+    written_line,
 )
 
 
@@ -67,3 +70,15 @@ def test_paused_step_reads_the_line_the_trainer_prints_and_only_whole_lines():
     assert paused_step(f"x\n{paused_line(150)}".encode()[:-1]) is None
     assert paused_step(f"x\n{paused_line(150)}".encode()) is None  # no newline yet
     assert paused_step(f"x\n{paused_line(150)}\r\n".encode()) == 150
+
+
+def test_write_open_names_the_write_begun_and_not_ended_and_only_whole_lines():
+    assert write_open("") is None
+    assert write_open(f"{writing_line(100)}\n") == 100
+    assert write_open(f"{writing_line(100)}\nnoise\n{written_line(100)}\n") is None
+    stream = f"{writing_line(50)}\n{written_line(50)}\n{writing_line(100)}\n".encode()
+    assert write_open(stream) == 100
+    assert write_open(f"[rank0]: {writing_line(7)}\n") == 7  # a launcher's prefix
+    # A line not finished yet does not count: "…begins at step 10" of "…at step 100".
+    assert write_open(f"{writing_line(100)}".encode()[:-1]) is None
+    assert write_open(f"{writing_line(100)}\n{written_line(100)}") == 100  # end not whole yet
