@@ -273,7 +273,8 @@ def table(result: DrillResult) -> str:
             where = f"a SIGTERM, the process ended at step {k['step']}"
         if k["landed"]:
             took = f", {k['processes']} processes" if (k["processes"] or 1) > 1 else ""
-            tested = f": {_KIND_TEXT[k['kind']]}" if k["kind"] in TRIAL_KINDS else ""
+            after = [r for r in an.resumes if r.kill == k["index"]]  # its resume, if any
+            tested = f": {_group_text(k['kind'], after)}" if k["kind"] in TRIAL_KINDS else ""
             lines.append(f"  kill {k['index']:<6} {where} (t {k['t']:.2f} s{took}){tested}")
         else:
             lines.append(f"  kill {k['index']:<6} planned {k['planned_step']}: never landed")

@@ -137,6 +137,28 @@ def test_table_names_each_resume_and_the_verdict() -> None:
     assert "--seed 7 replays this plan" in text and "depends on timing" in text
 
 
+def test_the_table_says_what_compared_counts_under_the_resumes() -> None:
+    lines = report.table(_result()).splitlines()
+    head = next(i for i, line in enumerate(lines) if line.strip().startswith("resume "))
+    legend = next(i for i, line in enumerate(lines) if line.strip() == report.COMPARED)
+    assert head < legend, "the legend follows the resumes' rows"
+    assert "compared" in lines[head] and "the recomputed ones" in report.COMPARED
+
+
+def test_a_kill_before_the_first_checkpoint_resumed_from_step_0_says_so_on_each_line() -> None:
+    res = _result()
+    first = res.analysis.resumes[0]
+    assert first.trial == "before-first-checkpoint" and first.kill == 1
+    first.from_step = 0  # a step-0 checkpoint, written at the start
+    text = report.table(res)
+    said = (
+        "a kill before the first checkpoint after the start (it resumes from the step-0 checkpoint)"
+    )
+    kill_line = next(line for line in text.splitlines() if line.strip().startswith("kill 1 "))
+    assert kill_line.endswith(said), kill_line
+    assert f"trials: {said}: resume(s) 1" in text
+
+
 def test_the_report_lists_the_files_it_took_as_checkpoints_and_those_it_ignored(
     tmp_path: Path,
 ) -> None:
