@@ -1,6 +1,7 @@
 """A prediction fits the run (issue 37 §1), in a real Chromium with the real trainer: the
 first Crash test holds both runs while the question is open (the cards say held, no step
-is trained, the kill lands at the held step); a lesson whose crash comes by itself (a
+is trained, the kill lands at the held step), and so does the first answer typed before
+it; a lesson whose crash comes by itself (a
 session wall) asks before Start; the answer waits for the outcome, or says plainly there
 was none when the runs finished uncrashed, and the class view agrees; and a number is
 judged by one rule, said beside the verdict on the student's page and the class view."""
@@ -125,7 +126,14 @@ def test_runs_that_finish_uncrashed_say_there_is_no_outcome_and_the_class_view_a
     page.goto(lab.url + "/lesson/browser-predict?steps=150")  # a short lesson, to its end
     page.locator("#start:not([disabled])").click()
     page.locator("#predict .predict-form").wait_for()
+    note = page.locator("#predict .predict-why")
+    assert "the runs train on until you type your first answer" in note.inner_text()
+    wait_step(page, "A", 5)
     page.locator("#predict input[name=A]").fill("25")
+    # The first answer typed holds the training runs, and the note says so and until when.
+    page.locator(".run-A .badge.state-held").wait_for()
+    note.filter(has_text="held where").wait_for()
+    assert "until" in note.inner_text()
     page.locator("#predict input[name=B]").fill("100")
     page.locator("#predict .predict-submit").click()
     page.wait_for_function(

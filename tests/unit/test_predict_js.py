@@ -56,3 +56,14 @@ def test_a_run_that_ended_without_a_crash_test_says_there_is_nothing_to_compare(
         "none",
     ]
     assert page("resultText", q, {"status": "waiting"}, None)[0] == "waiting for a crash test…"
+
+
+def test_the_hold_note_names_the_runs_really_held_and_when_it_ends() -> None:
+    both = page("holdText", ["A", "B"], "12:03:45", True)
+    assert both.startswith("Both runs are held where they are") and "until 12:03:45" in both
+    assert "your crash test is sent as soon as you answer" in both
+    one = page("holdText", ["A"], "12:03:45", False)
+    assert one.startswith("Run A is held where it is") and "Both" not in one
+    assert "save or skip to let them go on" in one
+    none = page("holdText", [], "12:03:45", False)
+    assert "none is held" in none and "held where" not in none

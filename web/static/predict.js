@@ -1,10 +1,14 @@
 // "Your prediction" (issues #23, #37): the lesson asks its one question (the preset's
 // [predict], trainer/prediction.py) when the student has time to think. A lesson whose
 // crash comes by itself (predict.ask "start": a session wall) asks before Start and the
-// answer goes with the new pair; every other lesson asks at the first Crash test, and both
-// runs are held where they are while the form is open (POST /api/pairs/{pair}/hold, the
-// cards say "held"). The answer is stored with the pair (POST /api/pairs/{pair}/prediction)
-// and shown beside what the server measured and judged by the lesson's one rule (the
+// answer goes with the new pair; every other lesson shows the question from Start and asks
+// for it at the first Crash test. The training runs are held where they are (never inside
+// a checkpoint write, workers/hold.py) from the student's first answer typed or their Crash
+// test until they save or skip (POST /api/pairs/{pair}/hold, the cards say "held"); the
+// note says which runs are held and until when, an answer typed holds them longer, and
+// a hold that runs out with a whole answer typed saves it: an answer written before the
+// outcome is never lost to runs that then finished. The answer is stored with the pair
+// (POST /api/pairs/{pair}/prediction) and shown beside what the server measured and judged by the lesson's one rule (the
 // prediction view's `results` and `rule`), or with why there is nothing to compare.
 //
 //   const panel = new PredictionPanel(root, api);
@@ -17,6 +21,24 @@ import * as f from "./format.js";
 import { TERMINAL } from "./run_states.js";
 
 const REFRESH_MS = 2000; // how often the page may ask the server for the outcome
+const RENEW_MS = 15000; // an answer typed renews the hold at most this often
+const RETRY_MS = 2000; // and asks again at most this often while no run could be held
+
+/** What the note says of a hold: which runs are held (`held`, labels), until when, and
+ * what sends or ends it (`pending`: a crash test waits for the answer). */
+export function holdText(held, untilText, pending) {
+  const then = pending ? "your crash test is sent as soon as you answer (or skip)" : "save or skip to let them go on";
+  if (held.length === 0) {
+    return pending ? "Predict first: no run is training now, so none is held; your crash test is sent as soon as you answer (or skip)."
+      : "No run is training now, so none is held while you answer.";
+  }
+  const who = held.length > 1 ? "Both runs are held where they are" : `Run ${held[0]} is held where it is (the other is not training now)`;
+  return `${who} (nothing trains) while you think, until ${untilText}; each answer you type holds them longer, and ${then}.`;
+}
+
+function clock(ms) {
+  return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+}
 
 function el(tag, cls, text) {
   const e = document.createElement(tag);
@@ -47,6 +69,17 @@ export function resultText(predict, result, run) {
   return [crashed ? "waiting for its first restart…" : "waiting for a crash test…", "", "waiting"];
 }
 
+/** The form's answers ({A: 40, B: 150}); null when one is still empty (unless `all`). */
+function readAnswers(form, q, all = false) {
+  const answers = {};
+  for (const run of q.runs) {
+    const v = form.elements[run].value.trim();
+    if (v === "" && !all) return null;
+    answers[run] = q.kind === "choice" ? v : Number(v);
+  }
+  return answers;
+}
+
 export class PredictionPanel {
   constructor(root, api) {
     this.root = root;
@@ -56,7 +89,10 @@ export class PredictionPanel {
     this.fetching = false;
     this.refreshedAt = -Infinity;
     this.timer = null;
-    this.holding = false; // both runs held while the question is open (ask)
+    this.holding = false; // runs held while the question is open (holdRuns)
+    this.heldAt = -Infinity; // when a hold was last asked for (performance.now())
+    this.holdAsked = null; // the hold request on its way
+    this.expiry = null; // the timer of the hold running out
     this.onHeld = null; // called once the hold is in (the page fetches the runs' views)
   }
 
@@ -114,25 +150,63 @@ export class PredictionPanel {
     this.root.hidden = true;
   }
 
-  /** Open the question for `then` (the crash test pressed), holding both runs where they
-   * are while it is open: `then` is sent once answered or skipped, then the hold ends. */
+  /** Open the question for `then` (the crash test pressed), holding the training runs
+   * where they are while it is open: `then` is sent once answered or skipped, then the
+   * hold ends. */
   async ask(pair, then) {
     this.pending = then;
     this.root.dataset.asking = "true";
     const why = this.root.querySelector(".predict-why");
-    why.textContent = "Predict first: holding both runs…";
+    why.textContent = "Predict first: holding the runs…";
     this.root.scrollIntoView({ block: "center", behavior: "instant" });
     this.root.querySelector("input, select, button")?.focus();
-    try {
-      const held = await this.api.hold(pair.id, true);
+    await this.holdRuns(pair, why);
+  }
+
+  /** Hold the pair's training runs (or hold them longer) while its owner answers; the
+   * note says which are held and until when, or why none is. */
+  async holdRuns(pair, note) {
+    if (this.holdAsked) return this.holdAsked;
+    this.heldAt = performance.now();
+    this.holdAsked = this.api.hold(pair.id, true).then((held) => {
       this.holding = held.held.length > 0;
-      why.textContent = held.held.length
-        ? `Both runs are held where they are (nothing trains) while you think, up to ${Math.round(held.hold_s)} s: your crash test is sent as soon as you answer (or skip).`
-        : "Predict first: your crash test is sent as soon as you answer (or skip).";
+      clearTimeout(this.expiry);
+      const ms = held.hold_s * 1000;
+      if (this.holding) this.expiry = setTimeout(() => this.holdRanOut(pair), ms);
+      note.textContent = holdText(held.held, clock(Date.now() + ms), Boolean(this.pending));
       this.onHeld?.();
-    } catch (e) {
-      why.textContent = `Predict first (the runs could not be held: ${e.message}); your crash test is sent as soon as you answer.`;
+    }).catch((e) => {
+      note.textContent = `The runs could not be held (${e.message}): they train on while you answer${this.pending ? "; your crash test is sent as soon as you answer" : ""}.`;
+    }).finally(() => {
+      this.holdAsked = null;
+    });
+    return this.holdAsked;
+  }
+
+  /** An answer typed: the runs are held from the first one, and held longer as the
+   * student goes on (at most every RENEW_MS). */
+  typed(pair, note) {
+    if (this.root.dataset.state !== "ask" || this.root.dataset.asking === "start") return;
+    if (performance.now() - this.heldAt < (this.holding ? RENEW_MS : RETRY_MS)) return;
+    this.holdRuns(pair, note);
+  }
+
+  /** The server let the runs go (the hold's time ran out with no answer typed for that
+   * long): a whole answer typed is saved as it stands, since it was written before the
+   * outcome; else the note says the runs train on. */
+  holdRanOut(pair) {
+    this.holding = false;
+    const form = this.root.querySelector(".predict-form");
+    if (this.root.dataset.state !== "ask" || !form) return;
+    const note = form.querySelector(".predict-why");
+    const answers = readAnswers(form, this.question(pair));
+    if (answers && form.checkValidity()) {
+      this.pending = null; // the crash test waits for a press of its own
+      this.send(pair, { answers }, note);
+      return;
     }
+    note.textContent = `The hold ran out at ${clock(Date.now())}: the runs train on. Type an answer to hold them again.`;
+    this.onHeld?.();
   }
 
   show(pair) {
@@ -154,10 +228,11 @@ export class PredictionPanel {
     this.root.querySelector(".predict-question").textContent = q.question;
     const body = this.root.querySelector(".predict-body");
     if (state === "ask") {
-      const form = this.form(q, pair.view.preset?.run?.steps, (body, note) => this.send(pair, body, note));
+      const form = this.form(q, pair.view.preset?.run?.steps, (body, note) => this.send(pair, body, note),
+        (note) => this.typed(pair, note));
       if (!this.pending) {
         form.querySelector(".predict-why").textContent = q.ask === "start" ? ""
-          : "Answer now, or when you press Crash test: both runs are held while the question is open.";
+          : "Answer now, or when you press Crash test: the runs train on until you type your first answer, then they are held where they are until you save.";
       }
       body.replaceChildren(form);
     } else if (state === "skipped") body.replaceChildren(el("p", "muted", "You skipped the prediction for this lesson."));
@@ -165,8 +240,9 @@ export class PredictionPanel {
     else body.replaceChildren(this.result(q, view, pair));
   }
 
-  /** The question's form; `onAnswer(body, note)` gets {answers} or {skip: true}. */
-  form(q, steps, onAnswer) {
+  /** The question's form; `onAnswer(body, note)` gets {answers} or {skip: true}, and
+   * `onInput(note)` (if given) hears each answer typed. */
+  form(q, steps, onAnswer, onInput) {
     const form = el("form", "predict-form");
     form.setAttribute("aria-label", "Your prediction");
     for (const run of q.runs) {
@@ -196,13 +272,9 @@ export class PredictionPanel {
     form.append(submit, skip, note);
     form.addEventListener("submit", (ev) => {
       ev.preventDefault();
-      const answers = {};
-      for (const run of q.runs) {
-        const v = form.elements[run].value.trim();
-        answers[run] = q.kind === "choice" ? v : Number(v);
-      }
-      onAnswer({ answers }, note);
+      onAnswer({ answers: readAnswers(form, q, true) }, note);
     });
+    if (onInput) form.addEventListener("input", () => onInput(note));
     skip.addEventListener("click", () => onAnswer({ skip: true }, note));
     if (q.kind === "number" && q.rule) form.append(el("p", "predict-rule muted", `How it is judged: ${q.rule}.`));
     return form;
@@ -223,6 +295,7 @@ export class PredictionPanel {
     try {
       if (then) await then(); // the crash test lands on the held run, at the step it was held
     } finally {
+      clearTimeout(this.expiry);
       if (this.holding) {
         this.holding = false;
         await this.api.hold(pair.id, false).catch(() => {}); // its time runs out otherwise
