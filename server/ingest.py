@@ -20,7 +20,6 @@ from typing import Any
 from crashdrill.server.run_paths import RunPaths
 from crashdrill.server.storage.db import Row
 from crashdrill.server.storage.store import NewRecord, Store
-from crashdrill.trainer.divergence import STAGE as DIVERGED
 from crashdrill.trainer.record_contract import STATE_KINDS, STEP_KEYED_KINDS, finite_or_null
 from crashdrill.trainer.run_files import (
     MIRROR_LOG,
@@ -28,6 +27,7 @@ from crashdrill.trainer.run_files import (
     complete_part,
     read_complete_lines,
 )
+from crashdrill.trainer.stages import AFTER_TRAINING, Stage
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def run_fields_after(run: Row, values: list[dict[str, Any]]) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     segment = run.get("segment") or 0
     # The segment whose trainer is gone, while the stage says restarting.
-    gone = segment if run.get("stage") == "restarting" else None
+    gone = segment if run.get("stage") == Stage.RESTARTING else None
     for value in values:
         kind = value["kind"]
         seg = value.get("segment")
@@ -153,14 +153,14 @@ def run_fields_after(run: Row, values: list[dict[str, Any]]) -> dict[str, Any]:
             segment = max(segment, seg)
         if kind == "stage" and isinstance(value.get("stage"), str):
             newer = gone is None or (isinstance(seg, int) and seg > gone)
-            if newer or value["stage"] in ("finished", "failed", DIVERGED):
+            if newer or value["stage"] in AFTER_TRAINING:
                 gone = None
                 fields["stage"] = value["stage"]
                 progress = value.get("progress")
                 fields["stage_progress"] = progress if isinstance(progress, int | float) else None
         elif kind == "event" and "resume_from" in value and isinstance(seg, int):
             gone = seg if gone is None else max(gone, seg)
-            fields["stage"] = "restarting"
+            fields["stage"] = Stage.RESTARTING
             fields["stage_progress"] = None
         elif kind == "step" and isinstance(value.get("step"), int):
             fields["step"] = value["step"]

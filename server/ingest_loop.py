@@ -39,7 +39,7 @@ from crashdrill.server.outage import Outage
 from crashdrill.server.settings import Settings
 from crashdrill.server.start_times import StartTimes
 from crashdrill.server.storage.db import DatabaseUnavailable, Row
-from crashdrill.server.storage.store import TERMINAL_STATES, Store, state_rank
+from crashdrill.server.storage.store import TERMINAL_STATES, RunState, Store, state_rank
 from crashdrill.server.stream.fanout import Fanout, Message
 from crashdrill.server.views import queue_positions, record_json, run_view
 from crashdrill.trainer.resume_compare import COMPARED_KINDS
@@ -116,7 +116,8 @@ def run_message(store: Store, run_id: str) -> Message | None:
     pair = store.pair(row["pair_id"]) if row else None
     if row is None or pair is None:
         return None
-    positions = queue_positions(store.runs_in(["queued"])) if row["state"] == "queued" else {}
+    queued = row["state"] == RunState.QUEUED
+    positions = queue_positions(store.runs_in([RunState.QUEUED])) if queued else {}
     return view_message(row, pair, positions)
 
 

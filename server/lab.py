@@ -52,16 +52,22 @@ from crashdrill.server.scheduler import Scheduler
 from crashdrill.server.settings import Settings, SettingsError, lock_data_dir
 from crashdrill.server.start_times import StartTimes
 from crashdrill.server.storage.db import Database, Row, open_database
-from crashdrill.server.storage.store import ACTIVE_STATES, LIVE_STATES, TERMINAL_STATES, Store
+from crashdrill.server.storage.store import (
+    ACTIVE_STATES,
+    LIVE_STATES,
+    TERMINAL_STATES,
+    RunState,
+    Store,
+)
 from crashdrill.server.stream.fanout import Fanout, LocalFanout
 from crashdrill.server.stream.realtime import realtime_fanout
 from crashdrill.server.stream.telemetry_feed import Sampler, TelemetryFeed, default_sampler
 from crashdrill.server.views import pair_view, queue_positions
 from crashdrill.trainer.corpus_files import CORPORA_DIR_VARIABLE
-from crashdrill.trainer.divergence import STAGE as DIVERGED
 from crashdrill.trainer.presets import LABELS, Preset, PresetError, list_presets
 from crashdrill.trainer.priority import NICE_VARIABLE
 from crashdrill.trainer.run_files import FROZEN_PRESET, MIRROR_LOG
+from crashdrill.trainer.stages import AFTER_TRAINING
 from crashdrill.workers.graceful_stop import Wall
 from crashdrill.workers.launch import Launch
 from crashdrill.workers.mirror import CheckpointMirror
@@ -230,7 +236,7 @@ class Lab(RunControl):
                 self.rearm(row, sup)
                 continue
             _, _, stage = rd.last_seen()
-            if stage in ("finished", "failed", DIVERGED):
+            if stage in AFTER_TRAINING:  # finished, failed, diverged: its state too
                 self.store.update_run(row["id"], state=stage, ended_at=time.time(), pid=None)
                 self._release_mirror(row)
                 continue
@@ -262,7 +268,7 @@ class Lab(RunControl):
             except Exception as e:  # the executor's own failure (OSError is the supervisor's)
                 log.exception("could not start run %s", run_id)
                 fields = {"message": "Could not start the trainer.", "detail": repr(e)}
-                self.store.update_run(run_id, state="failed", ended_at=time.time(), **fields)
+                self.store.update_run(run_id, state=RunState.FAILED, ended_at=time.time(), **fields)
                 self.supervisors.pop(run_id, None)
                 self.schedule()
             finally:
@@ -406,7 +412,7 @@ class Lab(RunControl):
         if pair is None:
             raise NotFound(f"no pair {pair_id!r}")
         self.housekeeping.seen(pair_id)  # a poll: someone watches it
-        positions = queue_positions(self.store.runs_in(["queued"]))
+        positions = queue_positions(self.store.runs_in([RunState.QUEUED]))
         runs = self.store.runs_of_pair(pair_id)
         view = pair_view(
             pair,
@@ -420,7 +426,7 @@ class Lab(RunControl):
         view["executor"] = self.executor.name  # one machine ("local"), or a cluster's nodes
         dirs = {r["id"]: Path(r["run_dir"]) for r in runs}
         for run in view["runs"]:  # where each trains: this machine, or a Ray node
-            host = self.executor.host(dirs[run["id"]]) if run["state"] != "queued" else None
+            host = self.executor.host(dirs[run["id"]]) if run["state"] != RunState.QUEUED else None
             run["host"] = host.to_dict() if host is not None else None
         return view
 

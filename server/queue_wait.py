@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from crashdrill.server.storage.db import Row
+from crashdrill.server.storage.store import RunState
 from crashdrill.server.views import total_steps
 
 
@@ -70,7 +71,7 @@ def _num(x: Any) -> TypeGuard[float]:
 def run_work(row: Row, pair: Row | None) -> RunWork:
     latest = json.loads(row.get("latest_json") or "{}")
     total = total_steps(pair, latest) if pair is not None else None
-    queued = row.get("state") == "queued"
+    queued = row.get("state") == RunState.QUEUED
     done = 0 if queued else row.get("step") or 0
     return RunWork(
         run_id=row["id"],

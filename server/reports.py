@@ -34,7 +34,7 @@ from crashdrill.server.background import BackgroundTask, on_signal
 from crashdrill.server.ingest_loop import IngestLoop, run_message
 from crashdrill.server.outage import Outage
 from crashdrill.server.storage.db import DatabaseUnavailable, Row
-from crashdrill.server.storage.store import Store
+from crashdrill.server.storage.store import TERMINAL_STATES, RunState, Store
 from crashdrill.server.stream.fanout import Fanout, Message
 from crashdrill.workers.launch import Change
 from crashdrill.workers.mirror import CheckpointMirror
@@ -121,7 +121,7 @@ class SupervisorReports:
             if stored is None:
                 continue
             row, messages = stored
-            if change.state not in ("running", "restarting"):
+            if change.state in TERMINAL_STATES:
                 self._ended(run_id, row)
             self.ingest.view_pushed(run_id)
             for channel, message in messages:
@@ -133,7 +133,7 @@ class SupervisorReports:
     def _last_copy_done(self, run_id: str, change: Change) -> bool:
         """False while an ended run's last checkpoint is still on its way to the mirror
         (released here, so the copy starts now), for at most LAST_COPY_WAIT_S."""
-        if self.mirror is None or change.state in ("running", "restarting"):
+        if self.mirror is None or change.state not in TERMINAL_STATES:
             return True
         key = run_id  # a lab run's key in the mirror: its run dir's name, the run's id
         since = self._last_copy.get(run_id)
@@ -157,16 +157,16 @@ class SupervisorReports:
             row = self.store.run(run_id)
             if row is None:
                 return None
-            if change.state == "running":
+            if change.state == RunState.RUNNING:
                 self.store.update_run(
-                    run_id, state="running", pid=change.pid, pid_started=change.pid_started
+                    run_id, state=RunState.RUNNING, pid=change.pid, pid_started=change.pid_started
                 )
-            elif change.state == "restarting":
+            elif change.state == RunState.RESTARTING:
                 # The supervisor appended its restart event before this report: stored
                 # now, it sets the stage in the file's order (server/ingest.py), so a
                 # report applied after the new trainer's first records does not undo them.
                 messages = self.ingest.read_rest(row)
-                self.store.update_run(run_id, state="restarting", pid=None)
+                self.store.update_run(run_id, state=RunState.RESTARTING, pid=None)
             else:
                 messages = self.ingest.read_rest(row)
                 fields: dict[str, Any] = {
@@ -177,7 +177,7 @@ class SupervisorReports:
                     "message": change.text or None,
                     "detail": change.detail or None,  # the instructor's class view only
                 }
-                if change.state in ("stopped", "diverged"):
+                if change.state in (RunState.STOPPED, RunState.DIVERGED):
                     fields["stage"] = change.state
                 self.store.update_run(run_id, **fields)
             view = run_message(self.store, run_id)

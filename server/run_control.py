@@ -28,10 +28,10 @@ from crashdrill.server.lessons.pending_kill import (
     signalled,
 )
 from crashdrill.server.storage.db import Row
-from crashdrill.server.storage.store import ACTIVE_STATES, TERMINAL_STATES, Store
+from crashdrill.server.storage.store import ACTIVE_STATES, TERMINAL_STATES, RunState, Store
 from crashdrill.server.views import training
 from crashdrill.trainer.crash_modes import mode_named
-from crashdrill.trainer.stages import BEFORE_TRAINING as STAGES_BEFORE_TRAINING
+from crashdrill.trainer.stages import BEFORE_TRAINING, Stage
 from crashdrill.workers.launch import NotRunning
 from crashdrill.workers.supervisor import Supervisor
 
@@ -96,13 +96,13 @@ class RunControl:
             raise Conflict(not_now(row, verb, why))
         if not training(row, latest):
             why = {
-                "queued": "is still queued",
-                "starting": "is still starting",
-                "restarting": "is resuming after a crash",
-                "running": f"is in stage {stage!r}, not training yet",
-                "finished": "has finished",
+                RunState.QUEUED: "is still queued",
+                RunState.STARTING: "is still starting",
+                RunState.RESTARTING: "is resuming after a crash",
+                RunState.RUNNING: f"is in stage {stage!r}, not training yet",
+                RunState.FINISHED: "has finished",
             }.get(state, f"has {state}")
-            if state in ("starting", "running", "restarting") and stage == "train":
+            if state in ACTIVE_STATES and stage == Stage.TRAIN:
                 why = "has written no training step yet"
             raise Conflict(not_now(row, verb, why))
         sup = self.supervisors.get(row["id"])
@@ -195,7 +195,7 @@ class RunControl:
         # checkpoint write begins, and the run trains on until then. Its state says
         # restarting only once the supervisor reports the trainer dead (server/reports.py).
         armed = mode_named(mode).waits_for_save
-        state = row["state"] if armed else "restarting"
+        state = row["state"] if armed else RunState.RESTARTING
         if armed:
             self.store.update_run(
                 run_id, crashes=row["crashes"] + 1, pending_kill_json=pending, held_json=None
@@ -203,8 +203,8 @@ class RunControl:
         else:
             self.store.update_run(
                 run_id,
-                state="restarting",
-                stage="restarting",
+                state=RunState.RESTARTING,
+                stage=Stage.RESTARTING,
                 crashes=row["crashes"] + 1,
                 pending_kill_json=pending,
                 held_json=None,
@@ -272,11 +272,11 @@ class RunControl:
             if instructor and self.store.owner_of_run(run_id) != session
             else "its owner"
         )
-        if row["state"] == "queued":
+        if row["state"] == RunState.QUEUED:
             if not self.store.update_run_if(
                 run_id,
-                "queued",
-                state="stopped",
+                RunState.QUEUED,
+                state=RunState.STOPPED,
                 ended_at=time.time(),
                 message=f"Stopped by {who}.",
             ):
@@ -284,7 +284,7 @@ class RunControl:
             self.schedule()
         elif row["state"] in ACTIVE_STATES and run_id in self.supervisors:
             self.supervisors[run_id].stop(who)
-        elif row["state"] == "starting":
+        elif row["state"] == RunState.STARTING:
             # Taken off the queue, its supervisor not registered yet: stop it once it is.
             self._stop_when_started[run_id] = who
             sup = self.supervisors.get(run_id)
@@ -299,10 +299,10 @@ class RunControl:
         """Stop the pair's queued and active runs, "Stopped by WHO." (on the loop: the
         housekeeping's stop of a pair nobody watches)."""
         for row in self.store.runs_of_pair(pair_id):
-            if row["state"] == "queued":
+            if row["state"] == RunState.QUEUED:
                 message = f"Stopped by {who}."
-                fields = {"state": "stopped", "ended_at": time.time(), "message": message}
-                if not self.store.update_run_if(row["id"], "queued", **fields):
+                fields = {"state": RunState.STOPPED, "ended_at": time.time(), "message": message}
+                if not self.store.update_run_if(row["id"], RunState.QUEUED, **fields):
                     continue
             elif row["state"] in ACTIVE_STATES and row["id"] in self.supervisors:
                 self.supervisors[row["id"]].stop(who)
@@ -312,20 +312,16 @@ class RunControl:
         self.schedule()
 
 
-# Stages before a trainer trains (and "train" before its first step record): a crash test
-# pressed then is armed for the first step. A run in any other stage (finished, failed) is
-# past crashing.
-BEFORE_TRAINING = tuple(str(s) for s in STAGES_BEFORE_TRAINING)  # trainer/stages.py
-
-
 def _before_first_step(row: Row, latest: dict[str, Any]) -> bool:
     """Active and not training yet: starting, restarting after a kill (whose restart has
-    written no step record yet), or in stage train with no step of its newest segment."""
-    if row["state"] not in ("starting", "running", "restarting"):
+    written no step record yet), or in stage train with no step of its newest segment. A
+    crash test pressed then is armed for the first step; a run in any other stage (finished,
+    failed) is past crashing."""
+    if row["state"] not in ACTIVE_STATES:
         return False
     pending = pending_kill(row, latest)
     if pending is not None:
         return not pending["armed"]  # a kill's restart; a second armed one is refused
     if training(row, latest):
         return False
-    return row["stage"] in (*BEFORE_TRAINING, "train")
+    return row["stage"] in (*BEFORE_TRAINING, Stage.TRAIN)  # trainer/stages.py

@@ -39,9 +39,10 @@ from crashdrill.server.queue_wait import QueueWaits, queue_waits, run_work
 from crashdrill.server.settings import Settings
 from crashdrill.server.start_times import StartTimes
 from crashdrill.server.storage.db import DatabaseUnavailable, Row
-from crashdrill.server.storage.store import ACTIVE_STATES, Store
+from crashdrill.server.storage.store import ACTIVE_STATES, RunState, Store
 from crashdrill.server.stream.fanout import Fanout, Message
 from crashdrill.server.views import queue_positions
+from crashdrill.trainer.stages import Stage
 from crashdrill.workers.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -140,7 +141,7 @@ class Scheduler:
         supervisors built, not started), and the views to push (theirs, and every queued
         run's new place in the queue)."""
         plan = StartPlan()
-        queued = self.store.runs_in(["queued"])
+        queued = self.store.runs_in([RunState.QUEUED])
         if not queued:
             self.waits.set({}, time.time())
             return plan
@@ -158,8 +159,12 @@ class Scheduler:
                 break
             for row in group[:free]:
                 queued.remove(row)
-                fields = {"state": "starting", "stage": "starting", "started_at": time.time()}
-                if not self.store.update_run_if(row["id"], "queued", **fields):
+                fields = {
+                    "state": RunState.STARTING,
+                    "stage": Stage.STARTING,
+                    "started_at": time.time(),
+                }
+                if not self.store.update_run_if(row["id"], RunState.QUEUED, **fields):
                     continue  # stopped meanwhile
                 Path(row["run_dir"]).mkdir(parents=True, exist_ok=True)
                 started.append({**row, **fields})

@@ -9,7 +9,7 @@ from typing import Any
 
 from crashdrill.server.lessons.pending_kill import pending_kill
 from crashdrill.server.storage.db import Row
-from crashdrill.server.storage.store import ACTIVE_STATES
+from crashdrill.server.storage.store import ACTIVE_STATES, RunState
 from crashdrill.trainer.record_contract import STATE_KINDS, finite_or_null, to_json
 from crashdrill.trainer.stages import Stage
 from crashdrill.workers.restart_events import RESTART_KINDS, restart_kind
@@ -82,10 +82,10 @@ def run_view(
     knob = preset.get("knob") or {}
     state = row["state"]
     stage = row["stage"]
-    if state == "queued":
-        stage = "queued"
-    elif state == "stopped":
-        stage = "stopped"
+    if state == RunState.QUEUED:
+        stage = Stage.QUEUED
+    elif state == RunState.STOPPED:
+        stage = Stage.STOPPED
     pending = pending_kill(row, latest)
     # A crash test or a preemption may hit it: training, and no earlier one pending.
     may_hit = training(row, latest) and pending is None
@@ -97,7 +97,7 @@ def run_view(
         "stage": stage,
         "stage_progress": row["stage_progress"],
         "queue_position": positions.get(row["id"]),
-        "queue_wait_s": (waits or {}).get(row["id"]) if state == "queued" else None,
+        "queue_wait_s": (waits or {}).get(row["id"]) if state == RunState.QUEUED else None,
         "step": row["step"],
         "steps": total_steps(pair, latest),
         "segment": row["segment"],

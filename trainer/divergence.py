@@ -26,9 +26,10 @@ import re
 from typing import Any, Protocol
 
 from crashdrill.trainer.record_contract import float32_bits
+from crashdrill.trainer.stages import Stage
 
 CODE = "diverged"  # the event's code
-STAGE = "diverged"  # the stage record's stage, and the lab's run state
+STAGE = Stage.DIVERGED  # the stage record's stage, and the lab's run state
 
 
 def _word(x: float) -> str:

@@ -25,6 +25,7 @@ from crashdrill.trainer.model import GPT
 from crashdrill.trainer.optim import AdamW
 from crashdrill.trainer.records import NO_CHECKPOINT_CODE, RecordWriter
 from crashdrill.trainer.run_files import RUN_JSON
+from crashdrill.trainer.stages import Stage
 from crashdrill.trainer.start_line import FRESH_LINE, refusal, refused_line, resumed_line
 from crashdrill.trainer.train_state import TrainState, restore, state_map
 
@@ -96,7 +97,7 @@ def refuse_to_start(run_dir: Path, rec: RecordWriter) -> int:
         else refusal(root)
     )
     rec.event(NO_CHECKPOINT_CODE, f"Refused to start: {why}.")
-    rec.write("stage", stage="failed", progress=1.0)
+    rec.write("stage", stage=Stage.FAILED, progress=1.0)
     return EXIT_NO_CHECKPOINT
 
 

@@ -76,9 +76,9 @@ import psutil
 from crashdrill.trainer.checkpoint_pause import ANNOUNCE_ENV, paused_step, write_open
 from crashdrill.trainer.crash_modes import DEFAULT as DEFAULT_CRASH_MODE
 from crashdrill.trainer.crash_modes import HOST_LOSS, mode_named
-from crashdrill.trainer.divergence import STAGE as DIVERGED
 from crashdrill.trainer.event_record import event as build_event
 from crashdrill.trainer.exit_codes import EXIT_DIVERGED, EXIT_OK
+from crashdrill.trainer.stages import Stage
 from crashdrill.workers.executor import Executor, Host, Trainer
 from crashdrill.workers.graceful_stop import (
     PREEMPT_GRACE_S,
@@ -367,10 +367,10 @@ class Supervisor:
         if preempt is not None:
             preempt.cancel()  # it ended: no SIGKILL for a pid that may be reused
         segment, step, stage = self.run_dir.last_seen()
-        if code == EXIT_OK or (code is None and stage == "finished" and not stop):
+        if code == EXIT_OK or (code is None and stage == Stage.FINISHED and not stop):
             self._notify(Change("finished", exit_code=code))
             return False
-        if code == EXIT_DIVERGED or (code is None and stage == DIVERGED):
+        if code == EXIT_DIVERGED or (code is None and stage == Stage.DIVERGED):
             # Not a crash: a restart would resume the checkpoint before it and diverge again.
             text = diverged_text(self.run_dir.tail_records(), step)
             self._notify(Change("diverged", exit_code=code, text=text))
@@ -390,7 +390,7 @@ class Supervisor:
                 lead, segment, step, code=why, level=level, mode="preempt", stopped=True
             )
         self._stops.reset()
-        killed = code == -signal.SIGKILL or (code is None and stage != "failed")
+        killed = code == -signal.SIGKILL or (code is None and stage != Stage.FAILED)
         if crash:
             lead = "Crash test: killed the process with SIGKILL (no chance to save)"
             if step is not None:
@@ -588,8 +588,10 @@ class Supervisor:
         records: list[dict[str, Any]] = [
             build_event("failed", text, segment=segment, exit_code=exit_code)
         ]
-        if stage != "failed":
-            records.append({"kind": "stage", "segment": segment, "stage": "failed", "progress": 1})
+        if stage != Stage.FAILED:
+            records.append(
+                {"kind": "stage", "segment": segment, "stage": Stage.FAILED, "progress": 1}
+            )
         try:
             self._append(records)
         except OSError:  # the run is failed either way; say so even if the disk will not

@@ -41,7 +41,7 @@ from crashdrill.server.lessons.catalog import (
     parse_text,
 )
 from crashdrill.server.lessons.predictions import class_predictions
-from crashdrill.server.storage.store import ACTIVE_STATES
+from crashdrill.server.storage.store import LIVE_STATES, RunState
 from crashdrill.server.views import pair_view, queue_positions, restart_counts
 from crashdrill.trainer.config import SECTIONS, section_fields
 from crashdrill.trainer.presets import KNOB, SETTINGS, PresetError
@@ -303,7 +303,7 @@ def class_view(
     by_pair: dict[str, list[Any]] = {pair_id: [] for pair_id in ids}
     for row in lab.store.runs_of_pairs(ids):
         by_pair[row["pair_id"]].append(row)
-    positions = queue_positions(lab.store.runs_in(["queued"]))
+    positions = queue_positions(lab.store.runs_in([RunState.QUEUED]))
     waits = lab.scheduler.waits.remaining(time.time())
     starts = lab.start_times.summary()
     stored = lab.store.pairs_by_id(ids)
@@ -323,7 +323,7 @@ def class_view(
         mine = pair["owner"] == me_
         view["owner_tag"] = "you" if mine else f"student {numbers.get(pair['owner'], '?')}"
         view["preset_id"] = pair["preset"]
-        view["active"] = any(r["state"] == "queued" or r["state"] in ACTIVE_STATES for r in rows)
+        view["active"] = any(r["state"] in LIVE_STATES for r in rows)
         for run in view["runs"]:  # what ended each segment, by kind
             run["restarts"] = restarts.get(run["id"], none)
         pairs.append(view)

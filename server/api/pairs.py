@@ -32,7 +32,7 @@ from crashdrill.server.lessons.bounds import LabLimits, budget_problems
 from crashdrill.server.lessons.catalog import Catalog, Lesson
 from crashdrill.server.lessons.policy import LockedSetting, apply_student_overrides, public_view
 from crashdrill.server.lessons.predictions import record_prediction
-from crashdrill.server.storage.store import ACTIVE_STATES
+from crashdrill.server.storage.store import LIVE_STATES
 from crashdrill.trainer.presets import KNOB, Preset, PresetError, dump_preset
 
 router = APIRouter(prefix="/api", tags=["pairs"])
@@ -246,7 +246,7 @@ async def stop_pair(pair: str, request: Request) -> dict[str, Any]:
     session, instructor = session_of(request), instructor_of(request)
     stopped = []
     for run in lab.store.runs_of_pair(pair):
-        if run["state"] != "queued" and run["state"] not in ACTIVE_STATES:
+        if run["state"] not in LIVE_STATES:
             continue
         try:
             lab.stop_run(run["id"], session, instructor)

@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from crashdrill.server.errors import TooMany, Unavailable
 from crashdrill.server.settings import Settings
-from crashdrill.server.storage.store import Store
+from crashdrill.server.storage.store import RunState, Store
 from crashdrill.trainer.presets import LABELS
 
 QUEUE_RETRY_AFTER_S = 60
@@ -82,7 +82,7 @@ def check_new_pair(
                     f" ({budget:,} bytes, max_disk_bytes_per_address): save fewer"
                     " checkpoints (raise ckpt_every or lower steps), or stop a pair"
                 )
-    queued = len(store.runs_in(["queued"]))
+    queued = len(store.runs_in([RunState.QUEUED]))
     if queued + len(LABELS) > settings.max_queued_runs:
         raise Unavailable(
             f"the lab's queue is full ({queued} runs waiting; the limit is"

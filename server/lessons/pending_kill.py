@@ -32,8 +32,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from crashdrill.server.storage.db import Row
-from crashdrill.server.storage.store import ACTIVE_STATES
+from crashdrill.server.storage.store import ACTIVE_STATES, RunState
 from crashdrill.trainer.crash_modes import mode_named
+from crashdrill.trainer.stages import Stage
 
 KINDS = ("crash", "preempt")
 PREEMPT_MODE = "preempt"  # a preemption's `mode`, as the restart event's crash_mode says
@@ -120,8 +121,8 @@ def pending_kill(row: Row, latest: Mapping[str, Any]) -> dict[str, Any] | None:
     if newest is not None and newest > segment:
         return None
     landed = (
-        row["state"] == "restarting"
-        or row["stage"] == "restarting"
+        row["state"] == RunState.RESTARTING
+        or row["stage"] == Stage.RESTARTING
         or (row["segment"] or 0) > segment
     )
     return {

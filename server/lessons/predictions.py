@@ -30,7 +30,7 @@ from typing import Any
 from crashdrill.server.errors import BadInput, Conflict, Forbidden
 from crashdrill.server.ingest_loop import resume_checks
 from crashdrill.server.storage.db import Row
-from crashdrill.server.storage.store import TERMINAL_STATES, Store
+from crashdrill.server.storage.store import TERMINAL_STATES, RunState, Store
 from crashdrill.trainer.prediction import LABELS, RULE_TEXT, Prediction
 from crashdrill.trainer.records import NO_CHECKPOINT_CODE
 from crashdrill.trainer.resume_outcome import PENDING, ResumeOutcome
@@ -138,7 +138,7 @@ def result_of(question: Prediction, answer: Any, value: Any, ended: Row | None) 
     if ended is None:
         return {"status": "waiting", "outcome": None, "right": None}
     crashed = (ended["crashes"] or 0) > 0 or (ended["segment"] or 0) > 0
-    ended_how = "was stopped" if ended["state"] == "stopped" else ended["state"]
+    ended_how = "was stopped" if ended["state"] == RunState.STOPPED else ended["state"]
     why = NO_RESTART if crashed else NO_CRASH.format(ended=ended_how)
     return {"status": "none", "outcome": None, "right": None, "why": why}
 

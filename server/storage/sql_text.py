@@ -3,7 +3,7 @@
     to_pyformat("SELECT * FROM runs WHERE id = ? AND note = 'why?'")
     # "SELECT * FROM runs WHERE id = %s AND note = 'why?'"      (psycopg's placeholders)
     split_sql(migration_text, "postgres")   # its statements, for that dialect
-    set_clause({"state": "running", "pid": 7}, {"state", "pid"})   # "state = ?, pid = ?"
+    set_clause({"step": 300, "pid": 7}, {"step", "pid"})   # "step = ?, pid = ?"
 
 Everything above server/storage/db.py writes SQL with `?` placeholders; Postgres gets them as
 `%s`, outside string literals, quoted names and comments. A migration line that starts

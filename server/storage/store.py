@@ -10,21 +10,42 @@ import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from crashdrill.server.storage.db import Database, Row
 from crashdrill.server.storage.sql_text import set_clause
 from crashdrill.workers.launch import ENDED
 
-# A run's states, the one definition (the API's RunState is derived from RUN_STATES):
-# queued → starting → running ⇄ restarting → finished | failed | stopped | diverged.
-# The server queues and starts a run; from then on its supervisor reports the rest
-# (workers/launch.py's State, whose ended ones are ENDED).
-ACTIVE_STATES = ("starting", "running", "restarting")
-TERMINAL_STATES: tuple[str, ...] = ENDED  # finished, failed, stopped, diverged
-LIVE_STATES = ("queued", *ACTIVE_STATES)  # a run that is not over
-RUN_STATES = (*LIVE_STATES, *TERMINAL_STATES)
-QUEUED = LIVE_STATES[0]
+
+class RunState(StrEnum):
+    """A run's state, the one definition; the value is what the database stores and the API
+    serves (server/api/schemas.py's RunState is derived from RUN_STATES). Code names a state
+    as `RunState.QUEUED`, a group as ACTIVE_STATES and the others below: no module spells
+    one as a string (tests/unit/test_run_states.py).
+
+    queued → starting → running ⇄ restarting → finished | failed | stopped | diverged.
+    The server queues and starts a run; from then on its supervisor reports the rest
+    (workers/launch.py's State, whose ended ones are ENDED).
+    """
+
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    RESTARTING = "restarting"
+    FINISHED = "finished"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    DIVERGED = "diverged"
+
+
+# A trainer has been started and the run is not over.
+ACTIVE_STATES = (RunState.STARTING, RunState.RUNNING, RunState.RESTARTING)
+# Over: finished, failed, stopped, diverged (the supervisor's ENDED; a state it adds that is
+# not a RunState fails here, at import).
+TERMINAL_STATES = tuple(RunState(s) for s in ENDED)
+LIVE_STATES = (RunState.QUEUED, *ACTIVE_STATES)  # a run that is not over
+RUN_STATES = (*LIVE_STATES, *TERMINAL_STATES)  # every RunState, in the order a run lives them
 
 
 def run_states_json() -> dict[str, list[str]]:
@@ -59,7 +80,8 @@ def state_rank(state: str) -> int:
     (back and forth), ended 3 (server/stream/fanout.py drops a view ranked below one sent)."""
     if state in TERMINAL_STATES:
         return 3
-    return {"queued": 0, "starting": 1}.get(state, 2)
+    before: dict[str, int] = {RunState.QUEUED: 0, RunState.STARTING: 1}
+    return before.get(state, 2)
 
 
 INSERT_BATCH = 500  # records per INSERT: 3500 parameters, far below both engines' limits
@@ -140,12 +162,13 @@ class Store:
                 " disk_bytes) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (pair_id, owner, preset, json.dumps(preset_public), now, client, disk_bytes),
             )
+            queued = RunState.QUEUED
             for i, (run_id, label, run_dir) in enumerate(runs):
                 self.db.run(
                     "INSERT INTO runs"
                     " (id, pair_id, label, preset, run_dir, state, queued_at, lab)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (run_id, pair_id, label, preset, run_dir, QUEUED, now + i * 1e-6, self.lab),
+                    (run_id, pair_id, label, preset, run_dir, queued, now + i * 1e-6, self.lab),
                 )
 
     def set_prediction(self, pair_id: str, prediction_json: str) -> None:

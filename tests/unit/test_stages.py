@@ -43,6 +43,61 @@ def test_every_stage_written_in_python_is_a_stage() -> None:
     assert found == [], f"add these to trainer/stages.py: {found}"
 
 
+# `stage` as a name, a key (`row["stage"]`, `"stage":`) or a call's result, then a literal:
+# `stage == "x"`, `!=`, `stage="x"`, `"stage": "x"`, `fields["stage"] = "x"`; or a group,
+# `stage in ("x", ...)`; or a call `stage("x")`.
+_STAGE = r"""\bstage\b["'\])]*\s*"""
+_ONE = re.compile(_STAGE + r"""(?:==|!=|=|:)\s*["'](\w+)["']|\bstage\(\s*["'](\w+)["']""")
+_GROUP = re.compile(_STAGE + r"(?:not\s+)?in\s*[(\[{]([^)\]}]*)")
+_QUOTED = re.compile(r"""["'](\w+)["']""")
+
+
+def spelled_stages(text: str) -> list[str]:
+    """Each stage the text spells as a string where code names a stage."""
+    found = [m.group(1) or m.group(2) for m in _ONE.finditer(text)]
+    for m in _GROUP.finditer(text):
+        found += _QUOTED.findall(m.group(1))
+    return [s for s in found if s in {x.value for x in Stage}]
+
+
+def test_no_module_spells_a_stage_as_a_string() -> None:
+    home = ROOT / "trainer" / "stages.py"
+    found = [
+        f"{path.relative_to(ROOT)}: {name!r}"
+        for folder in ("trainer", "workers", "server", "drill", "crashdrill")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if path != home
+        for name in spelled_stages(path.read_text(encoding="utf-8"))
+    ]
+    assert found == [], f"name these as trainer/stages.py's Stage: {found}"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'if stage == "finished" and not stop:',
+        'if row["stage"] != "failed":',
+        'records.append({"kind": "stage", "stage": "failed", "progress": 1})',
+        'fields["stage"] = "restarting"',
+        'rec.write("stage", stage="failed", progress=1.0)',
+        'if value["stage"] in ("finished", "failed", DIVERGED):',
+        'return row["stage"] in (*BEFORE_TRAINING, "train")',
+        'stage("download", 0.0)',
+    ],
+)
+def test_each_spelling_of_a_stage_is_caught(line: str) -> None:
+    assert spelled_stages(line) != []
+
+
+def test_named_stages_and_the_record_kind_are_not_caught() -> None:
+    text = (
+        'rec.write("stage", stage=Stage.FAILED, progress=1.0)\n'
+        'if kind == "stage" and value["stage"] in AFTER_TRAINING:\n'
+        'state = "train"  # not a stage\n'
+    )
+    assert spelled_stages(text) == []
+
+
 def test_the_groups_and_phases_agree() -> None:
     assert set(BEFORE_TRAINING).isdisjoint(TRAINER_STAGES[4:])  # train and after
     assert [phase(s) for s in (Stage.WARMUP, Stage.TRAIN, Stage.DIVERGED)] == [
