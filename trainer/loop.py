@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -107,6 +108,15 @@ def train(cfg: TrainConfig, run_dir: str | Path, opts: RunOptions | None = None)
     finally:
         stop.restore()
         rec.close()
+
+
+def print_loss_line(step: int, loss: float, segment: int, **extras: Any) -> None:
+    """The one writer of the --jsonl stdout line (a logged step, and the step that
+    diverged): step, loss, its float32 bits and the segment, which the drill reads.
+    `extras`: what a run of several ranks adds (trainer/rank_loop.py: every rank's bits)."""
+    line = {"step": step, "loss": loss, "loss_bits": float32_bits(loss), **extras}
+    sys.stdout.write(to_json({**line, "segment": segment}) + "\n")
+    sys.stdout.flush()
 
 
 def _train(
@@ -415,13 +425,8 @@ class _Training:
             self.opts.progress(st.step, cfg.steps, u.loss)
 
     def _print_loss_line(self, step: int, loss: float) -> None:
-        """The one writer of the --jsonl stdout line (a logged step, and the step that
-        diverged): step, loss, its float32 bits and the segment, which the drill reads."""
-        if not self.opts.jsonl:
-            return
-        line = {"step": step, "loss": loss, "loss_bits": float32_bits(loss)}
-        sys.stdout.write(to_json({**line, "segment": self.segment}) + "\n")
-        sys.stdout.flush()
+        if self.opts.jsonl:
+            print_loss_line(step, loss, self.segment)
 
     def _reports(self) -> None:
         """Val loss, probes and a sample when their cadence (or the last step) comes; each

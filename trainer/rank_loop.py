@@ -54,7 +54,6 @@ from crashdrill.trainer.model import GPT, lr_at
 from crashdrill.trainer.optim import AdamW
 from crashdrill.trainer.rank_batches import RankBatchSampler, rank_stream_seed
 from crashdrill.trainer.ranks import RankGroup, join_group, rank_store, run_group
-from crashdrill.trainer.record_contract import to_json
 from crashdrill.trainer.records import RecordWriter, float32_bits
 from crashdrill.trainer.stages import Stage
 from crashdrill.trainer.start_line import FRESH_LINE, resumed_line
@@ -380,10 +379,8 @@ class _RankRun:
                        mfu=round(flops * tps / self.peak, 5) if self.peak else None,
                        mem_bytes=mem, mem_kind=mem_kind, dt=round(dt, 5), **startup)  # fmt: skip
         if self.opts.jsonl and self.group.leader:
-            line = {"step": self.st.step, "loss": s.loss, "loss_bits": float32_bits(s.loss),
-                    "rank_loss_bits": s.rank_bits, "segment": self.segment}  # fmt: skip
-            sys.stdout.write(to_json(line) + "\n")
-            sys.stdout.flush()
+            one_rank.print_loss_line(self.st.step, s.loss, self.segment,
+                                     rank_loss_bits=s.rank_bits)  # fmt: skip
 
     def _reports(self) -> None:
         """Val, probes and samples, on rank 0's model (the same weights on every rank)."""
