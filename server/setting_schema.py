@@ -7,6 +7,25 @@ that set it, how their text is read, the values allowed, and its row in docs/ser
 The settings themselves are declared once, in sections, in server/settings_sections/;
 server/settings_env.py, server/serve_cli.py and server/settings_doc.py read every variable, flag
 and table row from these declarations, so no second list can drift from the first.
+
+Why not pydantic-settings (issue 36 asked to use it or say why not): it would derive the
+environment variables and validation, but not the rest of what one declaration here gives,
+so each setting would still carry this metadata beside it, in pydantic's terms:
+- the `crashdrill serve` flags stay argparse's (`--help` grouped by section, exit 2 with
+  "argument --port: 'x': a whole number"); pydantic-settings' CLI source is a second parser
+  with its own usage text, and the drill's and the trainer's CLIs are argparse too;
+- the names are not one prefix plus the field (SUPABASE_URL,
+  CRASHDRILL_INSTRUCTOR_PRESETS_DIR for `presets_dir`), and three variables are read by
+  their field's default so that settings built in code read them too
+  (`env_read_by_default`): an alias or a custom source each;
+- the texts are the lab's: 500M and 20GiB sizes, switches, blank-as-unset, a secret never
+  stripped (custom validators each), and an error that names the setting, its value, what
+  is allowed and how it is set in one sentence, not a ValidationError list;
+- docs/server.md's table (what, default as written, how to set, other variables a module
+  reads) comes from the same declaration;
+- Settings is a frozen dataclass that reaches the workers' executors (`from_settings`);
+  STYLE keeps pydantic at the server's edge (the API's bodies), and this needs no new
+  dependency. The declaration here is about 200 lines.
 """
 
 from __future__ import annotations
