@@ -113,13 +113,18 @@ def test_the_lab_shows_the_mirror_copies_in_the_event_log(tmp_path: Path) -> Non
             return all(r["state"] == "finished" for r in runs)
 
         wait_until(finished, "both runs to finish", 180)
+
+        def copied(run_id: str) -> list[str]:
+            events = client.get(f"/api/runs/{run_id}/events").json()["events"]
+            return [e["text"] for e in events if "copied to the mirror" in e["text"]]
+
         for run in pair["runs"]:
 
-            def copied(run_id: str = run["id"]) -> list[str]:
-                events = client.get(f"/api/runs/{run_id}/events").json()["events"]
-                return [e["text"] for e in events if "copied to the mirror" in e["text"]]
+            def last_copied(run_id: str = run["id"]) -> bool:
+                return any("Checkpoint step 300" in t for t in copied(run_id))
 
-            wait_until(lambda c=copied: any("Checkpoint step 300" in t for t in c()), "copy", 120)  # type: ignore[misc]
-            assert all(t.endswith("(in the background; training didn't wait).") for t in copied())
+            wait_until(last_copied, "copy", 120)
+            texts = copied(run["id"])
+            assert all(t.endswith("(in the background; training didn't wait).") for t in texts)
             kept = sorted(p.name for p in (tmp_path / "lab-mirror" / run["id"]).iterdir())
             assert kept[-1] == "step-00000300" and len(kept) == 2

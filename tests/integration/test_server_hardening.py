@@ -53,10 +53,10 @@ def client(settings: Settings) -> Iterator[httpx.Client]:
         yield c
 
 
-def start_pair(client: httpx.Client, **headers: str) -> dict[str, object]:
+def start_pair(client: httpx.Client, **headers: str) -> dict[str, Any]:
     r = client.post("/api/pairs", json={"preset": "quick"}, headers=headers)
     assert r.status_code == 201, r.text
-    made: dict[str, object] = r.json()
+    made: dict[str, Any] = r.json()  # the API's JSON: {"pair": id, "runs": [{"id", "label"}]}
     return made
 
 
@@ -74,7 +74,7 @@ def test_a_live_trainer_s_environment_holds_none_of_the_server_s_secrets(
         made = start_pair(client)
         pair = str(made["pair"])
         wait_for_pair(client, pair, lambda rs: all(r["step"] for r in rs), "both runs training")
-        for run in made["runs"]:  # type: ignore[attr-defined]
+        for run in made["runs"]:
             run_dir = settings.runs_dir / run["id"]
             pid = find_live_trainer(run_dir, [], scan=True)
             assert pid is not None, f"no live trainer for {run_dir}"
@@ -261,7 +261,7 @@ def test_state_changes_from_another_origin_are_refused_and_from_the_lab_s_own_ac
         r = client.post("/api/instructor/login", json={"token": TOKEN}, headers=headers)
         assert r.status_code == 403
     made = start_pair(client, Origin=own)
-    run = made["runs"][0]["id"]  # type: ignore[index]
+    run = made["runs"][0]["id"]
     r = client.post(f"/api/runs/{run}/stop", headers={"Origin": "https://evil.example"})
     assert r.status_code == 403
     r = client.post("/api/instructor/login", json={"token": TOKEN}, headers={"Referer": own + "/"})

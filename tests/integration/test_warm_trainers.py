@@ -203,7 +203,8 @@ def test_with_die_with_parent_the_trainer_dies_with_its_owner(toy: Path) -> None
     try:
         import json
 
-        pids = json.loads(owner.stdout.readline())  # type: ignore[union-attr]
+        assert owner.stdout is not None  # stdout=PIPE
+        pids = json.loads(owner.stdout.readline())
         assert not gone(pids["trainer"])
         owner.kill()
         owner.wait()

@@ -12,7 +12,7 @@ import json
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -50,6 +50,11 @@ def mirror_log(run_dir: Path) -> list[dict[str, Any]]:
 
 def uploaded_steps(run_dir: Path) -> list[int]:
     return [r["step"] for r in mirror_log(run_dir) if r["kind"] == "mirror"]
+
+
+def step_uploaded(run_dir: Path, step: int) -> Callable[[], bool]:
+    """wait_until's condition, bound to this step (not to the loop's variable)."""
+    return lambda: step in uploaded_steps(run_dir)
 
 
 class Recording:
@@ -177,7 +182,7 @@ def test_the_mirror_keeps_the_last_k_copies(run_dir: Path, tmp_path: Path, keep:
     try:
         for step in (50, 100, 150, 200, 250):
             write_checkpoint(run_dir, step)
-            wait_until(lambda s=step: s in uploaded_steps(run_dir), f"step {step}")  # type: ignore[misc]
+            wait_until(step_uploaded(run_dir, step), f"step {step}")
     finally:
         mirror.stop()
     left = sorted(p.name for p in (tmp_path / "mirror" / "run1").iterdir())
@@ -226,6 +231,11 @@ def test_a_released_run_gets_its_last_checkpoint_copied_then_is_dropped(
     assert uploaded_steps(run_dir) == [300]
 
 
+def released(mirror: CheckpointMirror) -> Callable[[], bool]:
+    """wait_until's condition: this mirror has nothing of run1 left to copy."""
+    return lambda: not mirror.busy("run1")
+
+
 def test_a_restarted_mirror_does_not_copy_the_same_checkpoint_again(
     run_dir: Path, tmp_path: Path
 ) -> None:
@@ -236,10 +246,16 @@ def test_a_restarted_mirror_does_not_copy_the_same_checkpoint_again(
         mirror.release("run1")
         mirror.start()
         try:
-            wait_until(lambda m=mirror: not m.busy("run1"), "the release")  # type: ignore[misc]
+            wait_until(released(mirror), "the release")
         finally:
             mirror.stop()
     assert uploaded_steps(run_dir) == [100]
+
+
+def grown_by(items: list[float], more: int) -> Callable[[], bool]:
+    """wait_until's condition: `items` has `more` entries beyond the ones it has now."""
+    target = len(items) + more
+    return lambda: len(items) >= target
 
 
 def test_an_unreachable_mirror_warns_once_retries_with_backoff_and_recovers(
@@ -256,13 +272,13 @@ def test_an_unreachable_mirror_warns_once_retries_with_backoff_and_recovers(
         attempts.append(time.monotonic())
         delete(name)
 
-    mirror.backend.delete = counting_delete  # type: ignore[method-assign]
+    monkeypatch.setattr(mirror.backend, "delete", counting_delete)
     started(mirror, run_dir)
     try:
         for step in (100, 150, 200):
-            before = len(attempts)
+            retried = grown_by(attempts, 2)  # two more than before this checkpoint
             write_checkpoint(run_dir, step)
-            wait_until(lambda b=before: len(attempts) >= b + 2, "retries")  # type: ignore[misc]
+            wait_until(retried, "retries")
             assert mirror.pending_count() <= 1
         warnings = [r for r in mirror_log(run_dir) if r["level"] == "warn"]
         assert len(warnings) == 1, warnings  # once, not one per retry
@@ -291,7 +307,7 @@ def _fill_mirror(url: str, run_dir: Path, steps: tuple[int, ...]) -> dict[int, d
         for step in steps:
             path = write_checkpoint(run_dir, step)
             written[step] = {f.name: f.read_bytes() for f in path.iterdir()}
-            wait_until(lambda s=step: s in uploaded_steps(run_dir), f"step {step}")  # type: ignore[misc]
+            wait_until(step_uploaded(run_dir, step), f"step {step}")
     finally:
         mirror.stop()
     shutil.rmtree(run_dir / "ckpt")
