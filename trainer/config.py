@@ -159,17 +159,25 @@ class RuntimeConfig(Section):
     """Where the run executes: a checkpoint may resume on another device. `ranks` is the
     number of data-parallel processes (trainer/ranks.py); not fingerprinted, because a
     multi-rank checkpoint says itself how many ranks wrote it and a run on another world
-    size is refused by that, loudly, on load (trainer/dcp_checkpoint.py)."""
+    size is refused by that, loudly, on load (trainer/dcp_checkpoint.py). `crash_rank` is
+    the rank a `[crash] mode = "rank"` test kills (-1: one chosen by the seed)."""
 
     name: ClassVar[str] = "runtime"
     fingerprinted: ClassVar[bool] = False
     device: str = "auto"
     ranks: int = 1
+    crash_rank: int = -1
 
     def _check(self) -> None:
         _choice("device", self.device, DEVICES)
         if not isinstance(self.ranks, int) or not 1 <= self.ranks <= MAX_RANKS:
             raise ConfigError("ranks", self.ranks, f"a whole number in [1, {MAX_RANKS}]")
+        if not isinstance(self.crash_rank, int) or not -1 <= self.crash_rank < self.ranks:
+            raise ConfigError(
+                "crash_rank",
+                self.crash_rank,
+                f"-1 (chosen by the seed) or a rank in [0, ranks = {self.ranks})",
+            )
 
 
 @dataclass(frozen=True)

@@ -6,14 +6,14 @@ mode's runs with what it needs (server/lessons/crash_effects.py).
 
     mode_named("wipe")          # CrashMode(name="wipe", …, wipes_disk=True)
     mode_named("explode")       # CrashModeError: … one of 'kill', 'during_save', …
-    NAMES                       # ("kill", "during_save", "wipe", "host"), in MODES' order
+    NAMES                       # ("kill", "during_save", "wipe", "host", "rank"), in MODES' order
     DEFAULT                     # "kill": a lesson without `[crash] mode`
     HOST_LOSS                   # "host": the first mode that moves_host, as a lost host is told
     modes_json()                # [{"name", "summary", "waits_for_save", …}]: GET /api/record-kinds
 
-Every mode starts with a SIGKILL of the whole process tree (no chance to save), followed
-by a restart with `--require-checkpoint` once the run has saved one. What differs is
-said by a mode's fields:
+Every mode starts with a SIGKILL (of the whole process tree, or of one rank's process:
+no chance to save), followed by a restart with `--require-checkpoint` once the run has
+saved one. What differs is said by a mode's fields:
 
 - `waits_for_save`: the kill waits for the trainer to announce that it is inside a
   checkpoint write, and the lab starts the lesson's runs with the checkpoint-pause hook
@@ -24,6 +24,11 @@ said by a mode's fields:
 - `moves_host`: and the run restarts on another machine of the lab's Ray cluster, from the
   newest verified checkpoint in the mirror (a lab without Ray restarts it where it was,
   as `wipes_disk` alone does, and its event says so).
+- `one_rank`: the SIGKILL takes one rank's process of a run with several ranks, not its
+  launcher (the rank its `crash_rank` names, or one chosen by its seed; the pids are in
+  the run dir's ranks file, trainer/ranks.py). The launcher sees the rank lost and takes
+  the group down; the restart event names the rank and how long the launcher took to
+  notice. A one-rank run refuses it (NotRunning, naming `ranks`).
 
 The page reads the registry from GET /api/record-kinds (`crash_modes`, from modes_json) and
 acts on a mode's fields, never on its name (tests/unit/test_crash_modes_registry.py checks
@@ -51,6 +56,7 @@ class CrashMode:
     waits_for_save: bool = False  # the kill lands inside the next checkpoint write
     wipes_disk: bool = False  # the run's local checkpoints are deleted after the kill
     moves_host: bool = False  # the run restarts on another machine, from the mirror
+    one_rank: bool = False  # the kill takes one rank of a run with several, not the launcher
 
 
 class CrashModeError(ValueError):
@@ -78,6 +84,13 @@ MODES: tuple[CrashMode, ...] = (
         " machine, as wipe, and its event says so)",
         wipes_disk=True,
         moves_host=True,
+    ),
+    CrashMode(
+        "rank",
+        "SIGKILL of one rank's process of a run with several ranks (its crash_rank, or one"
+        " chosen by its seed), not the launcher: the launcher sees the rank lost and takes"
+        " the group down, and the run restarts from its last complete checkpoint",
+        one_rank=True,
     ),
 )
 NAMES: tuple[str, ...] = tuple(m.name for m in MODES)

@@ -73,6 +73,15 @@ _RESTART = (
 _SAVE_STEP = _f(
     "save_step", "int", "the checkpoint being written when the kill came (crash mode during_save)"
 )
+_LOST_RANK = (
+    _f("lost_rank", "int", "the rank a crash test of crash mode rank killed"),
+    _f(
+        "noticed_s",
+        "float or null",
+        "seconds from that rank's SIGKILL until its launcher noticed and took the group down"
+        " (null: the launcher did not say)",
+    ),
+)
 _HOSTS = (
     _f("lost_host", "object", '{"node_id", "name"} of the machine that went away'),
     _f("host", "object or null", "the machine it restarts on (null: not known yet)"),
@@ -257,8 +266,8 @@ EVENT_CODES: tuple[EventCode, ...] = (
         ("info", "warn"),
         "key",
         "a crash test killed the trainer (SIGKILL, any crash mode); the run restarts",
-        (*_RESTART, _SAVE_STEP, *_HOSTS),
-        optional=("save_step", "lost_host", "host"),
+        (*_RESTART, _SAVE_STEP, *_HOSTS, *_LOST_RANK),
+        optional=("save_step", "lost_host", "host", "lost_rank", "noticed_s"),
         restart="crash",
     ),
     EventCode(

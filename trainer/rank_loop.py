@@ -53,9 +53,17 @@ from crashdrill.trainer.exit_codes import EXIT_DIVERGED, EXIT_OK, EXIT_USAGE
 from crashdrill.trainer.model import GPT, lr_at
 from crashdrill.trainer.optim import AdamW
 from crashdrill.trainer.rank_batches import RankBatchSampler, rank_stream_seed
-from crashdrill.trainer.ranks import RankGroup, join_group, rank_store, run_group
+from crashdrill.trainer.ranks import (
+    RankGroup,
+    crash_rank_of,
+    join_group,
+    phase,
+    rank_store,
+    run_group,
+)
 from crashdrill.trainer.records import RecordWriter, float32_bits
 from crashdrill.trainer.stages import Stage
+from crashdrill.trainer.run_files import RANKS_FILE
 from crashdrill.trainer.start_line import FRESH_LINE, resumed_line
 from crashdrill.trainer.train_state import CheckpointMismatch, TrainState
 
@@ -88,7 +96,12 @@ def train_ranks(cfg: TrainConfig, run_dir: Path, opts: one_rank.RunOptions) -> i
     """Train (or resume) `run_dir` on cfg.ranks ranks; returns the group's exit code."""
     _check_supported(cfg)
     segment = run_start.start_run_dir(run_dir, opts.label, opts.preset, cfg)
-    return run_group(cfg.ranks, lambda group: _rank_main(cfg, run_dir, opts, segment, group))
+    return run_group(
+        cfg.ranks,
+        lambda group: _rank_main(cfg, run_dir, opts, segment, group),
+        ranks_file=Path(run_dir) / RANKS_FILE,
+        crash_rank=crash_rank_of(cfg.crash_rank, cfg.seed, cfg.ranks),
+    )
 
 
 def _rank_main(
@@ -147,15 +160,19 @@ class _RankRun:
         determinism.configure(cfg.threads, self.device)
         join_group(group, rank_store(group), self.device.type)
         self.data: Dataset = load_dataset(cfg, lambda s, p: rec.write("stage", stage=s, progress=p))
+        phase(group.rank, "joined")
         self.vocab = cfg.vocab or self.data.vocab_size
+        phase(group.rank, "data")
         self.fingerprints = {"config": cfg.fingerprint(), "dataset": self.data.sha256[:16]}
         rec.write("stage", stage=Stage.BUILD, progress=0.0)
         determinism.seed_all(cfg.seed)  # the same initial weights on every rank
         self.model = GPT(cfg, self.vocab).to(self.device)
         self.opt: AdamW = self.model.configure_optimizer(cfg)
         ids = [self.device.index] if self.device.type == "cuda" else None
+        phase(group.rank, "model")
         self.ddp = DistributedDataParallel(self.model, device_ids=ids)  # GPT has no buffers
         # From here each rank's global streams (dropout) are its own.
+        phase(group.rank, "ddp")
         determinism.seed_all(rank_stream_seed(cfg.seed, group.rank, group.world) % 2**63)
         self.sampler = RankBatchSampler(self.data.train, cfg, group.rank, group.world)
         self.st = TrainState()
@@ -308,6 +325,7 @@ class _RankRun:
             return run_start.refuse_to_start(self.run_dir, self.rec)
         self._start(info)
         self._run_record()
+        phase(self.group.rank, "loaded")
         if info is None and cfg.ckpt_policy == "every":
             self._save()
         self.rec.write("stage", stage=Stage.TRAIN, progress=st.step / cfg.steps)
@@ -317,6 +335,8 @@ class _RankRun:
         while st.step < cfg.steps:
             s = self._update()
             what = nonfinite(s.loss, s.grad_norm)
+            if window_steps == 0 and not logged:
+                phase(self.group.rank, "first_step")
             if what is not None:
                 return self._diverged(s, what, tokens_per_step)
             st.step += 1

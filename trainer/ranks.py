@@ -19,17 +19,29 @@ below it (init_process_group, DDP, DCP) sees what torchrun would give it.
   A kill of the run (the launcher's process tree) takes every rank with it.
 - The launcher forks before any tensor work and holds no thread: a fork is as safe here
   as the fork server's (crashdrill/processes/forkserver.py).
+- It writes the run dir's ranks file (run_files.RANKS_FILE) once every rank is forked:
+  its own pid, each rank's, and the rank a `[crash] mode = "rank"` test kills
+  (`crash_rank`, or one chosen by the seed); when it loses a rank it adds which one, its
+  status and when it noticed (`lost`). The supervisor's rank crash reads it.
+- With CRASHDRILL_RANK_PHASES=1 in its environment the launcher and every rank print one
+  stderr line per phase of the group's start (`phase_line`; benchmarks/ranks.py reads
+  them with `parse_phases`): where a restart's seconds go.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 # How long a collective waits for a missing peer before it fails (seconds). Short: a lost
 # rank should end the group within a lesson's attention span, not torch's default 30 min.
@@ -43,6 +55,50 @@ ENV_RANK, ENV_WORLD, ENV_LOCAL_RANK, ENV_LOCAL_WORLD = (
     "LOCAL_WORLD_SIZE",
 )
 ENV_ADDR, ENV_PORT = "MASTER_ADDR", "MASTER_PORT"
+# Set to 1 in a trainer's environment: its launcher and ranks print their start's phases.
+PHASES_ENV = "CRASHDRILL_RANK_PHASES"
+LAUNCHER = -1  # the launcher's "rank" in a phase line
+_PHASE = re.compile(r"^crashdrill: phase (-?\d+) (\w+) at ([\d.]+)$", re.MULTILINE)
+
+
+def phase(rank: int, name: str) -> None:
+    """Say on stderr that `rank` (LAUNCHER: the launcher) reached `name`, when asked to."""
+    if os.environ.get(PHASES_ENV) == "1":
+        print(phase_line(rank, name, time.time()), file=sys.stderr, flush=True)
+
+
+def phase_line(rank: int, name: str, at: float) -> str:
+    return f"crashdrill: phase {rank} {name} at {at:.6f}"
+
+
+def parse_phases(text: str) -> list[tuple[int, str, float]]:
+    """Every phase line in `text`: (rank, name, wall-clock time), in the order printed."""
+    return [(int(r), n, float(t)) for r, n, t in _PHASE.findall(text)]
+
+
+def crash_rank_of(crash_rank: int, seed: int, world: int) -> int:
+    """The rank a `[crash] mode = "rank"` test kills: `crash_rank` where it is set (≥ 0),
+    else one chosen by the seed."""
+    return crash_rank if crash_rank >= 0 else seed % world
+
+
+def read_ranks_file(path: Path) -> dict[str, Any] | None:
+    """The ranks file a launcher wrote (None: none, or not readable as one)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("pids"), dict) else None
+
+
+def _write_ranks_file(path: Path | None, data: dict[str, Any]) -> None:
+    """Whole or not at all: a reader never sees half a file."""
+    if path is None:
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    with contextlib.suppress(OSError):
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, path)
 
 
 @dataclass(frozen=True)
@@ -105,6 +161,7 @@ def _fork_rank(rank: int, world: int, port_w: int | None, body: Callable[[RankGr
         return pid
     code = 1
     try:
+        phase(rank, "started")
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         group = RankGroup(rank, world)
@@ -155,9 +212,17 @@ def _status(wait_status: int) -> int:
     return os.WEXITSTATUS(wait_status)
 
 
-def run_group(world: int, body: Callable[[RankGroup], int]) -> int:
+def run_group(
+    world: int,
+    body: Callable[[RankGroup], int],
+    *,
+    ranks_file: Path | None = None,
+    crash_rank: int = 0,
+) -> int:
     """Fork `world` ranks running `body`, watch them, return the group's exit status:
-    rank 0's when every rank succeeded, else the first failed rank's."""
+    rank 0's when every rank succeeded, else the first failed rank's. `ranks_file`: where
+    to say the group's pids (and `crash_rank`, the rank a rank crash kills)."""
+    phase(LAUNCHER, "group")
     read_fd, write_fd = os.pipe()
     pids: dict[int, int] = {}
     _rank_env(0, world, None)
@@ -165,13 +230,18 @@ def run_group(world: int, body: Callable[[RankGroup], int]) -> int:
     os.close(write_fd)
     try:
         port = _read_port(read_fd)
+        phase(LAUNCHER, "store_open")
         for rank in range(1, world):
             _rank_env(rank, world, port)
             pids[_fork_rank(rank, world, None, body)] = rank
     except BaseException:
         _kill_all(pids)
         raise
-    return _watch(pids)
+    phase(LAUNCHER, "forked")
+    said = {"launcher": os.getpid(), "world": world, "crash_rank": crash_rank,
+            "pids": {str(r): pid for pid, r in pids.items()}}  # fmt: skip
+    _write_ranks_file(ranks_file, said)
+    return _watch(pids, lambda lost: _write_ranks_file(ranks_file, {**said, "lost": lost}))
 
 
 def _kill_all(pids: dict[int, int]) -> None:
@@ -180,9 +250,10 @@ def _kill_all(pids: dict[int, int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _watch(pids: dict[int, int]) -> int:
+def _watch(pids: dict[int, int], on_lost: Callable[[dict[str, Any]], None]) -> int:
     """Reap the ranks; on the first that fails, SIGKILL the rest (no peer is left hanging
-    in a collective); a SIGTERM/SIGINT here does the same."""
+    in a collective) and say which was lost (`on_lost`); a SIGTERM/SIGINT here does the
+    same without the saying."""
 
     def stop_group(signum: int, _frame: object) -> None:
         _kill_all(pids)
@@ -199,11 +270,13 @@ def _watch(pids: dict[int, int]) -> int:
             continue
         codes[rank] = _status(wait_status)
         if codes[rank] != 0 and failed is None:
+            noticed = time.time()
             failed = codes[rank]
+            _kill_all(live)
+            on_lost({"rank": rank, "status": failed, "noticed_at": round(noticed, 6)})
             print(
                 f"crashdrill: rank {rank} ended with status {failed}; stopping the group",
                 file=sys.stderr,
                 flush=True,
             )
-            _kill_all(live)
     return codes[0] if failed is None else failed

@@ -16,6 +16,7 @@ directories count is checkpoint_layout.py):
     DIR/run.json        RUN_JSON       {"pid", "started_at", "starts", ...}, rewritten at each start
     DIR/mirror.jsonl    MIRROR_LOG     the checkpoint mirror's records (its thread alone writes it)
     DIR/stop.json       STOP_MARKER    the newest graceful stop (trainer/preemption.py)
+    DIR/ranks.json      RANKS_FILE     a group's launcher: its ranks' pids, a lost rank (ranks.py)
     DIR/preset.toml     FROZEN_PRESET  the preset text a frozen run trains (the lab writes it)
     DIR/stdout.log      STDOUT_LOG     the trainer's output (the supervisor's redirection)
     DIR/stderr.log      STDERR_LOG
@@ -45,6 +46,9 @@ RECORDS_FILE = "records.jsonl"
 RUN_JSON = "run.json"
 MIRROR_LOG = "mirror.jsonl"
 STOP_MARKER = "stop.json"
+# A run of several ranks: the launcher's pid, each rank's, the rank a rank crash kills, and
+# the rank it lost (trainer/ranks.py writes it; the supervisor's rank crash reads it).
+RANKS_FILE = "ranks.json"
 # A run whose dir holds FROZEN_PRESET trains that preset text (an instructor's preset, a
 # student's settings): it lives with the run, so it travels wherever the run dir does.
 FROZEN_PRESET = "preset.toml"

@@ -53,11 +53,13 @@ def restart_event(
     mode: str,
     fresh: bool = False,
     save_step: int | None = None,
+    lost_rank: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The event of a restart on the same machine (`ckpt`: the step it resumes from;
     `fresh`: the run is set to train from scratch when it finds no checkpoint, its config's
     on_missing_checkpoint = "fresh", so it does not refuse whatever `require` says;
-    `save_step`: a crash test's kill came while this step's checkpoint was being written)."""
+    `save_step`: a crash test's kill came while this step's checkpoint was being written;
+    `lost_rank`: a rank crash's fields, `lost_rank` and `noticed_s`, workers/rank_crash.py)."""
     lost_steps = None
     if ckpt is not None:
         back = ""
@@ -95,6 +97,7 @@ def restart_event(
         )
         level = "warn"
     extra = {"save_step": save_step} if save_step is not None else {}
+    extra.update(lost_rank or {})
     return build_event(
         code,
         text,

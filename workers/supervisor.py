@@ -35,7 +35,9 @@ runs with the checkpoint-pause hook, trainer/checkpoint_pause.py, which holds ea
 open); one that `wipes_disk` ("wipe") SIGKILLs and then deletes the run's local checkpoint
 directory, like a disk that vanished with the session; one that also `moves_host`
 ("host") restarts the run on another machine (a Ray node), which pulls the newest
-verified checkpoint from the mirror. A trainer whose machine
+verified checkpoint from the mirror; one that kills `one_rank` ("rank") SIGKILLs one
+rank's process of a run with several (workers/rank_crash.py finds it; its launcher takes
+the group down) and the restart event names the rank. A trainer whose machine
 vanishes (`lost_host`) is restarted elsewhere the same way, unasked.
 A preemption (`preempt(grace_s)`) is the announced death of spot VMs and SLURM: SIGTERM,
 then SIGKILL when the grace runs out. A trainer that stops gracefully (exit 75: a complete
@@ -93,6 +95,7 @@ from crashdrill.workers.hold import Hold
 from crashdrill.workers.launch import ENDED, Change, Launch, NotRunning
 from crashdrill.workers.local_executor import LocalExecutor
 from crashdrill.workers.mirror import Restored
+from crashdrill.workers.rank_crash import RankTarget, lost_rank_fields, rank_lead, rank_target
 from crashdrill.workers.restart_events import (
     diverged_text,
     failure_text,
@@ -140,6 +143,7 @@ class Supervisor:
         self._crash_requested = False
         self._crash_mode = DEFAULT_CRASH_MODE
         self._crash_save_step: int | None = None
+        self._crash_rank: RankTarget | None = None  # the rank a rank crash killed
         self._stop_requested: str | None = None
         self._preempt: Preemption | None = None
         self._stops = StopHistory()
@@ -187,8 +191,10 @@ class Supervisor:
 
     def crash(self, mode: str = DEFAULT_CRASH_MODE) -> int:
         """Crash test: SIGKILL the trainer (now, or for "during_save" inside its next
-        checkpoint write). Returns the pid that is killed; CrashModeError (a ValueError)
-        for a mode that is not in the registry."""
+        checkpoint write; for a mode that kills `one_rank`, one rank's process alone).
+        Returns the pid that is killed; CrashModeError (a ValueError) for a mode that is
+        not in the registry; NotRunning (RankCrashRefused, saying why) for a rank crash of
+        a one-rank run or of a group not started yet."""
         spec = mode_named(mode)
         with self._lock:
             proc = self._proc
@@ -196,6 +202,7 @@ class Supervisor:
                 raise NotRunning("the trainer is not running")
             if self._crash_requested or self._preempt is not None:
                 raise NotRunning("a crash test or a preemption is already on its way")
+            target = rank_target(self.run_dir, proc.pid) if spec.one_rank else None
             self._crash_requested = True
             self._crash_mode = mode
             self._crash_save_step = None
@@ -210,12 +217,19 @@ class Supervisor:
                 self._hold.release()  # it trains on to its next checkpoint write
                 return proc.pid
             try:
-                proc.signal(signal.SIGKILL)  # held or not: killed at the step it is at
+                if target is not None:  # one rank: its launcher takes the group down
+                    target.kill()
+                    self._crash_rank = target
+                else:
+                    proc.signal(signal.SIGKILL)  # held or not: killed at the step it is at
             except (ProcessLookupError, psutil.NoSuchProcess):
                 self._crash_requested = False
                 raise NotRunning("the trainer has already exited") from None
+            except NotRunning:
+                self._crash_requested = False
+                raise
             self._hold.release()
-            return proc.pid
+            return target.pid if target is not None else proc.pid
 
     def preempt(self, grace_s: float | None = None, name: str = "Preempted") -> int:
         """Preempt the trainer as a platform does: SIGTERM now, SIGKILL after `grace_s`
@@ -361,6 +375,7 @@ class Supervisor:
         with self._lock:
             crash, stop = self._crash_requested, self._stop_requested
             mode, save_step = self._crash_mode, self._crash_save_step
+            lost_rank, self._crash_rank = self._crash_rank, None
             preempt, self._preempt = self._preempt, None
             self._crash_requested = False
             self._proc = None
@@ -397,6 +412,9 @@ class Supervisor:
                 lead += f" at step {step}"
             if save_step is not None:
                 lead += f", in the middle of writing the checkpoint for step {save_step}"
+            rank_fields = lost_rank_fields(self.run_dir, lost_rank) if lost_rank else None
+            if lost_rank is not None and rank_fields is not None:
+                lead = rank_lead(lost_rank, rank_fields, step)
             had = self._checkpoint_step() is not None
             spec = mode_named(mode)
             if spec.wipes_disk:
@@ -419,6 +437,7 @@ class Supervisor:
                 had_checkpoint=had,
                 mode=mode,
                 save_step=save_step,
+                lost_rank=rank_fields,
             )
         if killed:
             self._unrequested_kills += 1
@@ -462,6 +481,7 @@ class Supervisor:
         mode: str = "kill",
         stopped: bool = False,
         save_step: int | None = None,
+        lost_rank: dict[str, Any] | None = None,
     ) -> bool:
         """Restart the trainer. Once the run has saved a checkpoint (`had_checkpoint`,
         default: one exists now) the restart requires one: resume it or refuse, never a
@@ -483,6 +503,7 @@ class Supervisor:
             mode=mode,
             fresh=self.launch.fresh_start_allowed,
             save_step=save_step,
+            lost_rank=lost_rank,
         )
         if stopped:
             event = count_the_cost(event)

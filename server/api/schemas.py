@@ -399,6 +399,7 @@ class CrashModeOut(BaseModel):
     waits_for_save: bool = Field(description="the kill lands inside the next checkpoint write")
     wipes_disk: bool = Field(description="the run's local checkpoints are deleted after the kill")
     moves_host: bool = Field(description="the run restarts on another machine, from the mirror")
+    one_rank: bool = Field(description="the kill takes one rank of a run with several ranks")
 
 
 class ResumeOutcomeOut(BaseModel):

@@ -73,6 +73,21 @@ SMOKES = [
         id="graceful_stop",
     ),
     pytest.param(
+        "ranks.py",
+        [],
+        [
+            rf"^  1 rank\(s\):\s+{N} tokens/s · checkpoint save\s+{N} ms \(median\) · saves",
+            rf"^  2 rank\(s\):\s+{N} tokens/s · checkpoint save\s+{N} ms",
+            rf"^  kill, 1 rank\s+median {N} s",
+            rf"^  kill, 2 ranks\s+median {N} s",
+            rf"^  rank, 2 ranks\s+median {N} s",
+            rf"^  rank, 2 ranks: the launcher noticed the lost rank in median {N} ms",
+            rf"^  kill, 2 ranks / kill, 1 rank: {N}×",
+            rf"^\s+{N} s\s+\(\s*[+-]{N}\)\s+init_process_group",
+        ],
+        id="ranks",
+    ),
+    pytest.param(
         "ray_cluster.py",
         [],
         [

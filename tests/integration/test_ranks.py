@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,14 @@ import torch
 
 from crashdrill.trainer.checkpoint_layout import checkpoints, dcp_shard_rank
 from crashdrill.trainer.exit_codes import EXIT_USAGE
+from crashdrill.trainer.presets import Crash, Knob, dump_preset, get_preset
 from crashdrill.trainer.records import bits_to_float32, float32_bits, read_records
+from crashdrill.trainer.run_files import RANKS_FILE
+from crashdrill.workers.launch import Launch
+from crashdrill.workers.run_dir import RunDir
+from crashdrill.workers.supervisor import Supervisor
 from tests.conftest import crashdrill_cmd, run_cli
+from tests.support.supervising import Changes, wait_for_step
 
 pytestmark = pytest.mark.slow
 SETTINGS = ["--set", "steps=30", "--set", "ckpt_every=10", "--set", "eval_every=10"]
@@ -102,6 +109,46 @@ def test_a_killed_group_resumes_bit_identically_on_every_rank(
     for step in recomputed:
         for field in ("loss_bits", "rank_loss_bits", "grad_norm", "lr", "tokens"):
             assert resumed[(1, step)][field] == ref[(0, step)][field], (step, field)
+
+
+def _rank_crash_preset(tmp_path: Path) -> Path:
+    """quick on two ranks, checkpoints every 10 steps, whose Crash test kills rank 1."""
+    quick = get_preset("quick")
+    run = {**quick.run, "ranks": 2, "crash_rank": 1, "steps": 40, "eval_every": 10}
+    preset = replace(
+        quick, id="ranks-crash", run=run, knob=Knob("ckpt_every", 10, 20), crash=Crash("rank")
+    )
+    path = tmp_path / "ranks-crash.toml"
+    path.write_text(dump_preset(preset))
+    return path
+
+
+def test_a_rank_crash_kills_one_rank_and_the_group_resumes_bit_identically(
+    tmp_path: Path,
+) -> None:
+    """Crash mode rank: the supervisor SIGKILLs rank 1 alone, the launcher takes the group
+    down, the restart resumes the last checkpoint and recomputes every rank's losses bit
+    for bit; the crash event names the rank and how long the launcher took to notice."""
+    changes, rd = Changes(), RunDir(tmp_path / "run")
+    sup = Supervisor(Launch(rd.path, str(_rank_crash_preset(tmp_path)), "A"), changes)
+    sup.start()
+    wait_for_step(rd, 13, timeout=180)
+    said = json.loads((rd.path / RANKS_FILE).read_text())
+    killed = sup.crash("rank")
+    assert killed == said["pids"]["1"] and said["launcher"] == changes.items[0].pid != killed
+    changes.wait_for("finished", timeout=240)
+    assert changes.states() == ["running", "restarting", "running", "finished"]
+    recs, _ = read_records(rd.records)
+    (crash,) = [r for r in recs if r.get("code") == "crash"]
+    assert crash["crash_mode"] == "rank" and crash["lost_rank"] == 1, crash
+    assert crash["text"].startswith(f"Crash test: killed rank 1 of 2 (pid {killed})"), crash
+    assert isinstance(crash["noticed_s"], float) and "its launcher noticed in" in crash["text"]
+    steps = {(r["segment"], r["step"]): r for r in recs if r["kind"] == "step"}
+    again = sorted(s for seg, s in steps if seg == 1 and (0, s) in steps)
+    assert again and again[0] == crash["resume_from"] + 1, (again, crash)
+    for step in again:
+        for field in ("loss_bits", "rank_loss_bits", "grad_norm", "lr", "tokens"):
+            assert steps[(1, step)][field] == steps[(0, step)][field], (step, field)
 
 
 def test_a_one_rank_checkpoint_is_refused_by_a_two_rank_run_naming_both(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_registry_names_each_mode_once_and_its_default_is_one_of_them():
     assert len(set(crash_modes.NAMES)) == len(crash_modes.NAMES)
     assert crash_modes.DEFAULT in crash_modes.NAMES
-    assert crash_modes.NAMES == ("kill", "during_save", "wipe", "host")
+    assert crash_modes.NAMES == ("kill", "during_save", "wipe", "host", "rank")
     for mode in crash_modes.MODES:
         assert mode_named(mode.name) is mode and mode.summary
         assert not mode.moves_host or mode.wipes_disk  # a new machine has a new disk

@@ -146,6 +146,19 @@ def test_a_kill_nobody_asked_for_is_resumed_too(tmp_path: Path, env: pytest.Monk
     assert event["level"] == "warn" and "without a crash test" in str(event["text"])
 
 
+def test_a_rank_crash_of_a_one_rank_run_is_refused_saying_why_and_the_run_goes_on(
+    tmp_path: Path, env: pytest.MonkeyPatch
+) -> None:
+    sup, changes, rd = supervise(tmp_path)
+    sup.start()
+    wait_for_step(rd, 5)
+    with pytest.raises(NotRunning, match=r"one rank of a run with several ranks.*ranks = 1"):
+        sup.crash("rank")
+    changes.wait_for("finished")
+    assert changes.states() == ["running", "finished"]  # not killed, not restarted
+    assert not [r for r in records(rd) if r.get("code") == "crash"]
+
+
 def test_adopt_watches_a_trainer_started_by_someone_else(
     tmp_path: Path, env: pytest.MonkeyPatch
 ) -> None:

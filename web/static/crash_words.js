@@ -7,7 +7,7 @@
 import * as f from "./format.js";
 
 /** The hint under Crash test for a lesson whose crash mode is `mode` (its registry entry:
- * waits_for_save, wipes_disk, moves_host); `cluster`: the lab has other machines to move
+ * waits_for_save, wipes_disk, moves_host, one_rank); `cluster`: the lab has other machines to move
  * a run to. */
 export function crashHint(mode, cluster = false) {
   if (mode?.waits_for_save) return "Arms a SIGKILL for the next checkpoint write: it lands in the middle of that write.";
@@ -17,6 +17,7 @@ export function crashHint(mode, cluster = false) {
       : "SIGKILL and its disk deleted (no other machine here): it restarts from what the mirror kept.";
   }
   if (mode?.wipes_disk) return "SIGKILL now, then its local checkpoints are deleted: only the mirror's copies are left.";
+  if (mode?.one_rank) return "Kills one rank's process with SIGKILL: its launcher takes the group down, and it restarts from its last checkpoint.";
   return "Kills the process with SIGKILL now: no chance to save.";
 }
 
