@@ -6,10 +6,11 @@ SIGKILL after the grace, as a spot VM or SLURM does), and what any stop cost.
     lead, level = stop_lead(pre, exit_code, saved, step, run_dir)
 
 A trainer that stopped gracefully (exit 75, trainer/preemption.py) wrote a complete
-checkpoint of its last step and a `stopped_gracefully` event: its restart resumes there
-and the stop cost 0 steps. A trainer without a handler dies on the SIGTERM itself, and one
-that saves too slowly is SIGKILLed when the grace runs out: those restart from their
-newest complete checkpoint and the event counts the steps lost.
+checkpoint of its last step and a `stopped_gracefully` event: its restart resumes there,
+and the event says the stop lost nothing and which step it saved. A trainer without a
+handler dies on the SIGTERM itself, and one that saves too slowly is SIGKILLed when the
+grace runs out: those restart from their newest complete checkpoint and the event counts
+the steps lost.
 """
 
 from __future__ import annotations
@@ -142,12 +143,15 @@ def stop_lead(
 
 
 def count_the_cost(event: dict[str, Any]) -> dict[str, Any]:
-    """A stop's restart event says what it cost, 0 steps included."""
+    """A stop's restart event says what it cost; one that cost nothing says what it saved
+    (the step it stopped at), not "0 steps"."""
     step, ckpt = event.get("at_step"), event.get("resume_from")
     if event.get("lost_steps") is None and step is not None and ckpt is not None:
         event["lost_steps"] = max(0, step - ckpt)
     lost = event.get("lost_steps")
-    if lost is not None:
+    if lost == 0 and ckpt is not None:
+        event["text"] += f" The stop lost nothing: it saved step {ckpt}, the last step it trained."
+    elif lost is not None:
         event["text"] += f" The stop cost {lost} step{'' if lost == 1 else 's'}."
     return event
 

@@ -24,7 +24,7 @@ def test_preempt_sigterms_the_run_counts_the_grace_and_the_resume_loses_nothing(
         )
         page.locator(".run-A .preempt").click()
         why = page.locator(".run-A .crash-why")
-        why.filter(has_text="The stop cost 0 steps.").wait_for(timeout=RUN_MS)
+        why.filter(has_text="The stop lost nothing: it saved step").wait_for(timeout=RUN_MS)
         assert "stopped gracefully at step" in why.inner_text()
         assert page.locator(".run-B .preempt").is_enabled()  # only A was preempted
     finally:

@@ -307,3 +307,35 @@ def test_a_crashed_card_names_the_checkpoint_its_restart_found_or_that_none_was_
         "Killed with SIGKILL (no chance to save). Restarting; no checkpoint was left where it"
         " restarts.",
     ]
+
+
+def test_a_restart_that_has_loaded_nothing_yet_says_restarting_never_resuming() -> None:
+    # A preemption before its event, and a restarted trainer that has not loaded a
+    # checkpoint: what it resumes from (or that it refuses) is said only once it did.
+    out = run_js("""
+        view({state: "running", stage: "train", segment: 0, step: 150});
+        run.add([step(0, 150)]);
+        run.signalled = 0;
+        view({state: "running", stage: "restarting", segment: 0});
+        run.add([{kind: "event", segment: 0, code: "crash", resume_from: 100, t: 151}]);
+        view({state: "running", stage: "starting", segment: 1, crashes: 1, step: 150});
+        out.push(state(null));
+        run.add([{kind: "resume", segment: 1, from_step: 100, t: 152}, step(1, 101)]);
+        view({state: "running", stage: "train", segment: 1, crashes: 1, step: 101});
+        out.push(state(null)[0]);
+    """)
+    assert out[0][0] == "restarting" and "resum" not in out[0][1].lower(), out[0]
+    assert out[1] == "resuming"  # the restart loaded step 100 and recomputes from there
+
+
+def test_a_preemption_before_its_event_promises_no_resume() -> None:
+    out = run_js("""
+        view({state: "running", stage: "train", segment: 0});
+        run.add([step(0, 1), step(0, 40)]);
+        run.signalled = 0;
+        run.signalledKind = "preempt";  // the Preempt button's request (app.js)
+        view({state: "running", stage: "restarting", segment: 0});
+        out.push(state(null));
+    """)
+    assert out[0][0] == "preempted"
+    assert "It resumes" not in out[0][1] and "Restarting" in out[0][1], out[0]

@@ -44,7 +44,10 @@ def test_preempt_sigterms_the_trainer_and_its_resume_says_the_stop_cost_nothing(
     events = client.get(f"/api/runs/{run_a}/events").json()["events"]
     texts = [e["text"] for e in events]
     (said,) = [t for t in texts if t.startswith("Preempted: SIGTERM with a 30s grace")]
-    assert said.endswith("The stop cost 0 steps.")
+    assert (
+        said.endswith("the last step it trained.")
+        and "The stop lost nothing: it saved step" in said
+    )
     assert client.post(f"/api/runs/{run_a}/preempt").status_code == 409  # finished now
 
 

@@ -77,7 +77,7 @@ export function heldNow(run) {
 }
 
 /** What a student calls the run's state: queued / starting / training / kill armed /
- * crashed / preempted / resuming / done / failed / stopped, and a sentence that says why.
+ * crashed / preempted / restarting / resuming / done / failed / stopped, and a sentence that says why.
  * `starts`: how long trainer starts take on this lab ({median_s, count} from the pair
  * view), said while a start is pending; nothing is said before one was measured. */
 export function studentState(run, starts = null, preset = null) {
@@ -91,7 +91,7 @@ export function studentState(run, starts = null, preset = null) {
     const seg = run.newestStepSegment() ?? 0; // the segment whose trainer ended
     const e = run.newestRestart(seg);
     if (run.endedBy(seg, wall) === "preempt") {
-      return ["preempted", (e ? e.text : "Preempted: SIGTERM, then SIGKILL if it is still alive after its grace. It resumes from what it saved.") + note];
+      return ["preempted", (e ? e.text : "Preempted: SIGTERM, then SIGKILL if it is still alive after its grace. Restarting; what it resumes from is said once the restart has loaded it.") + note];
     }
     return ["crashed", `Killed with SIGKILL (no chance to save). ${restartingText(e)}${note}`];
   };
@@ -130,13 +130,16 @@ export function studentState(run, starts = null, preset = null) {
     case "restarting":
     case "running":
       if ((v.crashes ?? 0) > (v.segment ?? 0) && run.startPending()) {
-        return ["resuming", `Restarted after the crash: ${restartingText(run.newestRestart(v.segment ?? 0), true)}${note}`];
+        return ["restarting", `Restarted after the crash: ${restartingText(run.newestRestart(v.segment ?? 0), true)}${note}`];
       }
       if (v.segment > 0 && last && (stagePhase(v.stage) !== "train" || (v.step ?? 0) < last.reached)) {
         if (last.fresh) {
           return ["fresh start", `Started over from step 0: no checkpoint was found after the crash, so a new model trains from scratch and the ${f.int(last.reached)} steps trained before it are redone.${note}`];
         }
-        const from = f.isNum(last.from) ? last.from : 0;
+        if (!f.isNum(last.from)) { // its trainer has not said what it loaded yet
+          return ["restarting", `Restarted after the crash: ${restartingText(run.newestRestart(v.segment - 1), true)}${note}`];
+        }
+        const from = last.from;
         if (from >= last.reached) return ["resuming", `Resumed from the checkpoint at step ${f.int(from)}: nothing was lost.${note}`];
         return ["resuming", `Resumed from the checkpoint at step ${f.int(from)}; recomputing steps ${f.int(from + 1)}–${f.int(last.reached)} lost in the crash.${note}`];
       }
@@ -437,7 +440,7 @@ export class RunCard {
     }
     const mode = pair.crashModes?.get(preset?.crash?.mode);
     const cluster = Boolean(pair.view.executor) && pair.view.executor !== "local";
-    const why = blocker || (state === "resuming" ? "" : crashHint(mode, cluster));
+    const why = blocker || (["resuming", "restarting"].includes(state) ? "" : crashHint(mode, cluster));
     setText(this.why, why);
     this.why.dataset.kind = blocker ? "blocked" : "default";
   }
@@ -499,9 +502,10 @@ export class StageList {
           status = "done";
           progress = 1;
         } else if (crashed) {
-          // What ended the segment: a preemption (SIGTERM) is not a crash.
+          // What ended the segment: a preemption (SIGTERM) is not a crash. "restarting"
+          // until the restart has loaded something: it may yet refuse to start.
           const preempted = run.endedBy(run.newestStepSegment() ?? 0, wallStep) === "preempt";
-          status = preempted ? "preempted · resuming" : "crashed · resuming";
+          status = preempted ? "preempted · restarting" : "crashed · restarting";
         }
         else if (v.state === "failed") status = "failed";
         else if (v.state === "stopped" || v.state === "diverged") status = v.state;
