@@ -1,8 +1,9 @@
 """Words that match the run (issue #37 §2), in a real Chromium on the real trainer, lessons
 1.10 (a kill armed for the next checkpoint write; B's in-place checkpoint is torn and
-nothing older is left) and 1.15 on a lab of one machine (the disk goes with the kill; A has
-no mirror): every text under the buttons, badge and card rate is recorded as it changed
-(a MutationObserver, `window.words`), and the tests read the whole trail.
+nothing older is left), 1.14 (the session wall: A stops gracefully, B dies on the SIGTERM)
+and 1.15 on a lab of one machine (the disk goes with the kill; A has no mirror): every
+text under the buttons, badge and card rate is recorded as it changed (a
+MutationObserver, `window.words`), and the tests read the whole trail.
 
 - the hint under Crash test follows the lesson's crash mode, never "SIGKILL now" for 1.10;
 - after a kill the line under the buttons says what happened, and what the restart did
@@ -11,7 +12,9 @@ no mirror): every text under the buttons, badge and card rate is recorded as it 
   supervisor event claims a resume before the trainer wrote one;
 - the crash window is named by its steps (the preset's `[crash] window`);
 - the card's tokens/s and MFU after a resume are the restarted process's own steps: MFU
-  never above 100 %, the card never faster than the fastest step it trained.
+  never above 100 %, the card never faster than the fastest step it trained;
+- a graceful stop that lost nothing says what it saved (the log and the resume check),
+  never "cost 0 steps"; one that lost steps counts them.
 """
 
 from __future__ import annotations
@@ -91,6 +94,40 @@ def percent(text: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+_UNITS = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9}
+
+
+def rate(text: str) -> float | None:
+    """The card's tokens/s ("7.7k", "950") as a number; None for "–" or "held"."""
+    m = re.fullmatch(r"([\d.]+)([kMG]?)", text.strip())
+    return float(m.group(1)) * _UNITS[m.group(2)] if m else None
+
+
+def fastest_step(page: Any, label: str) -> float:
+    """The highest tokens/s of any step record the run wrote (every process of it)."""
+    fastest: float = page.evaluate(
+        """async (label) => {
+            const pair = new URLSearchParams(location.search).get('pair');
+            const view = await (await fetch(`/api/pairs/${pair}`)).json();
+            const run = view.runs.find((r) => r.label === label);
+            const got = await (await fetch(`/api/runs/${run.id}/records?kind=step`)).json();
+            return Math.max(0, ...got.records.map((r) => r.tokens_per_s ?? 0));
+        }""",
+        label,
+    )
+    return fastest
+
+
+def assert_card_never_faster_than_a_step(page: Any, label: str) -> None:
+    """The card's tokens/s, every value it showed, is at most the fastest step record (the
+    card rounds to two or three digits: "7.7k" may stand for 7,650)."""
+    fastest = fastest_step(page, label)
+    shown = [(r[3], x) for r in words(page, label) if (x := rate(r[3])) is not None]
+    assert shown and fastest > 0, (shown, fastest)
+    too_fast = [text for text, x in shown if x > fastest * 1.01]
+    assert not too_fast, (too_fast, fastest)
+
+
 def test_lesson_1_10_the_hint_waits_for_the_write_and_b_s_log_has_nothing_to_fall_back_to(
     lab: LabServer, page: Any
 ) -> None:
@@ -161,4 +198,42 @@ def test_lesson_1_15_on_one_machine_the_hint_names_the_disk_and_a_s_card_agrees_
     # B resumed: its card's rates are its own steps' (never the first, at start priority).
     mfu = [p for r in words(page, "B") if (p := percent(r[4])) is not None]
     assert mfu and max(mfu) <= 100, mfu
+    assert_card_never_faster_than_a_step(page, "B")
+    assert page.errors == []
+
+
+def test_lesson_1_14_a_graceful_stop_says_what_it_saved_and_the_cards_rates_are_real_steps(
+    lab: LabServer, page: Any
+) -> None:
+    start(page, lab.url + "/lesson/lesson-1.14")
+    page.evaluate(WORDS_JS)
+    try:
+        # Both runs meet the wall at step 300 by themselves; each resumes once.
+        for label in "AB":
+            page.locator(f"#resume-checks li.check.run-{label} .check-cost").wait_for(
+                timeout=RUN_MS
+            )
+        page.wait_for_function("() => document.body.dataset.pairState === 'done'", timeout=RUN_MS)
+    except BaseException:
+        stop_both(page)
+        raise
+    # A saved the step it stopped at (300, or a step or two later on a busy machine: the
+    # lab sends the SIGTERM once it has read step 300): the log and the check say which.
+    (a_stop,) = event_texts(page, "A", "preempt")
+    saved = re.search(r"The stop lost nothing: it saved step (\d+), the last step it", a_stop)
+    assert saved and int(saved.group(1)) >= 300, a_stop
+    assert "cost 0 steps" not in page.locator("body").inner_text()
+    a_cost = page.locator("#resume-checks li.check.run-A .check-cost").inner_text()
+    said = f"Nothing to redo: the stop saved a checkpoint of step {saved.group(1)}"
+    assert a_cost.startswith(said), a_cost
+    # B had no handler: its stop counts the steps since its only checkpoint (step 0).
+    (b_stop,) = event_texts(page, "B", "preempt")
+    lost = re.search(r"The stop cost (\d+) steps\.", b_stop)
+    assert "ended the trainer on the spot" in b_stop and lost and int(lost.group(1)) >= 300, b_stop
+    b_cost = page.locator("#resume-checks li.check.run-B .check-cost").inner_text()
+    assert b_cost.startswith(f"The stop cost {lost.group(1)} steps of work"), b_cost
+    for label in "AB":
+        mfu = [p for r in words(page, label) if (p := percent(r[4])) is not None]
+        assert mfu and max(mfu) <= 100, mfu
+        assert_card_never_faster_than_a_step(page, label)
     assert page.errors == []
