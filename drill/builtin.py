@@ -19,7 +19,7 @@ from crashdrill.drill.plan import KillPoint, draw_kills, plan_gaps
 from crashdrill.drill.snapshot import Snapshot, scan
 from crashdrill.drill.target import Child, Segment, Target, WriteWatch
 from crashdrill.drill.trace import LossParser
-from crashdrill.processes.forkserver import TRAINER_PRELOAD, ForkServer
+from crashdrill.processes.forkserver import RANKS_PRELOAD, TRAINER_PRELOAD, ForkServer
 from crashdrill.trainer import checkpoint_pause
 from crashdrill.trainer.checkpoint_layout import (
     INPLACE_SLOT,
@@ -81,6 +81,22 @@ FORK_SERVER_PRELOAD = [
     *TRAINER_PRELOAD,  # what the lab's warm trainers import too (workers/warm.py)
     "crashdrill.drill.final_state",  # the final comparison, run after the last step
 ]
+
+
+def ranks_preload(preset: str, label: str, overrides: list[str] | None) -> list[str]:
+    """What the fork server imports besides FORK_SERVER_PRELOAD: for a run of several ranks
+    the rank loop (about 1.8 s of imports a one-rank drill need not wait for, and that each
+    restarted group would pay without it), else nothing. A preset or setting that is wrong
+    adds nothing: PresetTarget says what is wrong."""
+    from crashdrill.trainer.config import parse_override
+    from crashdrill.trainer.presets import get_preset
+
+    try:
+        changes = dict(parse_override(s) for s in overrides or [])
+        ranks = get_preset(preset).config_for(label).with_overrides(changes).ranks
+    except Exception:
+        ranks = 1
+    return list(RANKS_PRELOAD) if ranks > 1 else []
 
 
 class PresetTarget(Target):

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crashdrill.drill.builtin import FORK_SERVER_PRELOAD, PresetTarget
+from crashdrill.drill.builtin import FORK_SERVER_PRELOAD, PresetTarget, ranks_preload
 from crashdrill.drill.command import CommandTarget
 from crashdrill.drill.compare import analyse
 from crashdrill.drill.drill_end import (
@@ -135,7 +135,8 @@ def verify_preset(
     server = None
     if fork_server_wanted(fork_server) and forkserver.supported():
         try:
-            server = forkserver.ForkServer(FORK_SERVER_PRELOAD)
+            preload = [*FORK_SERVER_PRELOAD, *ranks_preload(preset, label, overrides)]
+            server = forkserver.ForkServer(preload)
             marks["fork server started"] = server.started - t0
         except forkserver.ForkServerError as e:
             _note(f"{e}; starting every trainer process with exec")

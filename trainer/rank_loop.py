@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch._dynamo  # DDP's constructor imports it: imported here, a warm process pays it
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
@@ -62,8 +63,8 @@ from crashdrill.trainer.ranks import (
     run_group,
 )
 from crashdrill.trainer.records import RecordWriter, float32_bits
-from crashdrill.trainer.stages import Stage
 from crashdrill.trainer.run_files import RANKS_FILE
+from crashdrill.trainer.stages import Stage
 from crashdrill.trainer.start_line import FRESH_LINE, resumed_line
 from crashdrill.trainer.train_state import CheckpointMismatch, TrainState
 
@@ -159,20 +160,20 @@ class _RankRun:
         self.device = _device(cfg, group)
         determinism.configure(cfg.threads, self.device)
         join_group(group, rank_store(group), self.device.type)
-        self.data: Dataset = load_dataset(cfg, lambda s, p: rec.write("stage", stage=s, progress=p))
         phase(group.rank, "joined")
-        self.vocab = cfg.vocab or self.data.vocab_size
+        self.data: Dataset = load_dataset(cfg, lambda s, p: rec.write("stage", stage=s, progress=p))
         phase(group.rank, "data")
+        self.vocab = cfg.vocab or self.data.vocab_size
         self.fingerprints = {"config": cfg.fingerprint(), "dataset": self.data.sha256[:16]}
         rec.write("stage", stage=Stage.BUILD, progress=0.0)
         determinism.seed_all(cfg.seed)  # the same initial weights on every rank
         self.model = GPT(cfg, self.vocab).to(self.device)
         self.opt: AdamW = self.model.configure_optimizer(cfg)
-        ids = [self.device.index] if self.device.type == "cuda" else None
         phase(group.rank, "model")
+        ids = [self.device.index] if self.device.type == "cuda" else None
         self.ddp = DistributedDataParallel(self.model, device_ids=ids)  # GPT has no buffers
-        # From here each rank's global streams (dropout) are its own.
         phase(group.rank, "ddp")
+        # From here each rank's global streams (dropout) are its own.
         determinism.seed_all(rank_stream_seed(cfg.seed, group.rank, group.world) % 2**63)
         self.sampler = RankBatchSampler(self.data.train, cfg, group.rank, group.world)
         self.st = TrainState()
@@ -324,8 +325,8 @@ class _RankRun:
         if info is None and self.opts.require_checkpoint and cfg.on_missing_checkpoint != "fresh":
             return run_start.refuse_to_start(self.run_dir, self.rec)
         self._start(info)
-        self._run_record()
         phase(self.group.rank, "loaded")
+        self._run_record()
         if info is None and cfg.ckpt_policy == "every":
             self._save()
         self.rec.write("stage", stage=Stage.TRAIN, progress=st.step / cfg.steps)
@@ -334,9 +335,9 @@ class _RankRun:
         self.model.train()
         while st.step < cfg.steps:
             s = self._update()
-            what = nonfinite(s.loss, s.grad_norm)
             if window_steps == 0 and not logged:
                 phase(self.group.rank, "first_step")
+            what = nonfinite(s.loss, s.grad_norm)
             if what is not None:
                 return self._diverged(s, what, tokens_per_step)
             st.step += 1

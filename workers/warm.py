@@ -33,15 +33,16 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from crashdrill.processes.forkserver import (
-    START_TIMEOUT as IMPORT_WAIT_S,
-)
-from crashdrill.processes.forkserver import (
+    RANKS_PRELOAD,
     TRAINER_PRELOAD,
     CommandTooLong,
     ForkedProcess,
     ForkServer,
     ForkServerError,
     supported,
+)
+from crashdrill.processes.forkserver import (
+    START_TIMEOUT as IMPORT_WAIT_S,
 )
 from crashdrill.workers.trainer_env import env_pass_from_environ, trainer_environment
 
@@ -74,7 +75,7 @@ class WarmTrainers:
         keep_children: bool = False,
         die_with_parent: bool = False,
         enabled: bool | None = None,
-        preload: Sequence[str] = TRAINER_PRELOAD,
+        preload: Sequence[str] = (*TRAINER_PRELOAD, *RANKS_PRELOAD),
         command: Sequence[str] = TRAINER_COMMAND,
     ) -> None:
         self.preload = list(preload)

@@ -54,6 +54,7 @@ from typing import IO
 
 from crashdrill.processes.forkserver_protocol import (
     IMPORTED,
+    RANKS_PRELOAD,
     START_TIMEOUT,
     TITLE_ARG,
     TITLE_ROOM,
@@ -71,6 +72,7 @@ from crashdrill.processes.forkserver_protocol import (
 # server process's loop in forkserver_loop.py. Everyone imports from this module, which
 # is also the one `-m` runs (its name is what `ps` shows as a trainer's parent).
 __all__ = [
+    "RANKS_PRELOAD",
     "START_TIMEOUT",
     "TRAINER_PRELOAD",
     "CommandTooLong",

@@ -27,6 +27,10 @@ TRAINER_PRELOAD = [
     "crashdrill.trainer.loop",
     "numpy.random",
 ]
+# What a trainer of several ranks imports besides (torch.distributed, DCP, DDP, and the
+# torch._dynamo that DDP's constructor imports): about 1.8 s and 900 modules on the 2-core
+# machine, paid by every restarted group that was forked without them (benchmarks/ranks.py).
+RANKS_PRELOAD = ["crashdrill.trainer.rank_loop"]
 START_TIMEOUT = 120.0  # seconds the first start may wait for the server's imports
 POLL_SECONDS = 0.005  # reaping interval where pidfd_open is missing
 READY_TIMEOUT = 10.0  # seconds a new child may take to become itself before its pid goes out
