@@ -32,7 +32,7 @@ from crashdrill.drill.interrupt import DrillInterrupted
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.rank_output import line_of_rank
 from crashdrill.drill.snapshot import Snapshot, appeared_incomplete, modified_in_place
-from crashdrill.drill.target import Child, Segment, Target, finals
+from crashdrill.drill.target import Child, Segment, Target
 from crashdrill.drill.write_evidence import POLL_SECONDS, WriteObserver
 from crashdrill.processes.process_tree import kill_tree, tree_marker
 from crashdrill.trainer.checkpoint_pause import ENV as PAUSE_ENV
@@ -368,7 +368,7 @@ def run_crashed(
             seg.chain_end = "deadline"
             break
         after = target.snapshot(ckpt_dir)
-        progressed = target.has_checkpoint(after) and finals(after) != finals(before)
+        progressed = target.advanced(before, after)
         if not (seg.crashed and i > 0 and progressed) or target.diverged(seg) is not None:
             # finished, hung, or crashed where a restart would crash again; a diverged
             # process would diverge again from its checkpoint, bit for bit

@@ -150,10 +150,17 @@ class Target:
     def has_checkpoint(self, snap: Snapshot | None) -> bool:
         return bool(snap)
 
+    def advanced(self, before: Snapshot | None, after: Snapshot | None) -> bool:
+        """Does `after` hold a checkpoint that `before` did not? A temp file of a write
+        under way is not one yet, nor a JSON checkpoint rewritten with the step it held
+        (drill/checkpoint_files.py)."""
+        if self.files is not None:
+            return self.has_checkpoint(after) and self.files.advanced(before, after)
+        return self.has_checkpoint(after) and finals(after) != finals(before)
+
     def progress_saved(self, baseline: Snapshot | None, before_kill: Snapshot | None) -> bool:
-        """Did a checkpoint newer than the start exist when the kill landed? A temp file
-        of a write under way is not one yet."""
-        return self.has_checkpoint(before_kill) and finals(before_kill) != finals(baseline)
+        """Did a checkpoint newer than the start exist when the kill landed?"""
+        return self.advanced(baseline, before_kill)
 
     def write_watch(self, ckpt_dir: Path, kill: KillPoint) -> WriteWatch:
         raise NotImplementedError

@@ -1,5 +1,5 @@
 """Which files of a checkpoint dir the drill takes as checkpoints (drill/checkpoint_files.py):
-by name and content, never the logs beside them; `--checkpoint-glob` instead."""
+by content, never the logs or configs beside them; `--checkpoint-glob` instead."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def test_checkpoints_are_taken_and_the_logs_beside_them_are_ignored(tmp_path: Pa
     _tree(
         tmp_path,
         {
-            "model.pt": b"anything: the name says torch.save",
+            "model.pt": ZIP,
             "weights": ZIP,  # no extension: its first bytes say torch.save
             "state": pickle.dumps({"step": 3}, protocol=4),
             "head.safetensors": SAFETENSORS,
@@ -73,6 +73,102 @@ def test_checkpoints_are_taken_and_the_logs_beside_them_are_ignored(tmp_path: Pa
     assert files.ignored["wandb/run-1/tmp/code/train.py"].startswith("under wandb/")
     assert files.taken["weights"].startswith("a zip file")
     assert files.taken["checkpoint-200/vocab.txt"] == "in the checkpoint dir checkpoint-200/"
+
+
+def test_a_checkpoint_s_name_is_not_enough_its_bytes_decide(tmp_path: Path) -> None:
+    _tree(
+        tmp_path,
+        {
+            "model.pt": b"not a torch file: text a script wrote under a .pt name",
+            "weights.bin": struct.pack("<4f", 1.0, 2.0, 3.0, 4.0) * 4,  # tensor.tofile()
+            "empty.ckpt": b"",  # torch.save has opened it: a write under way
+            "best.pth": pickle.dumps({"w": 1}, protocol=2),
+            "arr.npy": b"\x93NUMPY\x01\x00",
+            "head.safetensors": SAFETENSORS,
+        },
+    )
+    files = CheckpointFiles()
+    assert sorted(files.scan(tmp_path)) == ["arr.npy", "best.pth", "empty.ckpt", "head.safetensors"]
+    assert files.ignored["model.pt"].startswith("named .pt, but its bytes are not a checkpoint")
+    assert "plain text" in files.ignored["model.pt"]
+    assert "raw float32 array" in files.ignored["weights.bin"]
+    assert "--checkpoint-glob takes it anyway" in files.ignored["weights.bin"]
+    assert files.taken["empty.ckpt"] == "an empty .ckpt: a checkpoint write under way, or torn"
+    # A checkpoint rewritten in place is one while it is being written, whatever its bytes.
+    (tmp_path / "best.pth").write_bytes(b"{")
+    os.utime(tmp_path / "best.pth", ns=(1, 1))
+    assert "best.pth" in files.scan(tmp_path)
+
+
+def test_configs_and_state_written_at_every_start_are_not_checkpoints(tmp_path: Path) -> None:
+    _tree(
+        tmp_path,
+        {
+            "config.json": b'{"n_layer": 4, "lr": 0.001}',
+            "args.json": b'{"resume": true, "epoch": 100, "step": 0}',
+            "hparams.json": b'{"epochs": 10}',
+            "train_config.json": b'{"iter": 5}',
+            "trainer_state.json": b'{"global_step": 0, "log_history": []}',
+            "tokenizer.json": b'{"model": {}}',
+            "config.json.tmp": b"",
+            "ckpt.json": b'{"train_state": {"iter_num": 40}, "w": [0.5]}',
+            "ckpt/latest/MANIFEST.json": b'{"step": 40, "files": {}}',
+            "ckpt/latest/model.pt": ZIP,
+            "ckpt/step-00000040/MANIFEST.json": b'{"step": 40}',
+        },
+    )
+    files = CheckpointFiles()
+    assert sorted(files.scan(tmp_path)) == [
+        "ckpt.json",
+        "ckpt/latest/MANIFEST.json",
+        "ckpt/latest/model.pt",
+        "ckpt/step-00000040/MANIFEST.json",
+    ]
+    for name in ("config.json", "args.json", "hparams.json", "train_config.json",
+                 "trainer_state.json", "tokenizer.json", "config.json.tmp"):  # fmt: skip
+        assert files.ignored[name].startswith("a config by its name"), name
+    assert files.taken["ckpt.json"] == (
+        "a JSON checkpoint: it holds a training position (train_state.iter_num)"
+    )
+
+
+def test_a_json_rewritten_with_the_position_it_held_is_no_progress(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    state.write_text('{"step": 0, "started": 1.0}')
+    files = CheckpointFiles()
+    first = files.scan(tmp_path)
+    state.unlink()  # a start that rewrites it (a new file: another inode, mtime and size)
+    state.write_text('{"step": 0, "started": 22.5}')
+    again = files.scan(tmp_path)
+    assert again != first and not files.advanced(first, again)
+    state.write_text('{"step": 8, "started": 22.5}')
+    os.utime(state, ns=(5, 5))
+    later = files.scan(tmp_path)
+    assert files.advanced(again, later)
+    assert files.advanced({}, first)  # the first one is progress from nothing
+    (tmp_path / "model.pt").write_bytes(ZIP)
+    assert files.advanced(later, files.scan(tmp_path))
+
+
+def test_a_json_without_a_position_is_progress_only_when_its_bytes_change(
+    tmp_path: Path,
+) -> None:
+    ckpt = tmp_path / "ckpt.json"
+    ckpt.write_text("[4, 0.25]")  # a script's own state as a list: no key names a step
+    files = CheckpointFiles()
+    first = files.scan(tmp_path)
+    ckpt.unlink()
+    ckpt.write_text("[4, 0.25]")  # rewritten as it was, at a start
+    os.utime(ckpt, ns=(7, 7))
+    again = files.scan(tmp_path)
+    assert again != first and not files.advanced(first, again)
+    ckpt.write_text("[8, 0.125]")
+    os.utime(ckpt, ns=(9, 9))
+    assert files.advanced(again, files.scan(tmp_path))
+    ckpt.write_text('{"w": 0.5, "st')  # a write under way: torn until it ends
+    os.utime(ckpt, ns=(11, 11))
+    assert "ckpt.json" in files.scan(tmp_path)
+    assert files.taken["ckpt.json"].startswith("JSON that does not parse")
 
 
 def test_temp_files_of_a_write_stay_but_a_log_s_temp_file_does_not(tmp_path: Path) -> None:

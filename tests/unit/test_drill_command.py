@@ -34,7 +34,7 @@ def _fake_python(bin_dir: Path, name: str = "python") -> Path:
 
 def test_python_placeholder_is_the_interpreter_crashdrill_runs_in(tmp_path: Path) -> None:
     t = CommandTarget(["{python}", "train.py"], parser=LossParser(), resume_args=["{python}"])
-    (tmp_path / "ckpt.pt").write_bytes(b"x")
+    (tmp_path / "ckpt.pt").write_bytes(b"PK\x03\x04" + b"\0" * 60)  # a torch.save zip
     assert t.command(tmp_path, restart=False) == [sys.executable, "train.py"]
     assert t.command(tmp_path, restart=True)[-1] == sys.executable
 

@@ -139,9 +139,10 @@ for step in range(1, 50):
     print(json.dumps({"step": step, "loss": 1.0}), flush=True)
     time.sleep(0.01)
     if step % 10 == 0:
-        with open(ckpt, "wb") as f:
-            for _ in range(20):
-                f.write(b"x" * 1000); f.flush(); time.sleep(0.01)
+        with open(ckpt, "wb") as f:  # a zip's head first, as torch.save writes one
+            for i in range(20):
+                f.write(b"PK\\x03\\x04" + b"x" * 996 if i == 0 else b"x" * 1000)
+                f.flush(); time.sleep(0.01)
 """
     seg = run_segment(target(code), tmp_path, 0, KillPoint(12, during_write=True))
     assert seg.killed and seg.in_write
