@@ -112,9 +112,10 @@ class CheckpointLook:
             return ""
         lacking = self.lacking()
         if not self._tensors(inv):
+            others = [p for p in lacking if p != "model"]  # said already, first
             return (
                 f" {self._name(inv)}: it holds no model tensors, so state kept as plain numbers"
-                f" is not recognised; by content it lacks {_words(lacking)}."
+                f" is not recognised; by content it lacks {_words(others)}."
             )
         if not lacking:
             return ""

@@ -207,6 +207,31 @@ class DCPMetadataUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError("persistent ids are not part of DCP metadata")
 
 
+class PlainUnpickler(pickle.Unpickler):
+    """A pickle of builtins only (dicts, lists, numbers, strings: what a research script's
+    `pickle.dump(state, f)` of plain Python writes). Every global is refused, so nothing is
+    imported or called: torch's weights-only loader rejects such a file (no torch magic)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"Unsupported global: GLOBAL {module}.{name}")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise pickle.UnpicklingError("a persistent id: a torch.save file")
+
+
+def open_plain_pickle(path: Path) -> dict[str, Any] | None:
+    """A plain pickle's skeleton; the globals it would need (not loaded); None when it is
+    no plain pickle (a legacy torch.save file: torch's own error says more)."""
+    try:
+        with open(path, "rb") as f:
+            return {"tree": skeleton(PlainUnpickler(f).load())}
+    except Exception as e:
+        found = re.findall(r"Unsupported global: GLOBAL ([\w.]+)", str(e))
+        if found:
+            return {"error": "needs globals that loading would import and call", "unsafe": found}
+        return None
+
+
 def open_dcp(path: Path) -> dict[str, Any]:
     """A DCP dir's `.metadata`: every saved key (flattened, dot-joined) with a tensor's
     dtype and shape, or "bytes" for a value DCP pickled into its data files."""
@@ -241,7 +266,10 @@ def open_file(path: Path) -> dict[str, Any]:
     if name.endswith(".json"):
         return open_json(path)
     found = sniff(path)
-    if found.kind in ("torch-zip", "pickle"):
+    if found.kind == "pickle":  # torch's legacy format, or a script's own pickle.dump
+        opened = open_torch(path)
+        return open_plain_pickle(path) or opened if "error" in opened else opened
+    if found.kind == "torch-zip":
         return open_torch(path)
     if found.kind == "safetensors":
         return open_safetensors(path)

@@ -129,7 +129,7 @@ def check_resume(
     """Judge resume k: where it started and what it recomputed, what the kill hit, how
     the restart ended, then its losses and fields against the reference's. Each step may
     add a finding (to `findings`) and settle the verdict; the first verdict said stands."""
-    judge = _ResumeJudge(k, ev, spacing, findings, earlier)
+    judge = _ResumeJudge(k, ev, spacing, findings, earlier, unrepeatable)
     torn_note = judge.note_the_landing()
     verdict = judge.how_it_ended(torn_note)
     verdict = judge.restart_from_start(verdict, torn_note, unrepeatable)
@@ -151,6 +151,7 @@ class _ResumeJudge:
         spacing: int,
         findings: list[Finding],
         earlier: list[ResumeVerdict],
+        unrepeatable: bool = False,
     ) -> None:
         self.k, self.ev, self.findings = k, ev, findings
         segs, ref, target = ev.crashed, ev.reference, ev.target
@@ -179,11 +180,6 @@ class _ResumeJudge:
         if replay_of is not None and segs[replay_of].copy_step is not None:
             state = segs[replay_of].copy_snapshot
         self.saved = prev is not None and target.progress_saved(segs[0].snapshot_first_step, state)
-        self.landing = (
-            judge_landing(prev, seg, from_step, target, ref.write_steps)
-            if prev is not None and prev.killed and replay_of is None
-            else Landing(False, False, killed_at)
-        )
         self.inherited = _lineage_divergence(k, segs, earlier)
         if self.inherited is not None and prev is not None:
             # Past the earlier divergence the reference says nothing about this resume: its
@@ -192,6 +188,20 @@ class _ResumeJudge:
         else:
             self.pairs = pair(ref.points, seg.points)
         self.loss = compare_losses(self.pairs)
+        # It counted from the start again but loaded the weights: a fresh start prints the
+        # reference's first loss, one that loaded them another (a deterministic script).
+        self.loaded_weights = (
+            self.from_start
+            and bool(self.pairs)
+            and self.loss.divergent_offset == 0
+            and not unrepeatable
+            and self.pairs[0][1].step == seg.first_step
+        )
+        self.landing = (
+            judge_landing(prev, seg, from_step, target, ref.write_steps, self.loaded_weights)
+            if prev is not None and prev.killed and replay_of is None
+            else Landing(False, False, killed_at)
+        )
         self.latency: float | None = None
         if seg.points and prev is not None and prev.kill_time is not None and replay_of is None:
             self.latency = seg.points[0].t - prev.kill_time
@@ -333,13 +343,7 @@ class _ResumeJudge:
         if not (self.from_start and self.saved):
             return verdict
         seg, pairs = self.seg, self.pairs
-        # A fresh start prints the reference's first loss; one that loaded the weights and
-        # counted from 0 again prints another (the script is deterministic: `unrepeatable`)
-        loaded = (
-            self.loss.divergent_offset == 0
-            and not unrepeatable
-            and pairs[0][1].step == seg.first_step
-        )
+        loaded = self.loaded_weights
         if torn_note:
             self.add(TORN_CHECKPOINT, f"restarted from the start.{torn_note}")
             self.outcome = self.outcome or ResumeOutcome.TORN

@@ -12,7 +12,9 @@ effect). It counts as inside a write only with evidence:
   write still there, or (the built-in trainer) the trainer said it was paused inside it;
 - the restart failed to load it (crashed, refused, hung);
 - the restart loaded an older checkpoint than the one being written (it resumed from an
-  earlier step), or went back to the start although a checkpoint existed.
+  earlier step), or went back to the start although a checkpoint existed, printing a fresh
+  start's first loss. One that went back to the start with another first loss loaded the
+  weights (a script that restores only them): the write had finished, the kill is plain.
 
 The step being written is the newest step the reference run wrote a checkpoint after that
 the killed process had reached (without a reference's writes, the last step it printed:
@@ -83,10 +85,12 @@ def judge_landing(
     from_step: int | None,
     target: Target,
     writes: Sequence[int] = (),
+    loaded_weights: bool = False,
 ) -> Landing:
     """Where the kill that ended `killed` landed, from what the checkpoint dir and the
     restart after it (`restart`, which resumed from `from_step`) show. `writes`: the steps
-    the reference run wrote a checkpoint after."""
+    the reference run wrote a checkpoint after; `loaded_weights`: the restart counted from
+    the start again but its first loss is not a fresh start's."""
     before, after = killed.snapshot_before_kill, killed.snapshot_after_kill
     armed = bool(killed.in_write)
     writing = writing_step(killed.last_step, writes)
@@ -140,6 +144,13 @@ def judge_landing(
         and target.has_checkpoint(before)
         and wrote
     ):
-        evidence.append("the restart went back to the start although a checkpoint existed")
-        proof = True
+        if loaded_weights:
+            evidence.append(
+                "the restart went back to the start, but its first loss is not a fresh "
+                "start's: it loaded the checkpoint, so the write had finished before the kill "
+                "took effect, and this kill is judged like a plain one"
+            )
+        else:
+            evidence.append("the restart went back to the start although a checkpoint existed")
+            proof = True
     return Landing(proof, armed, writing, evidence, in_place, partial, failed)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import pickle
 import random
 import subprocess
 import sys
@@ -125,6 +126,24 @@ def test_a_pickle_that_needs_arbitrary_globals_is_flagged_not_loaded(tmp_path: P
     assert not marker.exists()
     with pytest.raises(InspectError, match=r"could be read safely \(needs globals .*open"):
         read(d / "extra.pt")
+    assert not marker.exists()
+
+
+def test_a_script_s_plain_pickle_is_read_and_one_naming_a_global_is_not_loaded(
+    tmp_path: Path,
+) -> None:
+    # pickle.dump of plain Python, as research scripts save: no torch magic, so torch's
+    # weights-only loader refuses it; builtins need no global, so nothing can run.
+    plain = tmp_path / "model.pt"
+    plain.write_bytes(pickle.dumps({"w": [0.5, 1.0], "b": 0.25, "step": 40}, protocol=4))
+    inv = read(plain)
+    assert [f["read"] for f in inv.files] == [True]
+    assert statuses(inv)["step"] == "present" and statuses(inv)["optimizer"] == "missing"
+    marker = tmp_path / "code-ran"
+    trap = tmp_path / "trap.pt"
+    trap.write_bytes(pickle.dumps({"evil": Trap(str(marker))}, protocol=4))
+    with pytest.raises(InspectError, match=r"could be read safely \(needs globals .*open"):
+        read(trap)
     assert not marker.exists()
 
 

@@ -2,7 +2,8 @@
 research_tb_resume.py): a new TensorBoard event file at every start, a CSV log and samples
 beside `model.pt`, which is saved only when the test loss improves; `--resume` crashes
 when there is none. The drill must end by itself, read only `model.pt` as a checkpoint,
-and leave nothing behind when it is stopped (issue 33 §1–2). Real processes, real kills."""
+and leave nothing behind when it is stopped (issue 33 §1–2). Its `step N | loss X` lines
+are read without --loss-regex. Real processes, real kills."""
 
 from __future__ import annotations
 
@@ -22,14 +23,15 @@ import pytest
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 SCRIPT = Path(__file__).resolve().parent / "research" / "research_tb_resume.py"
-REGEX = r"step (?P<step>\d+) \| loss (?P<loss>\S+)"
 
 
-def drill(tmp_path: Path, *opts: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+def drill(
+    tmp_path: Path, *opts: str, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+) -> subprocess.Popen[str]:
     script = tmp_path / SCRIPT.name  # a copy of our own: its processes are findable by path
     shutil.copy(SCRIPT, script)
     cmd = [sys.executable, "-m", "crashdrill.drill", "--json", str(tmp_path / "report.json")]
-    cmd += ["--loss-regex", REGEX, *opts, "--", sys.executable, str(script)]
+    cmd += [*opts, "--", sys.executable, str(script), *args]
     full_env = {**os.environ, "TMPDIR": str(tmp_path), **(env or {})}
     return subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env
@@ -92,6 +94,25 @@ def test_kills_after_model_pt_exists_blame_neither_the_event_log_nor_a_fresh_sta
     assert loaded and all(r["from_step"] is not None for r in loaded), out  # it loaded model.pt
     assert all(not k["in_checkpoint_write"] or k["evidence"] for k in data["kills"])
     assert [f["path"] for f in data["checkpoint_files"]["taken"]] == ["model.pt"]
+    assert data["target"]["loss_lines"] == "step-bar", out  # no --loss-regex needed
+    # No --deadline: the default, from the reference run's time, never under 120 s.
+    assert data["drill"]["deadline_default"] is True and data["drill"]["deadline_s"] >= 120
+    assert "(default, from the reference run's time)" in out
+
+
+def test_a_weights_only_resume_is_named_by_the_optimizer_and_its_restarted_step_counter(
+    tmp_path: Path,
+) -> None:
+    proc = drill(tmp_path, "--kills", "2", "--seed", "1", "--resume-args=--resume",
+                 args=("--weights-only",))  # fmt: skip
+    code, data, out = finish(tmp_path, proc)
+    assert code == 1, out
+    codes = [f["code"] for f in data["diagnosis"] if f["fails"]]
+    assert "steps-restarted" in codes and "silent-fresh-start" not in codes, out
+    text = next(f["text"] for f in data["diagnosis"] if f["code"] == "steps-restarted")
+    assert "it loaded the weights and started counting steps from 1 again" in text, text
+    lacks = text.split("it lacks ", 1)[1]
+    assert lacks.startswith("optimizer state"), text  # the optimizer first
 
 
 def test_the_checkpoint_glob_decides_what_is_a_checkpoint(tmp_path: Path) -> None:
@@ -150,3 +171,23 @@ def test_a_signal_stops_every_process_prints_the_report_so_far_and_leaves_no_tem
     assert f"INCOMPLETE: stopped by {sig.name}" in out
     assert any(f["code"] == "interrupted" for f in data["diagnosis"])
     assert leftovers(tmp_path) == ([], [])
+
+
+def test_an_interrupt_keeps_the_work_dir_and_names_it(tmp_path: Path) -> None:
+    work = tmp_path / "evidence"
+    slow = {"RESEARCH_STEP_SECONDS": "0.05"}
+    proc = drill(tmp_path, "--kills", "2", "--seed", "1", "--resume-args=--resume",
+                 "--work-dir", str(work), env=slow)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not list(work.glob("crashed/events.out.tfevents.*")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    time.sleep(0.3)  # the crashed run is training
+    proc.send_signal(signal.SIGINT)
+    rc, data, out = finish(tmp_path, proc)
+    assert rc == 130 and data["drill"]["work_dir"] == str(work), out
+    text = next(f["text"] for f in data["diagnosis"] if f["code"] == "interrupted")
+    assert f"the evidence is kept in --work-dir {work}" in text, text
+    assert (work / "reference" / "model.pt").is_file()  # the finished reference's checkpoint
+    assert list(work.glob("crashed/events.out.tfevents.*"))  # what the crashed run left
+    assert leftovers(tmp_path) == ([], [])  # no temp dir, no process

@@ -114,3 +114,21 @@ def test_an_incomplete_new_checkpoint_the_restart_skipped_is_a_note_not_the_dive
     assert _codes(an) == ["incomplete-skipped", "state-missing"], an.findings
     note = an.findings[0]
     assert not note.fails and "skipped it" in note.text and "step 16" in note.text
+
+
+def test_a_restart_from_the_start_that_loaded_the_weights_proves_the_write_had_finished() -> None:
+    # A weights-only script: it loads the weights and counts from 1 again. Its first loss is
+    # not a fresh start's, so the checkpoint it loaded was whole: no torn write, steps restarted.
+    loaded = {s: REF[s - 1] - 0.5 for s in range(1, 41)}
+    segs = [
+        _seg(0, range(1, 23), killed=True, in_write=True, first={}, before=CKPT, after=IN_PLACE),
+        _seg(1, range(1, 41), values=loaded),
+    ]
+    an = _analyse(segs)
+    assert "steps-restarted" in _codes(an) and "torn-checkpoint" not in _codes(an), an.findings
+    r = an.resumes[0]
+    assert not r.kill_in_write
+    assert any("its first loss is not a fresh start's" in e for e in r.kill_evidence)
+    # The same restart printing a fresh start's losses: then the write was torn.
+    fresh = [segs[0], _seg(1, range(1, 41))]
+    assert "torn-checkpoint" in _codes(_analyse(fresh))
