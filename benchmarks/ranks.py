@@ -63,7 +63,8 @@ PHASES = (
     ((None, "data"), "dataset loaded"),
     ((None, "model"), "model and optimizer built"),
     ((None, "ddp"), "DistributedDataParallel built (broadcast of the weights)"),
-    ((None, "loaded"), "checkpoint found (all ranks agree) and loaded (DCP)"),
+    ((None, "found"), "checkpoint found and verified (sha256), all ranks agree"),
+    ((None, "loaded"), "checkpoint loaded (DCP), RNG and data cursor restored"),
     ((None, "first_step"), "first update (forward, all_gather, backward)"),
 )
 

@@ -322,6 +322,7 @@ class _RankRun:
     def run(self) -> int:
         cfg, st = self.cfg, self.st
         info = self._find()
+        phase(self.group.rank, "found")
         if info is None and self.opts.require_checkpoint and cfg.on_missing_checkpoint != "fresh":
             return run_start.refuse_to_start(self.run_dir, self.rec)
         self._start(info)

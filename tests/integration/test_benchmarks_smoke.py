@@ -147,6 +147,8 @@ SMOKES = [
             r"^seed 1 \(.*\): .* exit 0, kills ",
             rf"^\[fork\] quick drill wall, 2 kills: median {N} s",
             rf"^\[fork\] crash → first resumed step record: median {N} s .*n 2\)$",
+            rf"^plain `crashdrill run quick`, before each seed: median {N} s .*n {N}\)$",
+            rf"^\[fork\] drill median / plain run median: {N}× \(target ≤ 1\.3×\)$",
         ],
         id="verify_speed",
     ),

@@ -6,6 +6,10 @@ diagnosis."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +20,7 @@ from crashdrill.drill import verify
 from crashdrill.drill.builtin import FORK_SERVER_PRELOAD, PresetTarget
 from crashdrill.drill.engine import run_segment
 from crashdrill.processes.forkserver import ForkServer, supported
-from tests.conftest import run_cli
+from tests.conftest import crashdrill_cmd, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -169,3 +173,38 @@ def test_no_fork_server_starts_every_process_with_exec(tmp_path: Path) -> None:
     rc, rep, out = drill(tmp_path, "--preset", preset, "--seed", "2", "--no-fork-server")
     assert rc == 0, out
     assert rep["target"]["starts"] == "exec"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@needs_fork
+def test_an_interrupt_of_a_preset_drill_kills_the_fork_server_and_its_trainers(
+    tmp_path: Path,
+) -> None:
+    report = tmp_path / "report.json"
+    cmd = crashdrill_cmd("verify", "--preset", small_preset(tmp_path, "sigint"), "--kills", "2",
+                         "--seed", "1", "--json", str(report))  # fmt: skip
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    seen: dict[int, str] = {}  # every descendant of the drill: pid → its command line
+    deadline = time.monotonic() + 120
+    while not (any("forkserver" in c for c in seen.values())
+               and any(" run " in c for c in seen.values())):  # fmt: skip
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        for p in psutil.Process(proc.pid).children(recursive=True):
+            with_cmdline = p.as_dict(["cmdline"])["cmdline"] or []
+            seen.setdefault(p.pid, " ".join(with_cmdline))
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, f"{out}\n{err}"
+    data = json.loads(report.read_text())
+    assert data["verdict"] == "incomplete" and data["drill"]["interrupted_by"] == "SIGINT"
+    left = [f"{pid}: {c}" for pid, c in seen.items() if _alive(pid)]
+    assert left == [], left  # the fork server and every trainer it forked
+    assert list(tmp_path.glob("crashdrill-verify-*")) == []

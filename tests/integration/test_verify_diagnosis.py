@@ -20,10 +20,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 SCRIPTS = Path(__file__).with_name("research")
 
 
-def drill(script: str, tmp_path: Path, *opts: str) -> tuple[int, dict[str, Any], str]:
+def drill(
+    script: str, tmp_path: Path, *opts: str, args: tuple[str, ...] = ()
+) -> tuple[int, dict[str, Any], str]:
     out = tmp_path / "report.json"
     cmd = [sys.executable, "-m", "crashdrill", "verify", "--json", str(out), *opts]
-    cmd += ["--", sys.executable, str(SCRIPTS / script)]
+    cmd += ["--", sys.executable, str(SCRIPTS / script), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=380)
     assert out.is_file(), f"no report; exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc.returncode, json.loads(out.read_text()), proc.stdout
@@ -41,6 +43,15 @@ def test_rng_state_saved_but_not_restored_is_said_so_not_that_the_file_lacks_it(
     text = next(d["text"] for d in rep["diagnosis"] if d["code"] == "saved-not-restored")
     assert "saved but not restored" in text and "finds RNG states (torch CPU" in text, text
     assert "optimizer state (Adam-style" in text and "lacks" not in text, text
+
+
+def test_the_same_trainer_restoring_its_rng_state_too_passes(tmp_path: Path) -> None:
+    rc, rep, out = drill(
+        "diag_saved_not_restored.py", tmp_path, "--seed", "1", "--kills", "2", args=("full",)
+    )
+    assert rc == 0 and rep["verdict"] == "pass", out
+    assert failing(rep) == [] and len(rep["resumes"]) == 2, out
+    assert all(r["bit_identical"] for r in rep["resumes"]), out
 
 
 def test_a_weights_only_restart_that_counts_from_1_again_is_named_with_the_optimizer(
