@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,9 @@ def test_every_command_of_the_github_actions_recipe_works_today() -> None:
     assert any("https://download.pytorch.org/whl/cpu" in words for words in installs)
     for words in installs:
         assert "crashdrill" not in words, "crashdrill is not on PyPI: a git URL or a wheel"
+    # A git URL names a ref that exists: the branch main or a commit (the repo has no tags).
+    refs = [w.rsplit("@", 1)[1] for ws in installs for w in ws if "git+" in w]
+    assert refs and all(r == "main" or re.fullmatch(r"[0-9a-f]{40}", r) for r in refs), refs
     drill = next(r for r in runs if r.startswith("crashdrill verify"))
     words = shlex.split(drill.replace("${{ github.run_number }}", "7"))
     args = verify_cli.configure(argparse.ArgumentParser()).parse_args(words[2:])
