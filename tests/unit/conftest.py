@@ -2,16 +2,10 @@
 for one with the `warm` marker: their runs are stand-ins or never start, and a warm process
 per app would import torch for nothing hundreds of times. The integration and browser
 tiers keep the product's default (on), and tests/integration/test_warm_trainers.py builds
-its own."""
+its own; tests/integration/stand_ins/ turns it off as this tier does."""
 
 from __future__ import annotations
 
-import pytest
+from tests.support.warm_switch import no_warm_trainers
 
-from crashdrill.workers.warm import ENV_SWITCH
-
-
-@pytest.fixture(autouse=True)
-def _no_warm_trainers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    if request.node.get_closest_marker("warm") is None:
-        monkeypatch.setenv(ENV_SWITCH, "0")
+__all__ = ["no_warm_trainers"]

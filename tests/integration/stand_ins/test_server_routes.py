@@ -218,7 +218,7 @@ def test_the_page_is_served_at_the_root(client: TestClient) -> None:
 
 
 def test_every_route_and_setting_is_documented(tmp_path: Path) -> None:
-    doc = (Path(__file__).parents[2] / "docs" / "server.md").read_text()
+    doc = (Path(__file__).parents[3] / "docs" / "server.md").read_text()
     app = create_app(Settings(data_dir=tmp_path))
     routes = [
         f"{method.upper()} {path}"

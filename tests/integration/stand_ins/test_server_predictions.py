@@ -251,7 +251,7 @@ def test_the_lesson_s_question_reaches_the_page(client: TestClient) -> None:
 
 
 def test_the_docs_describe_the_predict_table() -> None:
-    doc = (Path(__file__).parents[2] / "docs" / "presets.md").read_text()
+    doc = (Path(__file__).parents[3] / "docs" / "presets.md").read_text()
     for word in ("[predict]", *MEASURES, "answer_after_outcome"):
         assert word in doc, word
 
