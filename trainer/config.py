@@ -38,6 +38,11 @@ CKPT_MODES = ("sync", "async")
 # "rank0", a teaching mode: rank 0 saves its own for the group and every rank restores
 # rank 0's (the rank-0-only save of real scripts). One rank: the same thing.
 RANK_STATES = ("own", "rank0")
+# What a group's launcher does when one rank dies (trainer/ranks.py): "watch" takes the
+# group down at once; "blind", a teaching mode, leaves the survivors waiting in their next
+# collective until collective_timeout_s runs out (the launcher that only waits on rank 0).
+LAUNCHERS = ("watch", "blind")
+MAX_COLLECTIVE_TIMEOUT_S = 3600.0
 CKPT_POLICIES = ("every", "end")  # "end" is a teaching mode: save after the loop only
 # What a run told a checkpoint must exist does when there is none: "fail" (exit 3) or
 # "fresh", a teaching mode that trains from scratch anyway — the silent restart that
@@ -160,13 +165,18 @@ class RuntimeConfig(Section):
     number of data-parallel processes (trainer/ranks.py); not fingerprinted, because a
     multi-rank checkpoint says itself how many ranks wrote it and a run on another world
     size is refused by that, loudly, on load (trainer/dcp_checkpoint.py). `crash_rank` is
-    the rank a `[crash] mode = "rank"` test kills (-1: one chosen by the seed)."""
+    the rank a `[crash] mode = "rank"` test kills (-1: one chosen by the seed). `launcher`
+    is what the group's launcher does when a rank dies ("watch" or the teaching mode
+    "blind", LAUNCHERS) and `collective_timeout_s` how long a collective waits for a missing
+    peer: neither changes the math, only how long a lost rank takes to end the group."""
 
     name: ClassVar[str] = "runtime"
     fingerprinted: ClassVar[bool] = False
     device: str = "auto"
     ranks: int = 1
     crash_rank: int = -1
+    launcher: str = "watch"
+    collective_timeout_s: float = 60.0
 
     def _check(self) -> None:
         _choice("device", self.device, DEVICES)
@@ -177,6 +187,12 @@ class RuntimeConfig(Section):
                 "crash_rank",
                 self.crash_rank,
                 f"-1 (chosen by the seed) or a rank in [0, ranks = {self.ranks})",
+            )
+        _choice("launcher", self.launcher, LAUNCHERS)
+        t = self.collective_timeout_s
+        if not (isinstance(t, int | float) and 1 <= t <= MAX_COLLECTIVE_TIMEOUT_S):
+            raise ConfigError(
+                "collective_timeout_s", t, f"seconds in [1, {MAX_COLLECTIVE_TIMEOUT_S:g}], e.g. 60"
             )
 
 

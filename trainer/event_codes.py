@@ -192,6 +192,32 @@ EVENT_CODES: tuple[EventCode, ...] = (
         ),
     ),
     EventCode(
+        "rank_lost_waiting",
+        "trainer",
+        ("warn",),
+        "key",
+        'a blind launcher (launcher = "blind") lost a rank and leaves the others waiting in'
+        " their next collective until it times out",
+        (
+            _f("lost_rank", "int", "the rank that ended"),
+            _f("status", "int", "its exit status (128 + the signal when killed)"),
+            _f("timeout_s", "float", "the run's collective_timeout_s"),
+            _f("deadline", "float", "when their collective times out (Unix time, seconds)"),
+        ),
+    ),
+    EventCode(
+        "collective_timed_out",
+        "trainer",
+        ("error",),
+        "key",
+        "a survivor's collective timed out waiting for the lost rank: the group ends",
+        (
+            _f("rank", "int", "the survivor whose collective timed out first"),
+            _f("lost_rank", "int", "the rank it waited for"),
+            _f("waited_s", "float", "seconds from the loss until this timeout ended the group"),
+        ),
+    ),
+    EventCode(
         "trainer_error",
         "trainer",
         ("error",),

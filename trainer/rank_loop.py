@@ -55,9 +55,11 @@ from crashdrill.trainer.model import GPT, lr_at
 from crashdrill.trainer.optim import AdamW
 from crashdrill.trainer.rank_batches import RankBatchSampler, rank_stream_seed
 from crashdrill.trainer.ranks import (
+    LOST_WAITING_CODE,
     RankGroup,
     crash_rank_of,
     join_group,
+    keep_connections,
     phase,
     rank_store,
     run_group,
@@ -102,7 +104,34 @@ def train_ranks(cfg: TrainConfig, run_dir: Path, opts: one_rank.RunOptions) -> i
         lambda group: _rank_main(cfg, run_dir, opts, segment, group),
         ranks_file=Path(run_dir) / RANKS_FILE,
         crash_rank=crash_rank_of(cfg.crash_rank, cfg.seed, cfg.ranks),
+        blind=cfg.launcher == "blind",
+        timeout_s=cfg.collective_timeout_s,
+        on_event=lambda code, fields: _launcher_event(run_dir, segment, code, fields),
     )
+
+
+def _launcher_event(run_dir: Path, segment: int, code: str, fields: dict[str, Any]) -> None:
+    """An event the blind launcher writes into the group's records (one O_APPEND line, as
+    rank 0's are): a rank lost while the survivors wait, and their collective's timeout."""
+    if code == LOST_WAITING_CODE:
+        text = (
+            f"Rank {fields['lost_rank']} was lost (status {fields['status']}). The launcher does"
+            " not watch its ranks, so the others wait in their next collective until it times"
+            f" out after {fields['timeout_s']:g} s."
+        )
+        level = "warn"
+    else:
+        text = (
+            f"Rank {fields['rank']}'s collective timed out after waiting"
+            f" {fields['waited_s']:.1f} s for rank {fields['lost_rank']}; only now does the"
+            " group end and restart."
+        )
+        level = "error"
+    rec = RecordWriter(run_dir, segment)
+    try:
+        rec.event(code, text, level, **fields)
+    finally:
+        rec.close()
 
 
 def _rank_main(
@@ -159,7 +188,9 @@ class _RankRun:
         self.group, self.rec = group, rec
         self.device = _device(cfg, group)
         determinism.configure(cfg.threads, self.device)
-        join_group(group, rank_store(group), self.device.type)
+        join_group(group, rank_store(group), self.device.type, cfg.collective_timeout_s)
+        if cfg.launcher == "blind":
+            keep_connections()  # its peers wait for a lost rank until the timeout
         phase(group.rank, "joined")
         self.data: Dataset = load_dataset(cfg, lambda s, p: rec.write("stage", stage=s, progress=p))
         phase(group.rank, "data")

@@ -14,9 +14,15 @@ below it (init_process_group, DDP, DCP) sees what torchrun would give it.
   it. Thirty runs started at once never race for one port.
 - Collectives time out after COLLECTIVE_TIMEOUT_S: a rank whose peer vanished without
   the launcher noticing fails within that, instead of hanging for torch's 10 minutes.
-- The launcher watches: when one rank ends with a failure, it SIGKILLs the others and
-  exits with that rank's status; a SIGTERM/SIGINT to the launcher takes the whole group.
-  A kill of the run (the launcher's process tree) takes every rank with it.
+- The launcher watches (`launcher = "watch"`): when one rank ends with a failure, it
+  SIGKILLs the others and exits with that rank's status; a SIGTERM/SIGINT to the launcher
+  takes the whole group. A kill of the run (the launcher's process tree) takes every rank
+  with it. The teaching mode `launcher = "blind"` does not take the group down: the
+  survivors wait in their next collective until its timeout (the run's
+  `collective_timeout_s`), fail, and only then does the group end. So that they do wait
+  (gloo on one machine sees a killed peer's sockets close at once, where a silent host or
+  NCCL leaves its peers waiting), each rank of a blind group forks a keeper that holds its
+  connections open until the launcher is gone (`keep_connections`).
 - The launcher forks before any tensor work and holds no thread: a fork is as safe here
   as the fork server's (crashdrill/processes/forkserver.py).
 - It writes the run dir's ranks file (run_files.RANKS_FILE) once every rank is forked:
@@ -37,6 +43,7 @@ import re
 import signal
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -58,6 +65,10 @@ ENV_ADDR, ENV_PORT = "MASTER_ADDR", "MASTER_PORT"
 # Set to 1 in a trainer's environment: its launcher and ranks print their start's phases.
 PHASES_ENV = "CRASHDRILL_RANK_PHASES"
 LAUNCHER = -1  # the launcher's "rank" in a phase line
+# The blind launcher's events (trainer/event_codes.py): a rank lost while the others wait,
+# and the survivor's collective timeout that ends the group.
+LOST_WAITING_CODE = "rank_lost_waiting"
+TIMED_OUT_CODE = "collective_timed_out"
 _PHASE = re.compile(r"^crashdrill: phase (-?\d+) (\w+) at ([\d.]+)$", re.MULTILINE)
 
 
@@ -114,8 +125,11 @@ class RankGroup:
         return self.rank == 0
 
 
-def join_group(group: RankGroup, store: object, device_type: str) -> None:
-    """init_process_group over `store`: NCCL where each rank has its own GPU, gloo else."""
+def join_group(
+    group: RankGroup, store: object, device_type: str, timeout_s: float = COLLECTIVE_TIMEOUT_S
+) -> None:
+    """init_process_group over `store`: NCCL where each rank has its own GPU, gloo else;
+    a collective waits `timeout_s` for a missing peer (the run's collective_timeout_s)."""
     import torch.distributed as dist
 
     backend = "nccl" if device_type == "cuda" else "gloo"
@@ -124,8 +138,42 @@ def join_group(group: RankGroup, store: object, device_type: str) -> None:
         store=store,  # type: ignore[arg-type]
         rank=group.rank,
         world_size=group.world,
-        timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S),
+        timeout=timedelta(seconds=timeout_s),
     )
+
+
+def keep_connections() -> None:
+    """Blind launcher: fork a keeper that holds this rank's sockets open after the rank
+    dies, as a host that went silent does, so that its peers wait in their collective until
+    it times out instead of reading "Connection closed by peer" at once. The keeper does
+    nothing else and ends once the launcher (this rank's parent) has ended."""
+    launcher = os.getppid()
+    with warnings.catch_warnings():  # it runs no Python that could need another thread
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid:
+        return
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):  # never hold the run's pipes open: only the sockets
+            os.dup2(null, fd)
+        while _alive(launcher):
+            time.sleep(0.1)
+    finally:
+        os._exit(0)
+
+
+def _alive(pid: int) -> bool:
+    """`pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
 
 
 def open_store(group: RankGroup) -> object:
@@ -218,10 +266,16 @@ def run_group(
     *,
     ranks_file: Path | None = None,
     crash_rank: int = 0,
+    blind: bool = False,
+    timeout_s: float = COLLECTIVE_TIMEOUT_S,
+    on_event: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> int:
     """Fork `world` ranks running `body`, watch them, return the group's exit status:
     rank 0's when every rank succeeded, else the first failed rank's. `ranks_file`: where
-    to say the group's pids (and `crash_rank`, the rank a rank crash kills)."""
+    to say the group's pids (and `crash_rank`, the rank a rank crash kills). `blind`: the
+    teaching mode that leaves the survivors of a lost rank to their collective's timeout
+    (`timeout_s`); `on_event(code, fields)` is told of the loss (LOST_WAITING_CODE) and
+    of the timeout that ended the group (TIMED_OUT_CODE)."""
     phase(LAUNCHER, "group")
     read_fd, write_fd = os.pipe()
     pids: dict[int, int] = {}
@@ -241,7 +295,13 @@ def run_group(
     said = {"launcher": os.getpid(), "world": world, "crash_rank": crash_rank,
             "pids": {str(r): pid for pid, r in pids.items()}}  # fmt: skip
     _write_ranks_file(ranks_file, said)
-    return _watch(pids, lambda lost: _write_ranks_file(ranks_file, {**said, "lost": lost}))
+
+    def on_lost(lost: dict[str, Any]) -> None:
+        _write_ranks_file(ranks_file, {**said, "lost": lost})
+
+    if blind:
+        return _watch_blind(pids, on_lost, timeout_s, on_event or (lambda code, fields: None))
+    return _watch(pids, on_lost)
 
 
 def _kill_all(pids: dict[int, int]) -> None:
@@ -280,3 +340,62 @@ def _watch(pids: dict[int, int], on_lost: Callable[[dict[str, Any]], None]) -> i
                 flush=True,
             )
     return codes[0] if failed is None else failed
+
+
+def _watch_blind(
+    pids: dict[int, int],
+    on_lost: Callable[[dict[str, Any]], None],
+    timeout_s: float,
+    on_event: Callable[[str, dict[str, Any]], None],
+) -> int:
+    """The blind launcher: reap the ranks; on the first that fails, say so and when the
+    survivors' collective will time out, and leave them to it; once one of them fails
+    (the timeout), the group ends. A survivor still alive well past that is SIGKILLed."""
+
+    def stop_group(signum: int, _frame: object) -> None:
+        _kill_all(pids)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop_group)
+    signal.signal(signal.SIGINT, stop_group)
+    live, codes = dict(pids), {}
+    lost: dict[str, Any] | None = None
+    while live:
+        pid, wait_status = os.waitpid(-1, os.WNOHANG) if lost else os.wait()
+        if pid == 0:  # nothing ended yet: the survivors are still waiting
+            if time.time() > lost["deadline"] + max(30.0, timeout_s):  # type: ignore[index]
+                _kill_all(live)  # a survivor that never timed out: not left behind
+            time.sleep(0.05)
+            continue
+        rank = live.pop(pid, None)
+        if rank is None:
+            continue
+        codes[rank] = _status(wait_status)
+        if codes[rank] == 0:
+            continue
+        now = time.time()
+        if lost is None:
+            deadline = now + timeout_s
+            lost = {"rank": rank, "status": codes[rank], "noticed_at": round(now, 6),
+                    "deadline": round(deadline, 3), "launcher": "blind"}  # fmt: skip
+            on_lost(lost)
+            on_event(LOST_WAITING_CODE, {"lost_rank": rank, "status": codes[rank],
+                     "timeout_s": float(timeout_s), "deadline": round(deadline, 3)})  # fmt: skip
+            print(
+                f"crashdrill: rank {rank} ended with status {codes[rank]}; the blind launcher"
+                f" leaves the others waiting in their collective for up to {timeout_s:g} s",
+                file=sys.stderr,
+                flush=True,
+            )
+        elif "timed_out" not in lost:
+            lost["timed_out"] = {"rank": rank, "at": round(now, 6)}
+            on_lost(lost)
+            on_event(TIMED_OUT_CODE, {"rank": rank, "lost_rank": lost["rank"],
+                     "waited_s": round(now - lost["noticed_at"], 3)})  # fmt: skip
+            print(
+                f"crashdrill: rank {rank} ended with status {codes[rank]} after waiting"
+                f" {now - lost['noticed_at']:.1f} s for rank {lost['rank']}; the group ends",
+                file=sys.stderr,
+                flush=True,
+            )
+    return codes[0] if lost is None else int(lost["status"])

@@ -84,10 +84,30 @@ def lost_rank_fields(run_dir: RunDir, target: RankTarget) -> dict[str, Any]:
     return {"lost_rank": target.rank, "noticed_s": noticed}
 
 
-def rank_lead(target: RankTarget, fields: dict[str, Any], step: int | None) -> str:
-    """The crash event's first sentence: the rank killed, where, and its launcher."""
+def blind_wait(run_dir: RunDir) -> float | None:
+    """Seconds the survivors of a blind launcher's group (launcher = "blind") waited for the
+    lost rank until their collective timed out (None: a launcher that watches, or no
+    timeout said)."""
+    lost = (read_ranks_file(run_dir.path / RANKS_FILE) or {}).get("lost") or {}
+    timed_out = lost.get("timed_out") or {}
+    if lost.get("launcher") != "blind" or "at" not in timed_out:
+        return None
+    return round(float(timed_out["at"]) - float(lost["noticed_at"]), 3)
+
+
+def rank_lead(
+    target: RankTarget, fields: dict[str, Any], step: int | None, waited_s: float | None = None
+) -> str:
+    """The crash event's first sentence: the rank killed, where, and its launcher
+    (`waited_s`: a blind launcher's survivors waited that long for their timeout)."""
     at = f" at step {step}" if step is not None else ""
     noticed = fields["noticed_s"]
+    if waited_s is not None:
+        return (
+            f"Crash test: killed rank {target.rank} of {target.world} (pid {target.pid}) with"
+            f" SIGKILL{at}; its launcher does not watch its ranks, so the others waited"
+            f" {waited_s:.1f} s in their collective until it timed out and the group ended"
+        )
     seen = (
         f"; its launcher noticed in {noticed * 1000:.0f} ms and took the group down"
         if noticed is not None

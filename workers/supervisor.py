@@ -95,7 +95,13 @@ from crashdrill.workers.hold import Hold
 from crashdrill.workers.launch import ENDED, Change, Launch, NotRunning
 from crashdrill.workers.local_executor import LocalExecutor
 from crashdrill.workers.mirror import Restored
-from crashdrill.workers.rank_crash import RankTarget, lost_rank_fields, rank_lead, rank_target
+from crashdrill.workers.rank_crash import (
+    RankTarget,
+    blind_wait,
+    lost_rank_fields,
+    rank_lead,
+    rank_target,
+)
 from crashdrill.workers.restart_events import (
     diverged_text,
     failure_text,
@@ -414,7 +420,7 @@ class Supervisor:
                 lead += f", in the middle of writing the checkpoint for step {save_step}"
             rank_fields = lost_rank_fields(self.run_dir, lost_rank) if lost_rank else None
             if lost_rank is not None and rank_fields is not None:
-                lead = rank_lead(lost_rank, rank_fields, step)
+                lead = rank_lead(lost_rank, rank_fields, step, blind_wait(self.run_dir))
             had = self._checkpoint_step() is not None
             spec = mode_named(mode)
             if spec.wipes_disk:

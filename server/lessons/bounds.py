@@ -42,6 +42,7 @@ from crashdrill.trainer.config import (
     CKPT_POLICIES,
     CKPT_STATES,
     CKPT_WRITES,
+    LAUNCHERS,
     MIRROR_CHOICES,
     ON_MISSING_CHECKPOINT,
     PRECISIONS,
@@ -280,6 +281,7 @@ def _choices(name: str, limits: LabLimits, own: list[Any]) -> tuple[str, ...]:
         "on_missing_checkpoint": ON_MISSING_CHECKPOINT,
         "mirror": MIRROR_CHOICES,
         "rank_state": RANK_STATES,
+        "launcher": LAUNCHERS,
     }.get(name, ())
     return tuple(dict.fromkeys([*choices, *(str(v) for v in own)]))
 

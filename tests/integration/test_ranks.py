@@ -223,3 +223,81 @@ def test_a_checkpoint_holding_only_rank_0_s_state_is_refused_by_a_run_that_resto
     proc = run_cli(*base, "--set", "steps=20", timeout=300)
     assert proc.returncode == EXIT_USAGE, proc.stdout + proc.stderr
     assert "holds no RNG states or data position of rank 1" in proc.stderr, proc.stderr
+
+
+def _launcher_run(tmp_path: Path, label: str) -> tuple[list[dict], float, int]:
+    """A 2-rank run of a launcher lesson's side `label` (A watches, B is blind; collective
+    timeout 5 s) whose Crash test kills rank 1 at step 13; its records, the kill's time and
+    the killed pid, once it finished."""
+    quick = get_preset("quick")
+    run = {**quick.run, "ranks": 2, "crash_rank": 1, "steps": 30, "eval_every": 10,
+           "ckpt_every": 10, "collective_timeout_s": 5.0}  # fmt: skip
+    preset = replace(
+        quick, id="ranks-launcher", run=run, knob=Knob("launcher", "watch", "blind"),
+        crash=Crash("rank"),
+    )  # fmt: skip
+    path = tmp_path / "ranks-launcher.toml"
+    path.write_text(dump_preset(preset))
+    changes, rd = Changes(), RunDir(tmp_path / label)
+    sup = Supervisor(Launch(rd.path, str(path), label), changes)
+    sup.start()
+    wait_for_step(rd, 13, timeout=180)
+    killed_at = time.time()
+    killed = sup.crash("rank")
+    changes.wait_for("finished", timeout=240)
+    assert changes.states() == ["running", "restarting", "running", "finished"]
+    recs, _ = read_records(rd.records)
+    steps = {(r["segment"], r["step"]): r for r in recs if r["kind"] == "step"}
+    again = sorted(s for seg, s in steps if seg == 1 and (0, s) in steps)
+    assert again, "nothing was recomputed"
+    for step in again:
+        for field in ("loss_bits", "rank_loss_bits", "grad_norm", "lr", "tokens"):
+            assert steps[(1, step)][field] == steps[(0, step)][field], (label, step, field)
+    restarted = min(r["t"] for r in recs if r["segment"] == 1)
+    print(f"launcher {label}: lost rank 1 → group restarted in {restarted - killed_at:.2f} s")
+    return recs, killed_at, killed
+
+
+def _codes(recs: list[dict]) -> dict[str, list[dict]]:
+    found: dict[str, list[dict]] = {}
+    for r in recs:
+        if r["kind"] == "event":
+            found.setdefault(r["code"], []).append(r)
+    return found
+
+
+def test_a_launcher_that_watches_takes_the_group_down_when_a_rank_is_lost(
+    tmp_path: Path,
+) -> None:
+    """Lesson 1.17's A: the launcher SIGKILLs the survivor at once, nobody waits for the
+    collective timeout, and the group resumes bit-identically."""
+    recs, _, killed = _launcher_run(tmp_path, "A")
+    codes = _codes(recs)
+    assert "rank_lost_waiting" not in codes and "collective_timed_out" not in codes
+    (crash,) = codes["crash"]
+    assert crash["lost_rank"] == 1 and "its launcher noticed in" in crash["text"], crash
+    assert crash["text"].startswith(f"Crash test: killed rank 1 of 2 (pid {killed})"), crash
+
+
+def test_a_blind_launcher_leaves_the_survivor_waiting_until_its_collective_times_out(
+    tmp_path: Path,
+) -> None:
+    """Lesson 1.17's B: the launcher says the rank was lost and when the survivor's
+    collective times out; the group ends only when it has, then resumes bit-identically."""
+    recs, killed_at, killed = _launcher_run(tmp_path, "B")
+    codes = _codes(recs)
+    (waiting,) = codes["rank_lost_waiting"]
+    assert waiting["lost_rank"] == 1 and waiting["timeout_s"] == 5.0, waiting
+    assert waiting["level"] == "warn" and waiting["segment"] == 0
+    noticed = waiting["deadline"] - waiting["timeout_s"]
+    assert killed_at <= noticed + 0.01 and noticed <= waiting["t"] + 0.01, waiting
+    (timed_out,) = codes["collective_timed_out"]
+    assert timed_out["rank"] == 0 and timed_out["lost_rank"] == 1, timed_out
+    # Not "Connection closed by peer" at once: the survivor waited for the timeout.
+    assert timed_out["waited_s"] > waiting["timeout_s"] / 2, timed_out
+    (crash,) = codes["crash"]
+    assert crash["lost_rank"] == 1 and crash["text"].startswith(
+        f"Crash test: killed rank 1 of 2 (pid {killed})"
+    )
+    assert "its launcher does not watch its ranks, so the others waited" in crash["text"]
+    print(f"launcher B: the survivor waited {timed_out['waited_s']:.2f} s (timeout 5 s)")

@@ -27,6 +27,10 @@ from crashdrill.trainer.presets import BUILTIN_DIR, LABELS, list_presets
         ("keep", 1, "≥ 2"),
         ("dropout", 1.5, "[0, 1)"),
         ("warmup", 10_000, "[0, steps"),
+        ("launcher", "torchrun", "one of 'watch', 'blind'"),
+        ("collective_timeout_s", 0, "seconds in [1, 3600]"),
+        ("collective_timeout_s", 7200, "seconds in [1, 3600]"),
+        ("collective_timeout_s", "15", "a finite number"),
     ],
 )
 def test_nonsense_config_names_field_value_and_allowed(field, value, allowed_fragment):
@@ -76,6 +80,7 @@ BUILTIN_FINGERPRINTS = {
     "lesson-1.14": ("5bc03fc032da5d36", "5bc03fc032da5d36"),
     "lesson-1.15": ("488177ef62c014e7", "488177ef62c014e7"),
     "lesson-1.16": ("39cfec3e7d02b615", "39cfec3e7d02b615"),
+    "lesson-1.17": ("39cfec3e7d02b615", "39cfec3e7d02b615"),
 }
 
 
@@ -114,6 +119,14 @@ def test_a_section_on_its_own_validates_its_fields_naming_the_field() -> None:
     assert err.value.field == "warmup" and "[0, steps=100]" in str(err.value)
     with pytest.raises(ConfigError, match="grad_clip = 'x' is not allowed: a finite number"):
         OptimConfig(grad_clip="x")  # type: ignore[arg-type]
+
+
+def test_the_launcher_and_the_collective_timeout_leave_the_fingerprint_alone() -> None:
+    base = TrainConfig(ranks=2)
+    blind = base.with_overrides({"launcher": "blind", "collective_timeout_s": 15.0})
+    assert blind.launcher == "blind" and blind.collective_timeout_s == 15.0
+    assert blind.fingerprint() == base.fingerprint()
+    assert base.section("runtime").launcher == "watch"  # type: ignore[attr-defined]
 
 
 def test_a_config_gives_each_section_as_its_own_validated_object() -> None:
