@@ -94,3 +94,32 @@ def test_events_stored_before_the_codes_still_show_as_plain_lines() -> None:
          "text": "Checkpoint step 50 copied to the mirror /m in 0.02s (background)."},
     ]  # fmt: skip
     assert rows(old) == [[3, "routine", ""], [2, "key", ""], [1, "info", ""]]
+
+
+def waiting_rows(events: list[dict[str, Any]], now: float) -> Any:
+    """eventRows at `now` of a pair whose run A has `events`, as [code, note] rows."""
+    model, log = (json.dumps((STATIC / m).as_uri()) for m in ("model.js", "events.js"))
+    code = f"""
+        Promise.all([import({model}), import({log})]).then(([m, ev]) => {{
+            const pair = {{eventCodes: m.eventCodes({json.dumps(contract_json())}),
+                           ordered: () => [{{label: "A", events: {json.dumps(events)}}}]}};
+            const out = ev.eventRows(pair, {now}).map(([l, e, kind, note]) => [e.code, note]);
+            console.log(JSON.stringify(out));
+        }})"""
+    assert NODE is not None
+    done = subprocess.run([NODE, "-e", code], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def test_a_blind_launcher_s_lost_rank_counts_down_to_the_collective_timeout() -> None:
+    lost = event("rank_lost_waiting", "Rank 1 was lost.", segment=0, lost_rank=1, status=137,
+                 timeout_s=15.0, deadline=1015.0)  # fmt: skip
+    waiting = {**lost, "id": 1, "t": 1000.0}
+    assert waiting_rows([waiting], 1000.2) == [
+        ["rank_lost_waiting", "the survivors' collective times out in 15 s"]
+    ]
+    assert waiting_rows([waiting], 1011.5)[0][1] == "the survivors' collective times out in 4 s"
+    over = event("collective_timed_out", "Timed out.", level="error", segment=0, rank=0,
+                 lost_rank=1, waited_s=15.02)  # fmt: skip
+    got = waiting_rows([waiting, {**over, "id": 2, "t": 1015.1}], 1016.0)
+    assert got[1] == ["rank_lost_waiting", "the collective timed out after 15.0 s"], got

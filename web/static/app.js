@@ -9,7 +9,7 @@ import { CadencePanel } from "./cadence.js";
 import { RunCard, StageList } from "./cards.js";
 import { createCharts } from "./chart_specs.js";
 import { uPlotLoaded } from "./charts.js";
-import { renderEvents } from "./events.js";
+import { countdownKey, renderEvents } from "./events.js";
 import { foldForPhone, pickerText, renderHeader, renderProbes, renderResumeChecks, renderSamples } from "./lesson.js";
 import { LessonSettings, ShareLink, lessonFromPath } from "./lesson_link.js";
 import { clusterBanner, pairNodes } from "./cluster.js";
@@ -42,6 +42,7 @@ const page = {
   chartsAt: 0, // when the charts were last redrawn
   finalDrawn: false, // the charts' last draw of a finished pair, off-screen ones included
   eventCount: -1,
+  countdown: "", // the log's countdown notes when last drawn (events.js countdownKey)
   loaded: false,
   cadence: null, // the cadence calculator (cadence.js)
   settings: null, // the settings a student may change (lesson_link.js)
@@ -89,7 +90,11 @@ function render() {
   page.predict.refresh(pair, `${checks}|${runs.map((r) => r.view.state).join()}`);
   const done = pair.ordered().every((r) => TERMINAL.has(r.view.state));
   const total = pair.ordered().reduce((n, r) => n + r.events.length, 0);
-  if (total !== page.eventCount) page.eventCount = renderEvents(pair);
+  const ticking = countdownKey(pair); // a blind launcher's survivors waiting: it counts down
+  if (total !== page.eventCount || ticking !== page.countdown) {
+    page.countdown = ticking;
+    page.eventCount = renderEvents(pair);
+  }
   const last = done && page.loaded && !page.finalDrawn; // the end, history in: every chart, in view or not
   if (page.charts && (last || !page.loaded || page.lastRender - page.chartsAt >= CHARTS_EVERY_MS)) {
     page.chartsAt = page.lastRender;

@@ -21,10 +21,30 @@ export function eventKind(e, codes) {
   return codes.get(e.code)?.weight || "info";
 }
 
+/** A blind launcher's lost rank (rank_lost_waiting) as a countdown: the seconds until the
+ * survivors' collective times out (its `deadline`, Unix seconds, against `now`), or how long
+ * they waited once the run's collective_timed_out event of that segment is in. */
+export function waitNote(e, events, now) {
+  const over = events.find((x) => x.code === "collective_timed_out" && (x.segment ?? 0) === (e.segment ?? 0));
+  if (over) return f.isNum(over.waited_s) ? `the collective timed out after ${over.waited_s.toFixed(1)} s` : "the collective timed out";
+  if (!f.isNum(e.deadline)) return "";
+  const left = Math.ceil(e.deadline - now);
+  return left > 0 ? `the survivors' collective times out in ${left} s` : "the survivors' collective is timing out now";
+}
+
+/** What changes while a countdown runs (the page redraws the log when it does). */
+export function countdownKey(pair, now = Date.now() / 1000) {
+  return eventRows(pair, now)
+    .filter(([, e]) => e.code === "rank_lost_waiting")
+    .map(([, , , note]) => note)
+    .join("|");
+}
+
 /** Both runs' events as display rows, newest first: [label, event, kind, note], where a
  * checkpoint's mirror copy is folded into the note of that checkpoint's row (matched by
- * segment and `step`, the fields both events carry). */
-export function eventRows(pair) {
+ * segment and `step`, the fields both events carry) and a blind launcher's lost rank
+ * counts down to its survivors' collective timeout (`waitNote`, at `now`). */
+export function eventRows(pair, now = Date.now() / 1000) {
   const codes = pair.eventCodes || new Map();
   const rows = [];
   for (const r of pair.ordered()) {
@@ -32,6 +52,7 @@ export function eventRows(pair) {
     const mirrors = [];
     for (const e of r.events) {
       const row = [r.label, e, eventKind(e, codes), ""];
+      if (e.code === "rank_lost_waiting") row[3] = waitNote(e, r.events, now);
       if (e.code === "mirror" && Number.isInteger(e.step)) {
         mirrors.push(row);
         continue;
