@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from crashdrill.trainer.prediction import Prediction
+from crashdrill.trainer.prediction import Prediction, ask_when
 
 MODULE = Path(__file__).resolve().parents[2] / "web" / "static" / "predict.js"
 NODE = shutil.which("node")
@@ -67,3 +67,8 @@ def test_the_hold_note_names_the_runs_really_held_and_when_it_ends() -> None:
     assert "save or skip to let them go on" in one
     none = page("holdText", [], "12:03:45", False)
     assert "none is held" in none and "held where" not in none
+
+
+def test_a_lesson_whose_crash_comes_by_itself_waits_for_the_wall_not_a_crash_test() -> None:
+    q = {**Prediction("How many steps?", "lost_steps").to_dict(), "ask": ask_when(300)}
+    assert page("resultText", q, {"status": "waiting"}, None)[0] == "waiting for the wall…"

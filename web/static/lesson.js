@@ -142,7 +142,7 @@ export function resumeCheckText(label, c) {
   const from = `${head} from step ${f.int(c.from_step)}`;
   if (c.outcome === "fresh" && !c.points) return [head, "No checkpoint existed yet, so the run started over from step 0.", "fresh"];
   if (c.outcome === "nothing_left") {  // a graceful stop saved its last step
-    return [from, "Nothing to recompute: the checkpoint was of the last step trained, so the restart lost 0 steps.", "identical"];
+    return [from, "Nothing to recompute: the checkpoint was of the last step trained, so the restart lost nothing.", "identical"];
   }
   if (c.outcome === "waiting") return [from, "Waiting for the recomputed steps…", "pending"];
   const [lo, hi] = c.steps || [null, null];

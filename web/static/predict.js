@@ -66,7 +66,9 @@ export function resultText(predict, result, run) {
   }
   if (r.status === "none") return [r.why || "no outcome to compare", "no outcome", "none"];
   const crashed = run && ((run.view.crashes ?? 0) > 0 || (run.view.segment ?? 0) > 0 || run.signalled !== null);
-  return [crashed ? "waiting for its first restart…" : "waiting for a crash test…", "", "waiting"];
+  // A lesson that asks before Start has no crash test to wait for: its wall comes by itself.
+  const before = predict.ask === "start" ? "waiting for the wall…" : "waiting for a crash test…";
+  return [crashed ? "waiting for its first restart…" : before, "", "waiting"];
 }
 
 /** The form's answers ({A: 40, B: 150}); null when one is still empty (unless `all`). */
