@@ -14,6 +14,7 @@ supervisor never stops it inside one.
     print(writing_line(100), file=sys.stderr)    # as the write of step 100 begins …
     print(written_line(100), file=sys.stderr)    # … and once it has ended (or failed)
     write_open(stderr_text)                      # 100 while that write is open, else None
+    without_write_lines(stderr_tail)             # a failure's tail for people, without them
 
 The value is `STEP:SECONDS[,STEP:SECONDS…]`: the checkpoint of optimizer step STEP (a
 whole number ≥ 0) is held open SECONDS (a number ≥ 0) after its payload files exist in its
@@ -143,3 +144,10 @@ def write_open(text: str | bytes) -> int | None:
         else:
             begun.discard(step)
     return max(begun) if begun else None
+
+
+def without_write_lines(text: str) -> str:
+    """`text` (an announcing trainer's stderr) without its write lines: the tail of a
+    failure that people read keeps the traceback, not the checkpoint cadence."""
+    kept = [line for line in text.splitlines(keepends=True) if not _WRITE_LINE.search(line)]
+    return "".join(kept)

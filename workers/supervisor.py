@@ -75,7 +75,12 @@ from typing import Any
 
 import psutil
 
-from crashdrill.trainer.checkpoint_pause import ANNOUNCE_ENV, paused_step, write_open
+from crashdrill.trainer.checkpoint_pause import (
+    ANNOUNCE_ENV,
+    paused_step,
+    without_write_lines,
+    write_open,
+)
 from crashdrill.trainer.crash_modes import DEFAULT as DEFAULT_CRASH_MODE
 from crashdrill.trainer.crash_modes import HOST_LOSS, mode_named
 from crashdrill.trainer.event_record import event as build_event
@@ -595,7 +600,7 @@ class Supervisor:
         """The end of the trainer's stderr since its start (a traceback, paths): for the
         lab's log and the instructor, never for the records."""
         try:
-            return self.files.stderr_tail(self._stderr_since)
+            return without_write_lines(self.files.stderr_tail(self._stderr_since))
         except Exception:  # its host is gone with its error output
             return ""
 

@@ -13,6 +13,7 @@ from crashdrill.trainer.checkpoint_pause import (
     paused_line,
     paused_step,
     pauses_from_env,
+    without_write_lines,
     write_open,
     writing_line,
     written_line,
@@ -82,3 +83,9 @@ def test_write_open_names_the_write_begun_and_not_ended_and_only_whole_lines():
     # A line not finished yet does not count: "…begins at step 10" of "…at step 100".
     assert write_open(f"{writing_line(100)}".encode()[:-1]) is None
     assert write_open(f"{writing_line(100)}\n{written_line(100)}") == 100  # end not whole yet
+
+
+def test_a_failure_s_tail_keeps_the_traceback_and_drops_the_write_lines():
+    tail = f"{writing_line(100)}\n{written_line(100)}\nTraceback (most recent call last):\n  boom\n"
+    assert without_write_lines(tail) == "Traceback (most recent call last):\n  boom\n"
+    assert without_write_lines("no newline at the end") == "no newline at the end"
