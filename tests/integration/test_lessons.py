@@ -430,3 +430,37 @@ def test_lesson_1_16_rank_0_saving_for_all_is_named_on_rank_1_and_each_rank_s_ow
         max_abs_delta={"A": a["max_abs_delta"], "B": b["max_abs_delta"]},
         first_divergent_rank_B=first,
     )
+
+
+def test_lesson_1_17_a_blind_launcher_s_survivor_waits_for_its_timeout_and_both_resume_exactly(
+    client: httpx.Client,
+) -> None:
+    timeout_s = get_preset("lesson-1.17").config_for("B").collective_timeout_s
+    pair = start(client, "lesson-1.17")
+    predict(pair, {"A": "yes", "B": "yes"})
+    pair.crash_at("A", 60)
+    pair.crash_at("B", 60)
+    runs = pair.wait_ended()
+    assert [r["state"] for r in runs] == ["finished", "finished"]
+    events = {label: pair.records(label, "event") for label in "AB"}
+    crash = {label: next(e for e in events[label] if e["code"] == "crash") for label in "AB"}
+    assert crash["A"]["crash_mode"] == "rank" and crash["A"]["lost_rank"] == 1
+    assert "its launcher noticed in" in crash["A"]["text"], crash["A"]
+    assert not [
+        e for e in events["A"] if e["code"] in ("rank_lost_waiting", "collective_timed_out")
+    ]
+    (waiting,) = [e for e in events["B"] if e["code"] == "rank_lost_waiting"]
+    (timed_out,) = [e for e in events["B"] if e["code"] == "collective_timed_out"]
+    assert waiting["lost_rank"] == 1 and waiting["timeout_s"] == timeout_s, waiting
+    assert timed_out["rank"] == 0 and timed_out["waited_s"] > timeout_s / 2, timed_out
+    assert "the others waited" in crash["B"]["text"], crash["B"]
+    for label in "AB":
+        (check,) = pair.checks(label)
+        assert check["bit_identical"] is True and check["complete"], (label, check)
+    assert measured(pair) == {"A": "yes", "B": "yes"}
+    report(
+        "lesson-1.17",
+        noticed_s={label: crash[label]["noticed_s"] for label in "AB"},
+        B_waited_s=timed_out["waited_s"],
+        B_lost_to_restart_s=round(crash["B"]["t"] - (waiting["deadline"] - timeout_s), 2),
+    )
