@@ -462,5 +462,13 @@ def test_lesson_1_17_a_blind_launcher_s_survivor_waits_for_its_timeout_and_both_
         "lesson-1.17",
         noticed_s={label: crash[label]["noticed_s"] for label in "AB"},
         B_waited_s=timed_out["waited_s"],
-        B_lost_to_restart_s=round(crash["B"]["t"] - (waiting["deadline"] - timeout_s), 2),
+        lost_to_resumed_s={label: _lost_to_resumed(pair, label) for label in "AB"},
     )
+
+
+def _lost_to_resumed(pair: Pair, label: str) -> float:
+    """Seconds from the first segment's last step record (the rank was lost within a step
+    of it) to the restarted group's `resumed` event: what a lost rank cost in wall time."""
+    last = max(r["t"] for r in pair.records(label, "step") if r["segment"] == 0)
+    resumed = next(e for e in pair.records(label, "event") if e["code"] == "resumed")
+    return round(resumed["t"] - last, 2)
