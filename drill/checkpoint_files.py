@@ -260,8 +260,8 @@ class CheckpointFiles:
             return TAKEN, f"a JSON document over {MAX_JSON_BYTES >> 20} MiB, not read"
         position = json_position(obj)
         # An epoch alone is too coarse: a script may save several times in one epoch.
-        steps = position and any(not k.endswith("epoch") for k, _ in position)
-        self._says[(rel, self._st)] = position if steps else digest
+        steps = position is not None and any(not k.endswith("epoch") for k, _ in position)
+        self._says[(rel, self._st)] = position if position is not None and steps else digest
         if position:
             return TAKEN, f"a JSON checkpoint: it holds a training position ({position[0][0]})"
         return TAKEN, "a JSON document with no training position: compared by its bytes"
