@@ -43,6 +43,7 @@ from crashdrill.drill.interrupt import DrillInterrupted, exit_code
 from crashdrill.drill.plan import KillPoint, draw_kills, plan_gaps, preempt_gaps, preempt_plan
 from crashdrill.drill.preempt import StopVerdict, judge_stops, stop_findings
 from crashdrill.drill.record_fields import RunRecords
+from crashdrill.drill.snapshot import Snapshot
 from crashdrill.drill.target import Segment, Target
 from crashdrill.drill.trace import LossParser, classify_precision
 from crashdrill.drill.verdicts import Analysis, Evidence, FinalParams
@@ -223,7 +224,10 @@ def _verify_preset(
             if ref is None or ref.exit_code != 0:  # it had not finished: nothing to judge
                 limits.running = describe_running(ref, "the reference run") or limits.running
                 ref = None
-            evidence = Evidence(target, ref or _nothing(t0), {}, crashed, plan)
+            # What the reference left is evidence too (its checkpoints: no false finding
+            # that the script never writes one).
+            seen = target.snapshot(ref_dir) if ref is not None else {}
+            evidence = Evidence(target, ref or _nothing(t0), seen, crashed, plan)
             return _finish(
                 target, "preset", seed, kills, plan, evidence, t0, marks, limits, e, gaps=gaps
             )
@@ -292,6 +296,7 @@ def verify_command(
         plan: list[KillPoint] = []
         gaps: dict[str, str] = {}
         crashed: list[Segment] = []
+        ref_snapshot: Snapshot = {}
         try:
             ref = run_segment(target, ref_dir, 0, None, observe_checkpoints=True)
             ref_snapshot = target.snapshot(ref_dir)
@@ -323,7 +328,7 @@ def verify_command(
             limits.signal = e.name
             what = f"process {len(crashed)} of the crashed run" if ref else "the reference run"
             limits.running = describe_running(e.running, what)
-            evidence = Evidence(target, ref or _nothing(t0), {}, crashed, plan)
+            evidence = Evidence(target, ref or _nothing(t0), ref_snapshot, crashed, plan)
             return _finish(
                 target, "command", seed, kills, plan, evidence, t0, None, limits, e, gaps=gaps
             )
