@@ -21,8 +21,12 @@ def test_lesson_1_16_b_s_check_names_rank_1_and_a_s_is_bit_identical_on_both_ran
     start(page, lab_server.url + "/lesson/lesson-1.16")
     try:
         assert "two data-parallel ranks" in page.locator("body").inner_text()
-        crash(page, "A", 60)
+        # B first: its first Crash test holds both runs while the question is open, so the
+        # kill lands where B was held, past its checkpoint at 50. Pressed second, B could be
+        # anywhere, and a kill landing on its checkpoint at 100 recomputes nothing; every
+        # later resume then starts from rank 0's state again and matches the one before it.
         crash(page, "B", 60)
+        crash(page, "A", 60)
         a = wait_check(page, lab_server, "A", identical=True)
         b = wait_check(page, lab_server, "B", identical=False)
     except BaseException:
