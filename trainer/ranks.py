@@ -310,10 +310,8 @@ def _kill_all(pids: dict[int, int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _watch(pids: dict[int, int], on_lost: Callable[[dict[str, Any]], None]) -> int:
-    """Reap the ranks; on the first that fails, SIGKILL the rest (no peer is left hanging
-    in a collective) and say which was lost (`on_lost`); a SIGTERM/SIGINT here does the
-    same without the saying."""
+def _group_dies_with_launcher(pids: dict[int, int]) -> None:
+    """A SIGTERM/SIGINT to the launcher SIGKILLs every rank, then ends the launcher."""
 
     def stop_group(signum: int, _frame: object) -> None:
         _kill_all(pids)
@@ -321,6 +319,14 @@ def _watch(pids: dict[int, int], on_lost: Callable[[dict[str, Any]], None]) -> i
 
     signal.signal(signal.SIGTERM, stop_group)
     signal.signal(signal.SIGINT, stop_group)
+
+
+def _watch(pids: dict[int, int], on_lost: Callable[[dict[str, Any]], None]) -> int:
+    """Reap the ranks; on the first that fails, SIGKILL the rest (no peer is left hanging
+    in a collective) and say which was lost (`on_lost`); a SIGTERM/SIGINT here does the
+    same without the saying."""
+
+    _group_dies_with_launcher(pids)
     live, codes = dict(pids), {}
     failed: int | None = None
     while live:
@@ -352,12 +358,7 @@ def _watch_blind(
     survivors' collective will time out, and leave them to it; once one of them fails
     (the timeout), the group ends. A survivor still alive well past that is SIGKILLed."""
 
-    def stop_group(signum: int, _frame: object) -> None:
-        _kill_all(pids)
-        os._exit(128 + signum)
-
-    signal.signal(signal.SIGTERM, stop_group)
-    signal.signal(signal.SIGINT, stop_group)
+    _group_dies_with_launcher(pids)
     live, codes = dict(pids), {}
     lost: dict[str, Any] | None = None
     while live:
