@@ -6,7 +6,10 @@ was seen to write, or the built-in trainer's cadence), so that each trial lands 
 name says:
 
 - the first kill lands before the first checkpoint after the start (a resume from
-  nothing, or from the step-0 checkpoint, must work too);
+  nothing, or from the step-0 checkpoint, must work too), in the first quarter of the
+  step lines before it (EARLY_SHARE): anywhere in that window tests the same resume, and
+  every step before the kill is trained again, so a late one only costs time (a script
+  whose first checkpoint comes after 1000 steps would recompute up to 999);
 - with two kills or more, one lands *while a checkpoint is being written* (a torn write
   must not be loadable), in a write that is neither the first (a complete checkpoint
   must exist to fall back on) nor the last (a plain kill after it must still land); in a
@@ -48,6 +51,7 @@ TRIAL_KINDS = {
 }
 SOAK_KILLS = 10  # from this many kills on, a plan is a soak:
 WRITES_EVERY = 5  # one kill in this many lands inside a checkpoint write
+EARLY_SHARE = 4  # the first kill lands in the first 1/EARLY_SHARE of the steps before a checkpoint
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,7 @@ def draw_kills(
     first = writes[0] if writes else first_ckpt
 
     early = [s for s in cands if first is not None and s < first]
+    early = early[: -(-len(early) // EARLY_SHARE)]  # the first quarter, rounded up
     if early:
         points.append(KillPoint(_pick(early, u[0]), before_first=True))
         used.add(points[-1].step)

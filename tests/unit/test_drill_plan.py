@@ -34,6 +34,14 @@ def test_the_first_kill_lands_before_the_first_checkpoint(seed: int) -> None:
     assert 1 <= plan[0].step < 50 and not plan[0].during_write
 
 
+def test_the_first_kill_lands_early_before_a_late_first_checkpoint() -> None:
+    # every step before the kill is trained again after it: a first checkpoint at step
+    # 1000 must not cost up to 999 recomputed steps; 49 lines before step 50 -> 1..13
+    firsts = {_draw(s, 2, candidates=range(1, 3000), first_ckpt=1000)[0].step for s in range(40)}
+    assert min(firsts) >= 1 and max(firsts) <= 250 and len(firsts) > 10
+    assert {_draw(s, 2)[0].step for s in range(40)} <= set(range(1, 14))
+
+
 @pytest.mark.parametrize(("seed", "kills"), [(s, k) for s in range(10) for k in (2, 3, 5)])
 def test_two_kills_or_more_include_one_inside_a_checkpoint_write(seed: int, kills: int) -> None:
     plan = _draw(seed, kills, write_steps=range(50, 300, 50))
