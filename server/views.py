@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from crashdrill.server.lessons.pending_kill import pending_kill
+from crashdrill.server.rank_view import ranks_view
 from crashdrill.server.storage.db import Row
 from crashdrill.server.storage.store import ACTIVE_STATES, RunState
 from crashdrill.trainer.record_contract import STATE_KINDS, finite_or_null, to_json
@@ -113,6 +114,7 @@ def run_view(
         "message": row["message"],
         "exit_code": row["exit_code"],
         "latest": {k: latest[k] for k in SHOWN_LATEST if k in latest},
+        "ranks": ranks_view(row, latest, preset),
     }
 
 

@@ -159,6 +159,19 @@ class NvmlGpu:
                 log.info("NVML %s unavailable, not asking again: %s", query.name, exc)
         return GpuReading(**values)
 
+    def process_memory(self) -> dict[int, int] | None:
+        """GPU memory in bytes used by each compute process on this GPU, by pid (None: no
+        GPU, or NVML cannot list its processes)."""
+        if self.state != "ok" or self._nvml is None or "processes" in self._unsupported:
+            return None
+        nv = self._nvml
+        try:
+            procs = nv.nvmlDeviceGetComputeRunningProcesses(self._handle)
+        except (getattr(nv, "NVMLError", Exception), AttributeError) as exc:
+            self._unsupported["processes"] = f"{type(exc).__name__}: {exc}"
+            return None
+        return {int(p.pid): int(p.usedGpuMemory or 0) for p in procs}
+
     def close(self) -> None:
         """Release NVML (it counts nvmlInit calls); later reads return no values."""
         if self._nvml is not None and self.state == "ok":

@@ -388,3 +388,80 @@ class TelemetrySampler:
         self.stop()
         with self._lock:
             self._gpu.close()
+
+
+# ---------------------------------------------------------------- one process each
+
+
+@dataclass(frozen=True)
+class ProcessReading:
+    """One process (a rank of a run): its CPU over the interval since the previous reading
+    (% of one core: 100 is one core busy; None on the first reading) and its memory."""
+
+    pid: int
+    cpu_pct: float | None
+    rss_bytes: int | None
+    gpu_mem_bytes: int | None  # None: no GPU, or NVML cannot list its processes
+
+
+class ProcessSampler:
+    """CPU and memory of given processes (a run's ranks, by the pids its ranks file says).
+
+        sampler = ProcessSampler()
+        sampler.read([4250, 4251])   # {4250: ProcessReading(…), 4251: …}
+
+    A reading of a pid newer than `min_interval_s` is served again instead of read (the
+    lab's views ask often, and a CPU share over a few milliseconds says nothing); a pid
+    that is gone is forgotten. GPU memory per process comes from NVML where a GPU is,
+    opened on the first read; without one it is None and NVML is not asked again."""
+
+    def __init__(self, min_interval_s: float = 1.0, *, gpu_index: int = 0) -> None:
+        self.min_interval_s = min_interval_s
+        self._gpu_index = gpu_index
+        self._gpu: NvmlGpu | None = None
+        self._procs: dict[int, psutil.Process] = {}
+        self._last: dict[int, tuple[float, ProcessReading]] = {}
+        self._lock = threading.Lock()
+
+    def read(self, pids: list[int]) -> dict[int, ProcessReading]:
+        with self._lock:
+            now = time.monotonic()
+            fresh = [
+                p for p in pids if now - self._last.get(p, (-1e9, None))[0] >= self.min_interval_s
+            ]
+            gpu = self._gpu_memory() if fresh else {}
+            for pid in fresh:
+                reading = self._read_one(pid, gpu)
+                if reading is None:
+                    self._procs.pop(pid, None)
+                    self._last.pop(pid, None)
+                else:
+                    self._last[pid] = (now, reading)
+            return {p: self._last[p][1] for p in pids if p in self._last}
+
+    def _read_one(self, pid: int, gpu: dict[int, int] | None) -> ProcessReading | None:
+        proc = self._procs.get(pid)
+        first = proc is None
+        try:
+            if proc is None:
+                proc = self._procs[pid] = psutil.Process(pid)
+            with proc.oneshot():
+                cpu = proc.cpu_percent(None)  # since this object's previous call
+                rss = int(proc.memory_info().rss)
+        except (psutil.Error, OSError):
+            return None
+        return ProcessReading(
+            pid, None if first else round(cpu, 1), rss, None if gpu is None else gpu.get(pid, 0)
+        )
+
+    def _gpu_memory(self) -> dict[int, int] | None:
+        if self._gpu is None:
+            self._gpu = open_gpu(self._gpu_index)
+        return self._gpu.process_memory()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._gpu is not None:
+                self._gpu.close()
+            self._procs.clear()
+            self._last.clear()

@@ -12,23 +12,26 @@ from crashdrill.server.storage.store import RUN_STATES
 from crashdrill.trainer import crash_modes
 from crashdrill.trainer.record_contract import KIND_NAMES
 from crashdrill.trainer.resume_outcome import ResumeOutcome
+from crashdrill.workers.rank_states import rank_states_json
 
 # Choices that have one home elsewhere, derived here so that the routes' validation and the
 # OpenAPI schema list exactly those: the record kinds of the run-record contract
 # (crashdrill.trainer.record_contract, in its order), a run's states
 # (server/storage/store.py), the crash modes (crashdrill.trainer.crash_modes), a pending
-# kill's kinds (server/lessons/pending_kill.py).
+# kill's kinds (server/lessons/pending_kill.py), a rank's states (workers/rank_states.py).
 # A new one there needs no edit here.
 if TYPE_CHECKING:
     RecordKind = str
     RunState = str
     CrashModeName = str
     PendingKillKind = str
+    RankStateName = str
 else:
     RecordKind = Literal[KIND_NAMES]
     RunState = Literal[RUN_STATES]
     CrashModeName = Literal[crash_modes.NAMES]
     PendingKillKind = Literal[PENDING_KILL_KINDS]
+    RankStateName = Literal[tuple(rank_states_json())]
 
 
 class Problem(BaseModel):
@@ -97,6 +100,27 @@ class PendingKill(BaseModel):
     )
 
 
+class RankOut(BaseModel):
+    rank: int
+    state: RankStateName = Field(
+        description="training, lost, waiting (a blind launcher's survivor in its collective"
+        " until the timeout), restarting, starting, finished, stopped or failed"
+        " (workers/rank_states.py)"
+    )
+    pid: int | None = Field(description="its process (null before its group forked it)")
+    at: float | None = Field(description="lost: when its launcher noticed (epoch seconds)")
+    until: float | None = Field(
+        description="waiting: when the survivors' collective times out (epoch seconds)"
+    )
+    cpu_pct: float | None = Field(
+        description="its process's CPU, % of one core, over the last second or so"
+    )
+    rss_bytes: int | None = Field(description="its process's resident memory")
+    gpu_mem_bytes: int | None = Field(
+        description="GPU memory its process holds (NVML); null without a GPU"
+    )
+
+
 class RunStatus(BaseModel):
     id: str
     label: str
@@ -141,6 +165,11 @@ class RunStatus(BaseModel):
     latest: dict[str, Any] = Field(description="the newest record of each kind: step, val, …")
     host: RunHost | None = Field(
         None, description="where it trains (or last trained); null while queued"
+    )
+    ranks: list[RankOut] | None = Field(
+        None,
+        description="a run of several ranks: each rank's state and its process's CPU and"
+        " memory; null for a run of one rank",
     )
 
 
