@@ -19,7 +19,7 @@ from typing import Any
 
 from crashdrill.server.errors import Conflict, Forbidden, NotFound
 from crashdrill.server.ingest_loop import IngestLoop
-from crashdrill.server.lessons.crash_effects import crash_mode
+from crashdrill.server.lessons.crash_effects import chosen_mode
 from crashdrill.server.lessons.pending_kill import (
     PREEMPT_MODE,
     armed_for_first_step,
@@ -132,9 +132,12 @@ class RunControl:
             "state": row["state"],
         }
 
-    def crash(self, run_id: str, session: str, instructor: bool) -> dict[str, Any]:
+    def crash(
+        self, run_id: str, session: str, instructor: bool, asked: str | None = None
+    ) -> dict[str, Any]:
+        """`asked`: a crash mode the lesson offers besides its own (None: its own)."""
         row = self.check_may_control(run_id, session, instructor)
-        mode = crash_mode(self.store.pair(row["pair_id"]))
+        mode = chosen_mode(self.store.pair(row["pair_id"]), asked)
         latest = json.loads(row["latest_json"] or "{}")
         if _before_first_step(row, latest):
             return self._arm_for_first_step(row, latest, mode)

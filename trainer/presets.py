@@ -20,6 +20,9 @@ that differs between run A and run B.
                  makes before the first crash test (trainer/prediction.py)
     [crash]      mode = one of the crash modes below (default "kill"); expect = text
                  (what a crash shows);
+                 offer = ["rank"]: modes a student may pick at Crash test instead of
+                 `mode` (default none; not a mode that waits for a save, which needs its
+                 pause from the runs' start);
                  wall_step = N: the lab preempts each run once when it passes step N
                  (SIGTERM, then SIGKILL after the run's stop_grace), as a platform's
                  session limit does (0, the default: no wall);
@@ -85,7 +88,7 @@ _TOP_LEVEL = (
 )
 _ONE_MACHINE_KEYS = ("whats_happening", "what_to_watch", "explanation")
 _KNOB_KEYS = ("name", "a", "b")
-_CRASH_KEYS = ("mode", "expect", "wall_step", "window")
+_CRASH_KEYS = ("mode", "expect", "wall_step", "window", "offer")
 LABELS = ("A", "B")
 KNOB = "knob"
 SETTINGS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name != "extra")
@@ -117,6 +120,7 @@ class Crash:
     wall_step: int = 0  # the lab preempts each run once past this step (0: never)
     # the steps in which the lesson wants its Crash test, by run ({}: any moment)
     window: Window = field(default_factory=dict)
+    offer: tuple[str, ...] = ()  # modes a student may pick at Crash test instead of `mode`
 
 
 @dataclass(frozen=True)
@@ -339,7 +343,26 @@ def _parse_crash(value: Any, problems: list[str]) -> Crash:
         problems.append(f"[crash] wall_step = {wall!r}: a step ≥ 1, or 0 for no wall")
         wall = 0
     window = parse_window(value.get("window"), problems)
-    return Crash(mode, expect, wall, window)
+    return Crash(mode, expect, wall, window, _parse_offer(value.get("offer", []), mode, problems))
+
+
+def _parse_offer(value: Any, mode: str, problems: list[str]) -> tuple[str, ...]:
+    """`[crash] offer`: distinct registered modes other than `mode`, none that waits for a
+    save (its runs need the checkpoint pause from their start: make it the `mode`)."""
+    allowed = [m.name for m in crash_modes.MODES if not m.waits_for_save and m.name != mode]
+    text = ", ".join(repr(n) for n in allowed)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        problems.append(f"[crash] offer = {value!r}: a list of crash modes, from {text}")
+        return ()
+    bad = [v for v in value if v not in allowed]
+    if bad or len(set(value)) != len(value):
+        what = f"{bad[0]!r} cannot be offered" if bad else "names a mode twice"
+        problems.append(
+            f"[crash] offer = {value!r}: {what}; offer distinct modes other than mode ="
+            f" {mode!r}, from {text}"
+        )
+        return ()
+    return tuple(value)
 
 
 def config_problems(preset: Preset, where: str) -> list[str]:
@@ -461,6 +484,8 @@ def dump_preset(preset: Preset) -> str:
         crash["wall_step"] = preset.crash.wall_step
     if preset.crash.window:
         crash["window"] = window_toml(preset.crash.window)
+    if preset.crash.offer:
+        crash["offer"] = list(preset.crash.offer)
     top["crash"] = crash
     if preset.predict is not None:
         top["predict"] = preset.predict.file_table()

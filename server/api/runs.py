@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from crashdrill.server.api.pairs import lab_of
 from crashdrill.server.api.schemas import (
+    CrashRequest,
     CrashResult,
     Events,
     PreemptResult,
@@ -41,11 +42,12 @@ def _who(request: Request) -> tuple[str, bool]:
     status_code=202,
     response_model=CrashResult,
     summary="Crash test: SIGKILL the trainer now; it resumes from its last checkpoint",
-    responses=problems(403, 404, 409, 413, 429),
+    responses=problems(403, 404, 409, 413, 422, 429),
 )
-async def crash(run: str, request: Request) -> dict[str, Any]:
+async def crash(run: str, request: Request, body: CrashRequest | None = None) -> dict[str, Any]:
     session, instructor = _who(request)
-    return lab_of(request).crash(run, session, instructor)
+    asked = body.crash_mode if body is not None else None
+    return lab_of(request).crash(run, session, instructor, asked)
 
 
 @router.post(

@@ -261,6 +261,16 @@ class PreemptResult(BaseModel):
     state: RunState
 
 
+class CrashRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    crash_mode: CrashModeName | None = Field(
+        None,
+        description="a crash mode the lesson offers besides its own (its preset's [crash]"
+        ' offer: "rank" kills one rank of a run of several instead of the whole group);'
+        " null or absent: the lesson's [crash] mode",
+    )
+
+
 class CrashResult(BaseModel):
     run: str
     killed_pid: int | None = Field(
@@ -270,7 +280,7 @@ class CrashResult(BaseModel):
     state: RunState
     crash_mode: CrashModeName = Field(
         crash_modes.DEFAULT,
-        description="the lesson's crash mode: "
+        description="the crash mode it used (the lesson's, or one it offers): "
         + "; ".join(f"{m.name}: {m.summary}" for m in crash_modes.MODES),
     )
     armed: bool = Field(

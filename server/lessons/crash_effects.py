@@ -2,6 +2,9 @@
 restarted run trains from step 0 again.
 
 - `crash_mode(pair)`: the mode stored with the pair's preset ("kill" when none).
+- `chosen_mode(pair, asked)`: the mode a crash test uses: the lesson's, or one its
+  `[crash] offer` lets a student pick (a lesson of several ranks offering "rank": kill
+  one rank instead of the whole group); BadInput naming what it offers otherwise.
 - `preemption(preset_ref, label)`: the grace the lab gives a run between SIGTERM and
   SIGKILL when it preempts it (its config's `stop_grace`), and the lesson's session wall
   (`[crash] wall_step`, 0: none) at which it does so by itself.
@@ -28,6 +31,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from crashdrill.server.errors import BadInput
 from crashdrill.server.ingest import IngestBatch
 from crashdrill.server.lessons.policy import during_save_pause
 from crashdrill.server.storage.db import Row
@@ -53,6 +57,34 @@ def crash_mode(pair: Mapping[str, Any] | None) -> str:
     crash = preset.get("crash") if isinstance(preset, dict) else None
     mode = crash.get("mode") if isinstance(crash, dict) else None
     return str(mode) if mode in NAMES else DEFAULT
+
+
+def offered_modes(pair: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The modes a student may pick at Crash test: the lesson's own first, then those its
+    `[crash] offer` names (registered ones only)."""
+    mode = crash_mode(pair)
+    try:
+        crash = json.loads((pair or {}).get("preset_json") or "{}").get("crash") or {}
+    except (TypeError, ValueError, AttributeError):
+        crash = {}
+    offer = crash.get("offer") if isinstance(crash, dict) else None
+    extra = [m for m in offer if m in NAMES and m != mode] if isinstance(offer, list) else []
+    return (mode, *extra)
+
+
+def chosen_mode(pair: Mapping[str, Any] | None, asked: str | None) -> str:
+    """The crash mode of a crash test that asked for `asked` (None: the lesson's own)."""
+    offered = offered_modes(pair)
+    if asked is None or asked == offered[0]:
+        return offered[0]
+    if asked not in offered:
+        others = ", ".join(repr(m) for m in offered[1:])
+        what = f"{offered[0]!r} (its [crash] mode) or {others}" if others else f"{offered[0]!r}"
+        raise BadInput(
+            f"crash_mode {asked!r} is not offered by this lesson: its Crash test kills with"
+            f" {what}; a lesson offers more through its preset's [crash] offer"
+        )
+    return asked
 
 
 def preemption(preset_ref: str, label: str) -> tuple[float, int]:

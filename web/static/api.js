@@ -52,7 +52,8 @@ export const api = {
   hold: (pair, hold) => request("POST", `/api/pairs/${enc(pair)}/hold`, { hold }),
   /** Stop both runs of a pair for good (frees the owner's quota). */
   stopPair: (pair) => request("POST", `/api/pairs/${enc(pair)}/stop`),
-  crash: (run) => request("POST", `/api/runs/${enc(run)}/crash`),
+  /** Crash test; `mode`: a crash mode the lesson offers besides its own (null: its own). */
+  crash: (run, mode = null) => request("POST", `/api/runs/${enc(run)}/crash`, mode ? { crash_mode: mode } : undefined),
   preempt: (run) => request("POST", `/api/runs/${enc(run)}/preempt`),
   resumeChecks: (run) => request("GET", `/api/runs/${enc(run)}/resume-checks`),
   /** The server's machine sample; with a pair, also its Ray nodes' and the cluster's state. */

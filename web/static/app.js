@@ -420,18 +420,19 @@ function onTelemetry(sample) {
 /** Crash test and Preempt ask the lesson's prediction first, once: the action is sent as
  * soon as the owner answers or skips (predict.js). */
 function askFirst(action) {
-  return (run, card) => {
-    if (page.predict.mustAsk(page.pair)) page.predict.ask(page.pair, () => action(run, card));
-    else action(run, card);
+  return (run, card, ...more) => {
+    if (page.predict.mustAsk(page.pair)) page.predict.ask(page.pair, () => action(run, card, ...more));
+    else action(run, card, ...more);
   };
 }
 
-async function crash(run, card) {
+/** `mode`: a crash mode the lesson offers besides its own (crash_offer.js); none: its own. */
+async function crash(run, card, mode = null) {
   card.busy = true;
   card.say(`Sending SIGKILL to run ${run.label}…`);
   render();
   try {
-    const res = await api.crash(run.id);
+    const res = await api.crash(run.id, mode);
     card.killed(res, run.view.segment ?? 0);
     signalled(run, "crash");
     page.pair.setView({ runs: [{ ...run.view, id: run.id, state: res.state, can_crash: false }] });

@@ -2,10 +2,12 @@
 // per-run stage lists. Built once, then updated in place so focus and screen-reader
 // position survive live updates.
 
+import { offerButtons } from "./crash_offer.js";
 import { crashWindow, windowText } from "./crash_window.js";
 import { crashHint, killText, restartingText } from "./crash_words.js";
 import * as f from "./format.js";
 import { recentRates } from "./metric_series.js";
+import { showRanks } from "./ranks.js";
 import { ACTIVE, TERMINAL } from "./run_states.js";
 
 export const STAGES = [
@@ -234,6 +236,7 @@ const CARD_HTML = `
     <h3><span class="run-name"></span> <span class="card-knob"></span></h3>
   </header>
   <p class="state-line"></p>
+  <ul class="ranks" hidden></ul>
   <p class="shape"></p>
   <div class="big">
     <div><span class="k">tokens read</span><span class="v tokens">–</span></div>
@@ -263,6 +266,8 @@ const CONTROL_HTML = `
     <p class="crash-window"></p>
   </div>
   <p class="crash-why"></p>`;
+
+const c0 = (ctl) => ctl.querySelector(".crash-row");
 
 /** Write `text` only when it changed: a text write costs a layout even when equal. */
 function setText(node, text) {
@@ -297,6 +302,8 @@ export class RunCard {
     this.cardKnob = q(".card-knob");
     this.badge = c(".badge");
     this.stateLine = q(".state-line");
+    this.ranks = q(".ranks");
+    this.ranks.setAttribute("aria-label", `Run ${L}'s ranks`);
     this.shape = q(".shape");
     this.tokens = q(".tokens");
     this.steps = c(".steps");
@@ -311,6 +318,7 @@ export class RunCard {
     this.button.setAttribute("aria-describedby", this.why.id);
     this.metrics = Object.fromEntries([...card.querySelectorAll("[data-m]")].map((d) => [d.dataset.m, d]));
     this.button.addEventListener("click", () => onCrash(this.run, this));
+    this.onCrash = onCrash; // the lesson's offered modes' buttons call it too (crash_offer.js)
     this.preemptButton = c(".preempt");
     this.preemptButton.setAttribute("aria-label", `Preempt run ${L}: SIGTERM now, SIGKILL after its grace`);
     this.preemptButton.setAttribute("aria-describedby", this.why.id);
@@ -394,6 +402,7 @@ export class RunCard {
       this.control.dataset.state = state;
     }
     setText(this.stateLine, line);
+    showRanks(this.ranks, v.ranks);
     const knob = v.knob && v.knob.name ? `${v.knob.name} ${v.knob.value}` : "";
     setText(this.knob, knob);
     setText(this.cardKnob, knob);
@@ -432,6 +441,8 @@ export class RunCard {
     this.control.dataset.stepSegment = String(run.newestStepSegment() ?? ""); // trained segment
     this.button.disabled = blocker !== null || this.busy === true;
     this.button.setAttribute("aria-disabled", String(this.button.disabled));
+    this.offers ??= offerButtons(this, c0(this.control), preset, pair.crashModes, this.onCrash);
+    for (const b of this.offers) b.disabled = this.button.disabled;
     this.preemptButton.disabled = this.button.disabled || Boolean(this.grace);
     this.preemptButton.setAttribute("aria-disabled", String(this.preemptButton.disabled));
     if (this.flash && Date.now() < this.flashUntil) {

@@ -21,6 +21,15 @@ export function crashHint(mode, cluster = false) {
   return "Kills the process with SIGKILL now: no chance to save.";
 }
 
+/** The words of a button for a crash mode the lesson offers besides its own (its preset's
+ * `[crash] offer`), from the mode's fields: [label, what it does]. */
+export function offerWords(mode) {
+  if (mode?.one_rank) return ["Kill one rank", "SIGKILL of one rank's process, not the whole group: its launcher sees the rank lost, and the group restarts from its last checkpoint."];
+  if (mode?.moves_host) return ["Lose its machine", mode.summary];
+  if (mode?.wipes_disk) return ["Kill and wipe its disk", mode.summary];
+  return ["Kill the whole run", mode?.summary || "SIGKILL now"];
+}
+
 /** What a restart is doing, from the supervisor's restart event `e` (written once the old
  * trainer is dead, before the new one loaded anything: its `resume_from` is the newest
  * checkpoint found, null: none). `started`: the new trainer is starting, said as the rest
