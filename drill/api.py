@@ -35,7 +35,7 @@ def assert_resumes_bit_identical(
     loss_regex: str | None = None,
     resume_args: Sequence[str] | None = None,
     resume_args_always: bool = False,
-    rank: int = 0,
+    rank: int | None = None,
     timeout: float = 600.0,
     compare_files: Sequence[str] | None = None,
     cwd: str | Path | None = None,

@@ -100,6 +100,8 @@ def ranks_preload(preset: str, label: str, overrides: list[str] | None) -> list[
 
 
 class PresetTarget(Target):
+    rank = 0  # the trainer prints on rank 0 only; its records carry each rank's loss bits
+
     def __init__(
         self,
         preset: str,

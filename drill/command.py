@@ -84,7 +84,7 @@ class CommandTarget(Target):
         resume_args_always: bool = False,
         timeout: float = 600.0,
         cwd: str | None = None,
-        rank: int = 0,
+        rank: int | None = None,
         checkpoint_globs: list[str] | None = None,
     ) -> None:
         self.rank = rank

@@ -40,6 +40,7 @@ from crashdrill.drill.verdicts import (
     compare_losses,
     delta_text,
     pair,
+    rank_pairs,
     stderr_tail,
     step_text,
 )
@@ -49,7 +50,11 @@ from crashdrill.trainer.resume_outcome import ResumeOutcome
 
 def analyse(ev: Evidence) -> Analysis:
     ref, segs, target = ev.reference, ev.crashed, ev.target
-    every_point = ref.points + [p for s in segs for p in s.points]
+    every_point = [
+        p
+        for s in (ref, *segs)
+        for p in [*s.points, *(q for r, qs in s.rank_points.items() if r for q in qs)]
+    ]
     precision = classify_precision(every_point)
     findings: list[Finding] = []
 
@@ -69,6 +74,11 @@ def analyse(ev: Evidence) -> Analysis:
     spacing = step_spacing(ref.points)
     seg0_pairs = pair(ref.points, segs[0].points) if segs else []
     i0 = compare_losses(seg0_pairs).divergent_offset
+    if i0 is None and segs:  # a script's ranks: any rank's own trace before any kill
+        for pairs in rank_pairs(ref, segs[0]).values():
+            if (i0 := compare_losses(pairs).divergent_offset) is not None:
+                seg0_pairs = pairs
+                break
     unrepeatable = i0 is not None
     if i0 is not None:
         a, b = seg0_pairs[i0]

@@ -30,9 +30,10 @@ from pathlib import Path
 from crashdrill.drill.drill_end import restart_cap, same_failure
 from crashdrill.drill.interrupt import DrillInterrupted
 from crashdrill.drill.plan import KillPoint
-from crashdrill.drill.rank_output import line_of_rank
+from crashdrill.drill.rank_output import line_of_rank, split_rank
 from crashdrill.drill.snapshot import Snapshot, appeared_incomplete, modified_in_place
 from crashdrill.drill.target import Child, Segment, Target
+from crashdrill.drill.trace import LineReader
 from crashdrill.drill.write_evidence import POLL_SECONDS, WriteObserver
 from crashdrill.processes.process_tree import kill_tree, tree_marker
 from crashdrill.trainer.checkpoint_pause import ENV as PAUSE_ENV
@@ -122,6 +123,7 @@ def _follow(
 ) -> None:
     watch = target.write_watch(ckpt_dir, kill) if kill and kill.during_write else None
     reader = target.parser.for_process()  # a counted loss-line shape counts per process
+    rank_readers: dict[int, LineReader] = {}  # every rank's lines: each rank counts its own
     tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
     deadline = seg.started + target.timeout
     drill_deadline = target.deadline  # the whole drill's: it ends the drill, not a hang
@@ -162,10 +164,21 @@ def _follow(
             if watch and not seg.killed and watch.on_stderr(line):
                 do_kill(True)
             return
-        ranked = line_of_rank(line, target.rank)
-        if ranked is None:
-            return  # another rank's line
-        point = reader.parse(ranked, now)
+        if target.rank is not None:  # --rank R: that rank's lines only
+            ranked = line_of_rank(line, target.rank)
+            if ranked is None:
+                return  # another rank's line
+            point = reader.parse(ranked, now)
+        else:  # every rank's: rank 0's (and lines that say no rank) are the run's trace
+            rank, ranked = split_rank(line)
+            if rank:
+                own = rank_readers.setdefault(rank, target.parser.for_process())
+                if (rp := own.parse(ranked, now)) is not None:
+                    seg.rank_points.setdefault(rank, []).append(rp)
+                return
+            point = reader.parse(ranked, now)
+            if rank == 0 and point is not None:
+                seg.rank_points.setdefault(0, []).append(point)
         if point is None:
             if len(seg.other_stdout) < 5 and line.strip():
                 seg.other_stdout.append(line[:200])

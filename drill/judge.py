@@ -37,11 +37,18 @@ from crashdrill.drill.verdicts import (
     compare_losses,
     delta_text,
     pair,
+    rank_field,
+    rank_pairs,
     stderr_tail,
     step_text,
 )
 from crashdrill.drill.write_evidence import incomplete_proof
-from crashdrill.trainer.resume_compare import RankDivergence, first_rank_divergence, rank_of
+from crashdrill.trainer.resume_compare import (
+    FieldComparison,
+    RankDivergence,
+    first_rank_divergence,
+    rank_of,
+)
 from crashdrill.trainer.resume_outcome import ResumeOutcome
 
 TINY_RELATIVE = 1e-4  # a first difference this small is rounding, not a different batch
@@ -188,6 +195,13 @@ class _ResumeJudge:
         else:
             self.pairs = pair(ref.points, seg.points)
         self.loss = compare_losses(self.pairs)
+        # A script whose ranks print their own steps: each rank's trace against the same
+        # rank's (the reference's, or the killed process's past an earlier divergence).
+        against = prev if self.inherited is not None and prev is not None else ref
+        self.rank_pairs = rank_pairs(against, seg)
+        self.rank_fields = tuple(
+            compare_losses(p, rank_field(r)) for r, p in self.rank_pairs.items()
+        )
         # It counted from the start again but loaded the weights: a fresh start prints the
         # reference's first loss, one that loaded them another (a deterministic script).
         self.loaded_weights = (
@@ -383,10 +397,16 @@ class _ResumeJudge:
             verdict = f"not judged: the run had diverged at resume {self.inherited}"
             self.outcome = ResumeOutcome.NOT_COMPARED
         i = self.loss.divergent_offset
+        pairs, worst = self.pairs, self.loss.max_abs_delta or 0.0
+        first_rank = first_rank_divergence(self.rank_fields)
+        if first_rank is not None and (i is None or first_rank.step < pairs[i][0].step):
+            # A rank's own loss left the reference before the run's trace (rank 0's) did.
+            pairs = self.rank_pairs[first_rank.rank]
+            f = next(f for f in self.rank_fields if rank_of(f.field) == first_rank.rank)
+            i, worst = f.divergent_offset, f.max_abs_delta or 0.0
         if i is None:
             return verdict
-        a, b = self.pairs[i]
-        worst = self.loss.max_abs_delta or 0.0  # there are pairs: never None here
+        a, b = pairs[i]
         verdict = verdict or f"diverged at step {a.step}"
         self.outcome = self.outcome or ResumeOutcome.DIFFERENT
         if unrepeatable or (self.from_start and self.saved):
@@ -446,11 +466,16 @@ class _ResumeJudge:
         and not on others (the built-in trainer's records: each rank's own loss bits);
         None otherwise, or when the comparison is not with the reference."""
         ev = self.ev
-        if ev.records is None or self.inherited is not None:
+        if self.rank_fields:  # a script's ranks, each printing its own steps
+            fields: tuple[FieldComparison, ...] = self.rank_fields
+        elif (
+            ev.records is None
+            or self.inherited is not None
+            or any(s.restored_from is not None for s in self.segs[: self.k + 1])
+        ):
             return None
-        if any(s.restored_from is not None for s in self.segs[: self.k + 1]):
-            return None
-        fields = ev.records.compare(self.k)
+        else:
+            fields = ev.records.compare(self.k)
         first = first_rank_divergence(fields)
         if first is None or first.step != step:
             return None
@@ -469,7 +494,7 @@ class _ResumeJudge:
         self.fields = (
             ev.records.compare(k, with_killed=self.inherited is not None)
             if ev.records is not None and not restored
-            else (self.loss,)
+            else (self.loss, *self.rank_fields)
         )
         i = self.loss.divergent_offset
         other = field_verdict(self.fields) if i is None and not verdict else None

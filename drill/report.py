@@ -9,6 +9,7 @@ from typing import Any
 
 from crashdrill.drill.compare import executed_kills
 from crashdrill.drill.plan import TRIAL_KINDS
+from crashdrill.drill.rank_output import ranks_read
 from crashdrill.drill.record_fields import fields_summary
 from crashdrill.drill.target import last_step_trained
 from crashdrill.drill.verdicts import ResumeVerdict
@@ -194,6 +195,7 @@ def to_json(result: DrillResult) -> dict[str, Any]:
             "seconds": _num(segs[-1].ended - segs[0].started, 3) if segs else None,
             "cpu_seconds": _num(sum(s.cpu_s or 0.0 for s in segs), 3) if segs else None,
         },
+        "ranks": ranks_read(result.target.rank, sorted(ref.rank_points)),
         "precision": {
             "kind": an.precision.kind,
             "digits": an.precision.digits,
@@ -343,6 +345,8 @@ def table(result: DrillResult) -> str:
     if what.get("loss_lines"):  # the shape (or regex) the reference's lines matched
         lines.append(f"  loss lines: {what['loss_lines_text']}")
     lines.append(f"  losses: {an.precision.describe()}")
+    if result.mode == "command" and (ref.rank_points or result.target.rank is not None):
+        lines.append(f"  ranks: {ranks_read(result.target.rank, sorted(ref.rank_points))['text']}")
     fp = ev.final_params
     if fp is not None:
         state = "equal" if fp.equal else "DIFFER"

@@ -116,7 +116,9 @@ class Target:
 
     parser: LossParser
     timeout: float
-    rank: int = 0  # whose output the steps are read from (drill/rank_output.py)
+    # Whose output the steps are read from (drill/rank_output.py): one rank's, or None:
+    # every rank's, rank 0's as the run's trace and each rank's in Segment.rank_points.
+    rank: int | None = None
     # Which files of the checkpoint dir are checkpoints (None: every file, a dir that
     # holds nothing else by contract); what it took and ignored goes in the report.
     files: CheckpointFiles | None = None
@@ -200,6 +202,9 @@ class Segment:
     kill_point: KillPoint | None
     started: float  # time.monotonic()
     points: list[StepPoint] = field(default_factory=list)
+    # A script whose lines say their rank (torchrun's prefixes, a JSON "rank"): each
+    # rank's own steps, rank 0's too (drill/rank_output.py); empty when none says one.
+    rank_points: dict[int, list[StepPoint]] = field(default_factory=dict)
     ended: float = 0.0
     exit_code: int | None = None
     killed: bool = False  # by the plan (not by a timeout)

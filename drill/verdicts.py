@@ -21,6 +21,7 @@ from crashdrill.drill.target import Segment, Target
 from crashdrill.drill.trace import Precision, StepPoint
 from crashdrill.trainer.resume_compare import (
     LOSS,
+    RANK_LOSS,
     FieldComparison,
     RankDivergence,
     compare,
@@ -152,9 +153,26 @@ def pair(reference: list[StepPoint], points: list[StepPoint]) -> list[tuple[Step
     return [(by_step[p.step], p) for p in points if p.step in by_step]
 
 
-def compare_losses(pairs: list[tuple[StepPoint, StepPoint]]) -> FieldComparison:
-    """The shared resume comparison over (reference, other) pairs."""
-    return compare(LOSS, [(a.step, a.reading, b.reading) for a, b in pairs])
+def compare_losses(pairs: list[tuple[StepPoint, StepPoint]], field: str = LOSS) -> FieldComparison:
+    """The shared resume comparison over (reference, other) pairs; `field` names it
+    (a rank's own trace: `step.rank_loss_bits.R`, as the built-in trainer's records)."""
+    return compare(field, [(a.step, a.reading, b.reading) for a, b in pairs])
+
+
+def rank_pairs(reference: Segment, seg: Segment) -> dict[int, list[tuple[StepPoint, StepPoint]]]:
+    """Each rank's steps paired with the same rank's in `reference`, when the reference's
+    lines said their ranks and at least two ranks printed steps (else empty)."""
+    if len(reference.rank_points) < 2:
+        return {}
+    return {
+        r: pair(reference.rank_points[r], seg.rank_points.get(r, []))
+        for r in sorted(reference.rank_points)
+    }
+
+
+def rank_field(rank: int) -> str:
+    """The name of a rank's own loss comparison, the built-in trainer's records' too."""
+    return f"{RANK_LOSS}.{rank}"
 
 
 def stderr_tail(seg: Segment, n: int = 8) -> str:

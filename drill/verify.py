@@ -269,7 +269,7 @@ def verify_command(
     work_dir: str | Path | None = None,
     compare_files: list[str] | None = None,
     cwd: str | None = None,
-    rank: int = 0,
+    rank: int | None = None,
     preempt: str | None = None,
     grace: float = 30.0,
     checkpoint_globs: list[str] | None = None,

@@ -88,8 +88,9 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument(
         "--rank",
         type=int,
-        default=0,
-        help="a multi-process script (torchrun): read steps from this rank's lines (default 0)",
+        help="a multi-process script (torchrun): read steps from this rank's lines only "
+        "(default: every rank's lines that say their rank, each compared on its own; rank 0's "
+        "are the run's trace)",
     )
     p.add_argument(
         "--timeout",
@@ -208,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if not 0 <= args.kills <= MAX_KILLS:
         return _usage(f"--kills {args.kills}: a whole number in [0, {MAX_KILLS}]")
-    if args.rank < 0:
+    if args.rank is not None and args.rank < 0:
         return _usage(f"--rank {args.rank}: a rank is a whole number >= 0")
     if args.timeout <= 0:
         return _usage(f"--timeout {args.timeout:g}: a number of seconds > 0")

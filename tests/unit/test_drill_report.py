@@ -34,7 +34,7 @@ def _result() -> DrillResult:
 SCHEMA_KEYS = {
     "schema", "mode", "target", "seed", "kills_requested", "kills", "resumes", "stops", "reference",
     "crashed", "precision", "final_state", "verdict", "exit_code", "diagnosis", "wall_seconds",
-    "trials", "drill", "checkpoint_files", "unexercised",
+    "trials", "drill", "checkpoint_files", "unexercised", "ranks",
 }  # fmt: skip
 DRILL_KEYS = {
     "complete", "restarts", "max_restarts", "deadline_s", "deadline_default", "deadline_hit",
