@@ -71,6 +71,13 @@ _ALL = [
         _DIAGNOSIS,
     ),
     FindingCode(
+        "dcp-incomplete",
+        "a restart resumed from a DCP checkpoint dir that holds .distcp shards but no "
+        ".metadata (DCP writes it last): an incomplete checkpoint",
+        True,
+        _DIAGNOSIS,
+    ),
+    FindingCode(
         "nondeterministic",
         "the trace differs before any kill, or a resume diverges later than its first steps",
         True,
@@ -204,6 +211,7 @@ STATE_MISSING = "state-missing"
 SAVED_NOT_RESTORED = "saved-not-restored"
 NONDETERMINISTIC = "nondeterministic"
 RANK_STATE = "rank-state"
+DCP_INCOMPLETE = "dcp-incomplete"
 NEVER_CHECKPOINTS = "never-checkpoints"
 TORN_CHECKPOINT = "torn-checkpoint"
 CRASHED = "crashed"

@@ -10,9 +10,12 @@ process's own losses (`_lineage_divergence`).
 
 from __future__ import annotations
 
+import re
+
 from crashdrill.drill.diverged import resume_diverged_text, same_divergence
 from crashdrill.drill.finding_codes import (
     CRASHED,
+    DCP_INCOMPLETE,
     FIELDS_DIFFER,
     HUNG,
     IN_PLACE_WRITE,
@@ -27,6 +30,7 @@ from crashdrill.drill.finding_codes import (
 )
 from crashdrill.drill.landing import Landing, judge_landing
 from crashdrill.drill.record_fields import field_verdict
+from crashdrill.drill.snapshot import dcp_dirs
 from crashdrill.drill.target import Segment, last_step_trained
 from crashdrill.drill.trace import Precision
 from crashdrill.drill.verdicts import (
@@ -138,6 +142,7 @@ def check_resume(
     add a finding (to `findings`) and settle the verdict; the first verdict said stands."""
     judge = _ResumeJudge(k, ev, spacing, findings, earlier, unrepeatable)
     torn_note = judge.note_the_landing()
+    judge.note_incomplete_dcp()
     verdict = judge.how_it_ended(torn_note)
     verdict = judge.restart_from_start(verdict, torn_note, unrepeatable)
     verdict = judge.first_difference(verdict, torn_note, unrepeatable)
@@ -305,6 +310,28 @@ class _ResumeJudge:
                 fails=False,
             )
         return torn_note
+
+    def note_incomplete_dcp(self) -> None:
+        """A restart that resumed from a DCP dir holding shards but no `.metadata` (the
+        file DCP writes last): the dir's step, the last number in its name, is the step it
+        resumed from."""
+        if self.from_step is None:
+            return
+        for folder, complete in dcp_dirs(self.seg.snapshot_start).items():
+            numbers = re.findall(r"\d+", folder.rsplit("/", 1)[-1])
+            if complete or not numbers or int(numbers[-1]) != self.from_step:
+                continue
+            shards = sorted(k for k in self.seg.snapshot_start or {} if k.startswith(f"{folder}/"))
+            self.add(
+                DCP_INCOMPLETE,
+                f"the restart resumed from step {self.from_step}, and {folder}/ held DCP "
+                f"shards but no .metadata when it started: DCP writes .metadata last, once "
+                "every rank's shards are written, so that checkpoint was incomplete (a write "
+                "the kill cut short) and the restart trusted its name. Write the DCP dir under "
+                "a temp name and rename it once .metadata is there, and resume only from a dir "
+                "that holds it",
+                more=(f"{folder}/ held {', '.join(shards[:4])} and no .metadata",),
+            )
 
     def how_it_ended(self, torn_note: str) -> str:
         """The verdict of a restart that hung, diverged by itself or crashed ("" when it

@@ -4,6 +4,7 @@
     after = scan(root)
     modified_in_place(before, after)    # files overwritten in place (not renamed over)
     appeared_incomplete(before, after)  # new files under final names: a torn new checkpoint
+    dcp_dirs(after)                     # DCP dirs → complete (its .metadata is there)?
 
 Temp files (`x.tmp`, `tmp…`, `x~`, anything under a `*.tmp/` dir) are an atomic writer's
 work in progress: neither counts.
@@ -80,3 +81,21 @@ def modified_in_place(before: Snapshot | None, after: Snapshot | None) -> list[s
         for k, v in before.items()
         if k in after and after[k][0] == v[0] and after[k] != v and not TEMP_NAME.search(k)
     )
+
+
+DCP_METADATA = ".metadata"  # torch.distributed.checkpoint writes it last, once every shard is
+
+
+def dcp_dirs(snap: Snapshot | None) -> dict[str, bool]:
+    """Every folder under a final name that holds a DCP checkpoint (`*.distcp` shards or
+    its `.metadata`) → whether it is complete: DCP's FileSystemWriter writes `.metadata`
+    after every rank's shards, so shards without it are a write that did not finish.
+    The folder is "" for the checkpoint dir itself."""
+    out: dict[str, bool] = {}
+    for k in final_names(snap):
+        folder, _, name = k.rpartition("/")
+        if name == DCP_METADATA:
+            out[folder] = True
+        elif name.endswith(".distcp"):
+            out.setdefault(folder, False)
+    return out

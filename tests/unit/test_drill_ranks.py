@@ -10,7 +10,7 @@ import pytest
 from crashdrill.drill.compare import analyse
 from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.rank_output import line_of_rank, split_rank
-from crashdrill.drill.snapshot import Snapshot
+from crashdrill.drill.snapshot import Snapshot, dcp_dirs
 from crashdrill.drill.target import Segment, Target
 from crashdrill.drill.trace import LossParser, StepPoint
 from crashdrill.drill.verdicts import Analysis, Evidence
@@ -147,3 +147,37 @@ def test_a_rank_that_differs_before_any_kill_is_nondeterminism() -> None:
         ]
     )
     assert "nondeterministic" in [f.code for f in an.findings]
+
+
+# ---------------------------------------------------------------- DCP dirs
+
+
+def test_a_dcp_dir_is_complete_only_with_its_metadata() -> None:
+    snap: Snapshot = {
+        "step-4/.metadata": (1, 9, 1),
+        "step-4/__0_0.distcp": (2, 9, 1),
+        "step-8/__0_0.distcp": (3, 9, 1),
+        "tmp-step-12/__0_0.distcp": (4, 9, 1),  # a temp dir: a write under way, not a dir
+        "log.csv": (5, 9, 1),
+    }
+    assert dcp_dirs(snap) == {"step-4": True, "step-8": False}
+
+
+def _resume_from(step_8: Snapshot) -> Analysis:
+    killed = _ranked(0, range(1, 10), killed=True, before=CKPT)
+    restart = _ranked(1, range(9, 13))  # resumed from step 8
+    restart.snapshot_start = {**CKPT, "step-4/__0_0.distcp": (2, 9, 1), **step_8}
+    return _judge([killed, restart])
+
+
+def test_a_restart_that_resumed_from_a_dcp_dir_without_its_metadata_is_a_finding() -> None:
+    an = _resume_from({"step-8/__0_0.distcp": (3, 9, 1), "step-8/__1_0.distcp": (4, 9, 1)})
+    found = [f for f in an.findings if f.code == "dcp-incomplete"]
+    assert found and found[0].fails and an.verdict == "fail"
+    assert "step-8/ held DCP shards but no .metadata" in found[0].text
+    assert "step-8/__0_0.distcp" in found[0].evidence[-1]
+
+
+def test_a_restart_from_a_complete_dcp_dir_is_no_finding() -> None:
+    an = _resume_from({"step-8/__0_0.distcp": (3, 9, 1), "step-8/.metadata": (4, 9, 1)})
+    assert "dcp-incomplete" not in [f.code for f in an.findings] and an.verdict == "pass"
