@@ -39,6 +39,7 @@ from crashdrill.server.lessons.bounds import LabLimits, pair_disk_bytes
 from crashdrill.server.lessons.catalog import check_corpora
 from crashdrill.server.lessons.crash_effects import (
     crash_mode,
+    crash_settings,
     fresh_start_allowed,
     launch_env,
     preemption,
@@ -304,6 +305,8 @@ class Lab(RunControl):
         frozen = Path(row["run_dir"]) / FROZEN_PRESET
         preset_ref = str(frozen) if frozen.is_file() else row["preset"]
         mode = crash_mode(pair or self.store.pair(row["pair_id"]))
+        after_crash = crash_settings(preset_ref)
+        crashed = int(row["segment"] or 0) > 0  # a server restarted since: already taken on
         launch = Launch(
             run_dir=Path(row["run_dir"]),
             preset=preset_ref,
@@ -316,6 +319,8 @@ class Lab(RunControl):
             },
             env_pass=self.settings.trainer_env_pass,
             fresh_start_allowed=fresh_start_allowed(preset_ref, row["label"]),
+            settings=after_crash if crashed else (),
+            crash_settings=() if crashed else after_crash,
         )
         grace, wall = preemption(preset_ref, row["label"])
         return Supervisor(

@@ -124,6 +124,23 @@ def dcp_shard_rank(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+# The teaching layout ckpt_layout = "rank_files" (trainer/rank_files_checkpoint.py): each
+# rank's whole state in one file named by its rank, as many scripts write it.
+_RANK_FILE = re.compile(r"rank-([0-9]{1,4})\.pt")
+
+
+def rank_file_name(rank: int) -> str:
+    """Rank `rank`'s file in a checkpoint of layout rank_files: "rank-1.pt"."""
+    return f"rank-{rank}.pt"
+
+
+def shard_rank(name: str) -> int | None:
+    """The rank that wrote file `name` of a multi-rank checkpoint (a DCP shard or a rank
+    file); None for a file of the group (DCP's index)."""
+    m = _RANK_FILE.fullmatch(name)
+    return int(m.group(1)) if m else dcp_shard_rank(name)
+
+
 def plain_file_name(name: str) -> bool:
     """A name a manifest may list: no separators, no `.` or `..`, not the manifest."""
     if name == MANIFEST:

@@ -42,6 +42,17 @@ RANK_STATES = ("own", "rank0")
 # group down at once; "blind", a teaching mode, leaves the survivors waiting in their next
 # collective until collective_timeout_s runs out (the launcher that only waits on rank 0).
 LAUNCHERS = ("watch", "blind")
+# Which batches the ranks of a run draw (trainer/rank_batches.py, trainer/global_batches.py):
+# "per_rank", each rank its own private stream (its cursor cannot move to another world
+# size); "global", one stream of the whole group per step (`batch` windows: the global
+# batch), rank r training on its r-th contiguous slice, so that a checkpoint resumes on
+# any world size that divides `batch` and trains on the same global samples.
+DATA_LAYOUTS = ("per_rank", "global")
+# How a run of several ranks writes a checkpoint: "dcp", through torch.distributed.checkpoint
+# (trainer/dcp_checkpoint.py: it reshards onto another world size); "rank_files", a teaching
+# mode: every rank torch.saves its whole state into a file named by its rank, as many
+# scripts do (trainer/rank_files_checkpoint.py), which only the same world size can load.
+CKPT_LAYOUTS = ("dcp", "rank_files")
 MAX_COLLECTIVE_TIMEOUT_S = 3600.0
 CKPT_POLICIES = ("every", "end")  # "end" is a teaching mode: save after the loop only
 # What a run told a checkpoint must exist does when there is none: "fail" (exit 3) or
@@ -168,7 +179,11 @@ class RuntimeConfig(Section):
     the rank a `[crash] mode = "rank"` test kills (-1: one chosen by the seed). `launcher`
     is what the group's launcher does when a rank dies ("watch" or the teaching mode
     "blind", LAUNCHERS) and `collective_timeout_s` how long a collective waits for a missing
-    peer: neither changes the math, only how long a lost rank takes to end the group."""
+    peer: neither changes the math, only how long a lost rank takes to end the group.
+    `data_layout` is which batches the ranks draw (DATA_LAYOUTS): it changes the math, but
+    a checkpoint's data cursor says which layout wrote it and another layout refuses it on
+    load, so it is not fingerprinted either (as `ranks`, which "global" lets change on a
+    resume: then `batch` is the global batch and must divide by `ranks`)."""
 
     name: ClassVar[str] = "runtime"
     fingerprinted: ClassVar[bool] = False
@@ -177,9 +192,11 @@ class RuntimeConfig(Section):
     crash_rank: int = -1
     launcher: str = "watch"
     collective_timeout_s: float = 60.0
+    data_layout: str = "per_rank"
 
     def _check(self) -> None:
         _choice("device", self.device, DEVICES)
+        _choice("data_layout", self.data_layout, DATA_LAYOUTS)
         if not isinstance(self.ranks, int) or not 1 <= self.ranks <= MAX_RANKS:
             raise ConfigError("ranks", self.ranks, f"a whole number in [1, {MAX_RANKS}]")
         if not isinstance(self.crash_rank, int) or not -1 <= self.crash_rank < self.ranks:
@@ -239,6 +256,7 @@ class CheckpointConfig(Section):
     on_missing_checkpoint: str = "fail"
     mirror: str = "on"
     rank_state: str = "own"
+    ckpt_layout: str = "dcp"
 
     def _check(self) -> None:
         _at_least_1(self, "ckpt_every")
@@ -252,6 +270,14 @@ class CheckpointConfig(Section):
         _choice("on_missing_checkpoint", self.on_missing_checkpoint, ON_MISSING_CHECKPOINT)
         _choice("mirror", self.mirror, MIRROR_CHOICES)
         _choice("rank_state", self.rank_state, RANK_STATES)
+        _choice("ckpt_layout", self.ckpt_layout, CKPT_LAYOUTS)
+        if self.ckpt_layout == "rank_files" and self.rank_state != "own":
+            raise ConfigError(
+                "ckpt_layout",
+                self.ckpt_layout,
+                f'"dcp" with rank_state = {self.rank_state!r} (rank files hold each rank\'s own'
+                " state: only rank_state = 'own')",
+            )
 
 
 @dataclass(frozen=True)
@@ -323,6 +349,14 @@ class TrainConfig(
         _check_types(self)
         for section in SECTIONS:
             section._check(self)
+        if self.data_layout == "global" and self.batch % self.ranks:
+            # Across two sections: the global batch (optim) split among the ranks (runtime).
+            raise ConfigError(
+                "ranks",
+                self.ranks,
+                f'a world size that divides batch = {self.batch} (data_layout = "global" splits'
+                f" the global batch evenly): one of {allowed_worlds(self.batch)}",
+            )
 
     def section(self, name: str) -> Section:
         """One section of this config, e.g. `cfg.section("optim")` → OptimConfig(…)."""
@@ -363,6 +397,11 @@ SECTIONS: tuple[type[Section], ...] = tuple(reversed(TrainConfig.__bases__))
 def section_fields(section: type[Section]) -> tuple[str, ...]:
     """The settings of one section."""
     return tuple(f.name for f in dataclasses.fields(section))  # type: ignore[arg-type]
+
+
+def allowed_worlds(batch: int) -> str:
+    """The world sizes a global batch of `batch` windows splits evenly into: "1, 2, 4, 8"."""
+    return ", ".join(str(w) for w in range(1, MAX_RANKS + 1) if batch % w == 0)
 
 
 # The settings in the config fingerprint: what a checkpoint must match to be resumed.

@@ -5,6 +5,7 @@ contract of every checkpoint (checkpoint_layout.py).
         __0_0.distcp     rank 0's shard: the replicated state (weights, AdamW state,
                          counters; DCP writes one copy) and rank 0's own RNG + data cursor
         __1_0.distcp     rank 1's shard: its own RNG states and data cursor
+                         (data_layout = "global": a global sample position, as rank 0's)
         .metadata        DCP's index of every shard (the coordinator's)
         MANIFEST.json    sha256 and size of every file above, which rank wrote which, the
                          world size; written last
@@ -21,9 +22,19 @@ any point before the rename leaves a `.tmp` dir, which never counts.
 The state of each rank is a dict under fixed keys: "model", "optimizer", "train_state"
 (the same on every rank) and "rank<r>" (this rank's own "rng" and "data"). Loading asks
 only for this rank's key, so a rank can only get its own RNG and cursor back (the
-teaching mode rank_state = "rank0" saves only rank 0's and has every rank ask for it); a
-checkpoint written by another number of ranks is refused before DCP reads it (resharding
-is not done yet). DCP stores non-tensor values with torch.save; they are read back here
+teaching mode rank_state = "rank0" saves only rank 0's and has every rank ask for it).
+
+Another number of ranks (`check_world`, before DCP reads anything): a checkpoint whose
+ranks drew private data streams (data_layout = "per_rank") is refused, naming both world
+sizes, since its cursors cannot map. One of data_layout = "global" (its cursor is a global
+sample position, trainer/global_batches.py) reshards: every new rank asks DCP for the
+replicated keys and rank 0's cursor, and DCP reads them into any world size (its own
+resharding: one copy of a replicated value serves every rank); no old rank's RNG is
+read, each new rank derives its own (global_batches.resharded_rng_seed). The resume is
+not bit-identical, and cannot be: the same samples are summed over another split. The
+teaching layout ckpt_layout = "rank_files" (trainer/rank_files_checkpoint.py) writes
+through `save_group` too, its `write` one torch.save per rank, and refuses any other
+world size. DCP stores non-tensor values with torch.save; they are read back here
 with weights_only=True. Its `.metadata` index is a pickle, read only after the manifest's
 sha256 of it matched (the trainer's own write, or a mirror copy the manifest vouches for).
 """
@@ -36,6 +47,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,29 +115,41 @@ def _rank_files(entries: dict[str, Any], world: int) -> dict[str, list[str]]:
     """Which rank wrote which file; the index is rank 0's (the coordinator's)."""
     out: dict[str, list[str]] = {str(r): [] for r in range(world)}
     for name in entries:
-        owner = layout.dcp_shard_rank(name)
+        owner = layout.shard_rank(name)
         out[str(owner if owner is not None else 0)].append(name)
     return out
 
 
 def save_group(
-    root: Path, keep: int, group: RankGroup, step: int, state: dict[str, Any], meta: dict
+    root: Path,
+    keep: int,
+    group: RankGroup,
+    step: int,
+    state: dict[str, Any],
+    meta: dict,
+    write: Callable[[Path], None] | None = None,
 ) -> GroupSave:
     """Write the checkpoint of `step` from every rank (a collective: call it on all). The
     leader of a lab's trainer says the write's begin and end (trainer/checkpoint_pause.py):
-    from before any rank writes until after the last barrier."""
+    from before any rank writes until after the last barrier. `write(work)`: how this rank
+    writes its files into the temp dir (default: its DCP shard); the manifest's `layout`
+    comes from `meta` (default DCP_LAYOUT)."""
     say = group.leader and announces(os.environ)
     if say:
         print(writing_line(step), file=sys.stderr, flush=True)
+    if write is None:
+        write = lambda work: dcp.save(  # noqa: E731
+            state, storage_writer=dcp.FileSystemWriter(str(work), sync_files=True)
+        )
     try:
-        return _save_group(root, keep, group, step, state, meta)
+        return _save_group(root, keep, group, step, write, meta)
     finally:
         if say:
             print(written_line(step), file=sys.stderr, flush=True)
 
 
 def _save_group(
-    root: Path, keep: int, group: RankGroup, step: int, state: dict[str, Any], meta: dict
+    root: Path, keep: int, group: RankGroup, step: int, write: Callable[[Path], None], meta: dict
 ) -> GroupSave:
     t0 = time.perf_counter()
     work, final = root / layout.temp_dir_name(step), root / layout.step_dir_name(step)
@@ -133,7 +157,8 @@ def _save_group(
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
     dist.barrier()
-    dcp.save(state, storage_writer=dcp.FileSystemWriter(str(work), sync_files=True))
+    write(work)
+    dist.barrier()  # every rank's files are in (dcp.save is a collective; a plain write not)
     total = 0
     if group.leader:
         # The test/drill hook that holds a write open (trainer/checkpoint_pause.py): every
@@ -172,25 +197,39 @@ def _save_group(
     return GroupSave(step, final, total, time.perf_counter() - t0)
 
 
-def check_world(info: layout.CheckpointInfo, world: int) -> None:
-    """Refuse a checkpoint that is not a DCP one of `world` ranks, saying which it is."""
+def check_world(info: layout.CheckpointInfo, world: int, data_layout: str = "per_rank") -> bool:
+    """Refuse a checkpoint that is not a DCP one this run can load, saying which it is.
+    True when it was written by another world size and loads resharded: a run of
+    data_layout = "global" from a checkpoint of the same layout (the cursor is a global
+    sample position; the weights and AdamW state are replicated, and DCP reads them into
+    any world size). Per-rank streams (data_layout = "per_rank") cannot map: refused."""
     m = info.manifest
     if m.get("layout") != DCP_LAYOUT:
         raise WorldSizeMismatch(
             f"{info.path.name} was written by a one-rank run, this run has {world} ranks; "
-            "resharding is not supported yet: use ranks = 1 or a fresh --run-dir"
+            "resharding a one-rank checkpoint is not supported: use ranks = 1 or a fresh "
+            "--run-dir"
         )
-    if m.get("world_size") != world:
-        raise WorldSizeMismatch(
-            f"{info.path.name} was written by {m.get('world_size')} ranks, this run has "
-            f"{world}; resharding is not supported yet, so no rank's state is dropped: use "
-            f"ranks = {m.get('world_size')} or a fresh --run-dir"
-        )
+    saved = m.get("world_size")
+    if saved == world:
+        return False
+    if m.get("data_layout") == "global" and data_layout == "global":
+        return True
+    raise WorldSizeMismatch(
+        f"{info.path.name} was written by {saved} ranks, this run has {world}; each of its "
+        'ranks drew a private data stream (data_layout = "per_rank"), whose cursor means '
+        f"nothing on another world size, so no rank's state is dropped or guessed: use "
+        f'ranks = {saved}, or start with data_layout = "global" (a global sample position '
+        "that reshards)"
+    )
 
 
 def held_ranks(info: layout.CheckpointInfo) -> set[int]:
     """The ranks whose own state (RNG, data cursor) the verified checkpoint `info` holds,
-    read from DCP's index (its keys "rank<r>.…")."""
+    read from DCP's index (its keys "rank<r>.…"); a checkpoint of rank files holds every
+    rank that wrote it."""
+    if info.manifest.get("layout") != DCP_LAYOUT:
+        return set(range(int(info.manifest.get("world_size", 0))))
     meta = dcp.FileSystemReader(str(info.path)).read_metadata()
     held: set[int] = set()
     for key in meta.state_dict_metadata:
@@ -201,8 +240,9 @@ def held_ranks(info: layout.CheckpointInfo) -> set[int]:
 
 
 def load_group(info: layout.CheckpointInfo, group: RankGroup, state: dict[str, Any]) -> None:
-    """Load the verified checkpoint `info` into `state` in place (a collective)."""
-    check_world(info, group.world)
+    """Load the verified checkpoint `info` into `state` in place (a collective); `state`
+    asks for the keys to read (on another world size: the replicated ones and rank 0's
+    global cursor, check_world having allowed it)."""
     dcp.load(
         state,
         storage_reader=dcp.FileSystemReader(str(info.path)),

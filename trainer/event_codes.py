@@ -169,6 +169,16 @@ EVENT_CODES: tuple[EventCode, ...] = (
         "a restart that requires a checkpoint (--require-checkpoint) found none: it refuses",
     ),
     EventCode(
+        "checkpoint_refused",
+        "trainer",
+        ("error",),
+        "key",
+        "a run of several ranks refused the checkpoint it found (written by another world"
+        " size it cannot load without dropping a rank's state, or another config): it fails"
+        " (exit 2) instead of resuming",
+        (_f("ranks", "int", "this run's world size"),),
+    ),
+    EventCode(
         "fresh_start",
         "trainer",
         ("warn",),

@@ -85,7 +85,9 @@ def train(cfg: TrainConfig, run_dir: str | Path, opts: RunOptions | None = None)
     """Train (or resume) one run in `run_dir`. Returns the process exit code."""
     opts = opts or RunOptions()
     run_dir = Path(run_dir)
-    if cfg.ranks > 1:  # a group of data-parallel ranks: its own loop (trainer/rank_loop.py)
+    # A group of data-parallel ranks: its own loop (trainer/rank_loop.py); so is a run of the
+    # global data layout on one rank, a group of one that resumes any world size's DCP.
+    if cfg.ranks > 1 or cfg.data_layout == "global":
         from crashdrill.trainer.rank_loop import train_ranks
 
         return train_ranks(cfg, run_dir, opts)

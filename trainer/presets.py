@@ -23,6 +23,8 @@ that differs between run A and run B.
                  offer = ["rank"]: modes a student may pick at Crash test instead of
                  `mode` (default none; not a mode that waits for a save, which needs its
                  pause from the runs' start);
+                 restart_ranks = N: a crash test's restart runs on N ranks for good
+                 (default 0: the same), the resume on another world size of lesson 1.18;
                  wall_step = N: the lab preempts each run once when it passes step N
                  (SIGTERM, then SIGKILL after the run's stop_grace), as a platform's
                  session limit does (0, the default: no wall);
@@ -58,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from crashdrill.trainer import crash_modes
-from crashdrill.trainer.config import ConfigError, TrainConfig
+from crashdrill.trainer.config import MAX_RANKS, ConfigError, TrainConfig
 from crashdrill.trainer.crash_window import Window, parse_window, window_problems, window_toml
 from crashdrill.trainer.prediction import Prediction, parse_prediction
 from crashdrill.trainer.preset_toml import dump_toml
@@ -88,7 +90,7 @@ _TOP_LEVEL = (
 )
 _ONE_MACHINE_KEYS = ("whats_happening", "what_to_watch", "explanation")
 _KNOB_KEYS = ("name", "a", "b")
-_CRASH_KEYS = ("mode", "expect", "wall_step", "window", "offer")
+_CRASH_KEYS = ("mode", "expect", "wall_step", "window", "restart_ranks", "offer")
 LABELS = ("A", "B")
 KNOB = "knob"
 SETTINGS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name != "extra")
@@ -121,6 +123,7 @@ class Crash:
     # the steps in which the lesson wants its Crash test, by run ({}: any moment)
     window: Window = field(default_factory=dict)
     offer: tuple[str, ...] = ()  # modes a student may pick at Crash test instead of `mode`
+    restart_ranks: int = 0  # the world size a crash test restarts on (0: the same)
 
 
 @dataclass(frozen=True)
@@ -262,6 +265,8 @@ def parse_preset(data: Mapping[str, Any], source: str = "<memory>") -> Preset:
     )
     if not problems:
         problems.extend(config_problems(preset, ""))
+    if not problems:
+        problems.extend(restart_problems(preset))
     if problems:
         raise PresetError([f"{source}: {p}" for p in problems])
     return preset
@@ -343,7 +348,17 @@ def _parse_crash(value: Any, problems: list[str]) -> Crash:
         problems.append(f"[crash] wall_step = {wall!r}: a step ≥ 1, or 0 for no wall")
         wall = 0
     window = parse_window(value.get("window"), problems)
-    return Crash(mode, expect, wall, window, _parse_offer(value.get("offer", []), mode, problems))
+    restart_ranks = value.get("restart_ranks", 0)
+    if not isinstance(restart_ranks, int) or isinstance(restart_ranks, bool) or not (
+        0 <= restart_ranks <= MAX_RANKS
+    ):
+        problems.append(
+            f"[crash] restart_ranks = {restart_ranks!r}: a world size in [1, {MAX_RANKS}] for the"
+            " restart after a crash test, or 0 for the run's own"
+        )
+        restart_ranks = 0
+    offer = _parse_offer(value.get("offer", []), mode, problems)
+    return Crash(mode, expect, wall, window, offer, restart_ranks=restart_ranks)
 
 
 def _parse_offer(value: Any, mode: str, problems: list[str]) -> tuple[str, ...]:
@@ -363,6 +378,20 @@ def _parse_offer(value: Any, mode: str, problems: list[str]) -> tuple[str, ...]:
         )
         return ()
     return tuple(value)
+
+
+def restart_problems(preset: Preset) -> list[str]:
+    """Where a crash test's restart on `[crash] restart_ranks` ranks would be refused by a
+    run's config (a global batch it does not divide): said when the lesson is read, not
+    when a student's restart fails."""
+    n = preset.crash.restart_ranks
+    problems: list[str] = []
+    for label in LABELS if n else ():
+        try:
+            preset.config_for(label).with_overrides({"ranks": n})
+        except ConfigError as e:
+            problems.append(f"[crash] restart_ranks = {n}: run {label} refuses it: {e}")
+    return problems
 
 
 def config_problems(preset: Preset, where: str) -> list[str]:
@@ -484,6 +513,8 @@ def dump_preset(preset: Preset) -> str:
         crash["wall_step"] = preset.crash.wall_step
     if preset.crash.window:
         crash["window"] = window_toml(preset.crash.window)
+    if preset.crash.restart_ranks:
+        crash["restart_ranks"] = preset.crash.restart_ranks
     if preset.crash.offer:
         crash["offer"] = list(preset.crash.offer)
     top["crash"] = crash

@@ -11,7 +11,9 @@ seed, and a 2-rank run's rank 0 is not a 4-rank run's rank 0). The batch of step
 s-th draw of that stream: `rank_batch` replays it from nothing, the sampler continues it
 from its saved state. Each rank saves its own cursor (generator state, samples consumed,
 and the rank and world size it belongs to) and refuses another rank's on load: a rank
-that resumed from rank 0's cursor would silently train on rank 0's batches.
+that resumed from rank 0's cursor would silently train on rank 0's batches. Such a cursor
+cannot move to another world size; the layout that can is trainer/global_batches.py
+(`data_layout = "global"`).
 """
 
 from __future__ import annotations
@@ -54,10 +56,20 @@ class RankBatchSampler(BatchSampler):
         self.rank, self.world = rank, world
         self.generator = torch.Generator().manual_seed(rank_stream_seed(cfg.seed, rank, world))
 
+    @property
+    def windows_per_step(self) -> int:
+        """Windows the whole group trains on in one update: every rank's batch."""
+        return self.batch * self.world
+
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "rank": self.rank, "world": self.world}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "layout" in state:  # only a global cursor says its layout (global_batches.py)
+            raise RankCursorMismatch(
+                f'the data cursor was saved with data_layout = "{state["layout"]}"; this run has'
+                ' data_layout = "per_rank": use the layout that wrote it'
+            )
         saved = (state.get("rank"), state.get("world"))
         if saved != (self.rank, self.world):
             raise RankCursorMismatch(

@@ -51,9 +51,15 @@ from crashdrill.trainer.dcp_checkpoint import (
 )
 from crashdrill.trainer.divergence import diverged_line, nonfinite, record_divergence
 from crashdrill.trainer.exit_codes import EXIT_DIVERGED, EXIT_OK, EXIT_USAGE
+from crashdrill.trainer.global_batches import GlobalBatchSampler, resharded_rng_seed
 from crashdrill.trainer.model import GPT, lr_at
 from crashdrill.trainer.optim import AdamW
 from crashdrill.trainer.rank_batches import RankBatchSampler, rank_stream_seed
+from crashdrill.trainer.rank_files_checkpoint import (
+    RANK_FILES_LAYOUT,
+    load_rank_file,
+    save_rank_files,
+)
 from crashdrill.trainer.ranks import (
     LOST_WAITING_CODE,
     RankGroup,
@@ -64,6 +70,7 @@ from crashdrill.trainer.ranks import (
     rank_store,
     run_group,
 )
+from crashdrill.trainer.records import CHECKPOINT_REFUSED_CODE as REFUSED_CODE
 from crashdrill.trainer.records import RecordWriter, float32_bits
 from crashdrill.trainer.run_files import RANKS_FILE
 from crashdrill.trainer.stages import Stage
@@ -144,6 +151,7 @@ def _rank_main(
         if group.leader:
             print(f"crashdrill run: {e}", file=sys.stderr)
         rec.write("stage", stage=Stage.FAILED, progress=1.0)
+        rec.event(REFUSED_CODE, f"Refused to resume: {e}.", ranks=group.world)
         return EXIT_USAGE
     except Exception as e:
         rec.write("stage", stage=Stage.FAILED, progress=1.0)
@@ -206,7 +214,12 @@ class _RankRun:
         phase(group.rank, "ddp")
         # From here each rank's global streams (dropout) are its own.
         determinism.seed_all(rank_stream_seed(cfg.seed, group.rank, group.world) % 2**63)
-        self.sampler = RankBatchSampler(self.data.train, cfg, group.rank, group.world)
+        self.sampler: RankBatchSampler | GlobalBatchSampler = (
+            GlobalBatchSampler(self.data.train, cfg, group.rank, group.world)
+            if cfg.data_layout == "global"
+            else RankBatchSampler(self.data.train, cfg, group.rank, group.world)
+        )
+        self.resharded_from: int | None = None  # the world size of a checkpoint resharded
         self.st = TrainState()
         self.saved_step: int | None = None
         rec.write("stage", stage=Stage.BUILD, progress=1.0)
@@ -219,15 +232,19 @@ class _RankRun:
         rank 0's for every rank in the teaching mode rank_state = "rank0"."""
         return rank_key(self.group.rank if self.cfg.rank_state == "own" else 0)
 
-    def _state(self, saving: bool = False) -> dict[str, Any]:
+    def _state(self, saving: bool = False, resharded: bool = False) -> dict[str, Any]:
         """What a checkpoint of this rank holds (dcp_checkpoint.py's keys); in the teaching
-        mode "rank0" only rank 0 saves a rank's own state, and every rank loads it."""
+        mode "rank0" only rank 0 saves a rank's own state, and every rank loads it. Loaded
+        on another world size (`resharded`): the replicated keys and rank 0's data cursor,
+        a global sample position that is the same on every rank."""
         state: dict[str, Any] = {
             "model": self.model.state_dict(),
             "optimizer": self.opt.state_dict(),
             "train_state": {**self.st.state_dict(), "fingerprints": dict(self.fingerprints)},
         }
-        if not saving or self.cfg.rank_state == "own" or self.group.leader:
+        if resharded:
+            state[rank_key(0)] = {"data": self.sampler.state_dict()}
+        elif not saving or self.cfg.rank_state == "own" or self.group.leader:
             state[self._own_key] = {
                 "rng": determinism.get_rng_state(),
                 "data": self.sampler.state_dict(),
@@ -241,18 +258,29 @@ class _RankRun:
                 for p in RANK_OWN_PARTS]  # fmt: skip
 
     def _restore(self, info: CheckpointInfo) -> None:
-        check_world(info, self.group.world)  # before reading its index: a one-rank has none
+        if info.manifest.get("layout") == RANK_FILES_LAYOUT:
+            state = load_rank_file(info, self.group)  # refuses another world size
+            self._restore_state(info, state, resharded=False)
+            return
+        # Before reading its index (a one-rank checkpoint has none): True when it reshards.
+        resharded = check_world(info, self.group.world, self.cfg.data_layout)
         # Decided alike on every rank (from the same index), so all refuse together
         # instead of one rank leaving the others in DCP's collective load.
         lacking = sorted(set(range(self.group.world)) - held_ranks(info))
-        if self.cfg.rank_state == "own" and lacking:
+        if self.cfg.rank_state == "own" and lacking and not resharded:
             raise CheckpointMismatch(
                 f"checkpoint {info.path} holds no RNG states or data position of rank "
                 f'{lacking[0]} (written with rank_state = "rank0"?); refusing to resume '
                 'it: rank_state = "own" restores each rank\'s own'
             )
-        state = self._state()
+        state = self._state(resharded=resharded)
         load_group(info, self.group, state)
+        self._restore_state(info, state, resharded)
+        if resharded:
+            self.resharded_from = int(info.manifest["world_size"])
+
+    def _restore_state(self, info: CheckpointInfo, state: dict[str, Any], resharded: bool) -> None:
+        """Take a loaded checkpoint's state: weights, AdamW, counters, cursor and RNG."""
         got = state["train_state"].get("fingerprints", {})
         for name, want in self.fingerprints.items():
             if got.get(name) != want:
@@ -260,11 +288,11 @@ class _RankRun:
                     f"checkpoint {info.path} was written by a different {name} (fingerprint "
                     f"{name}: checkpoint {got.get(name)}, this run {want}); refusing to resume it"
                 )
-        own = state[self._own_key]
+        own = state[rank_key(0) if resharded else self._own_key]
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
         self.st.load_state_dict(state["train_state"])
-        if self.cfg.rank_state == "own":
+        if self.cfg.rank_state == "own" or isinstance(self.sampler, GlobalBatchSampler):
             self.sampler.load_state_dict(own["data"])
         else:  # the teaching mode: rank 0's cursor taken as it is, as such a script does
             BatchSampler.load_state_dict(self.sampler, own["data"])
@@ -274,12 +302,18 @@ class _RankRun:
                 f"{self.sampler.samples_consumed} samples, step × batch = "
                 f"{self.st.step * self.cfg.batch}"
             )
-        determinism.set_rng_state(own["rng"])
+        if resharded:  # an old rank's RNG is no new rank's: derived (global_batches.py)
+            g = self.group
+            determinism.seed_all(resharded_rng_seed(self.cfg.seed, g.rank, g.world, self.st.step))
+        else:
+            determinism.set_rng_state(own["rng"])
 
     def _save(self) -> None:
-        meta = {"parts": list(ck.PARTS_FULL), "fingerprints": self.fingerprints}
+        meta = {"parts": list(ck.PARTS_FULL), "fingerprints": self.fingerprints,
+                "data_layout": self.cfg.data_layout}  # fmt: skip
         state = self._state(saving=True)
-        r = save_group(
+        save = save_rank_files if self.cfg.ckpt_layout == RANK_FILES_LAYOUT else save_group
+        r = save(
             ckpt_root(self.run_dir), self.cfg.keep, self.group, self.st.step, state,
             {**meta, "tokens": self.st.tokens},
         )  # fmt: skip
@@ -317,19 +351,26 @@ class _RankRun:
                 rec.write("resume", from_step=0, segment=self.segment, path=None)
             return
         self._restore(info)
-        lacking = self._lacking(info)
+        lacking = self._lacking(info) if self.resharded_from is None else []
         self.saved_step = info.step
         if self.group.leader:
             print(resumed_line(st.step, info.path), file=sys.stderr)
+        written = self.resharded_from or self.group.world
         rec.write("resume", from_step=st.step, segment=self.segment, path=str(info.path),
-                  parts=list(ck.PARTS_FULL), missing=lacking)  # fmt: skip
+                  parts=list(ck.PARTS_FULL), missing=lacking, from_ranks=written,
+                  ranks=self.group.world)  # fmt: skip
         took = ""
         if lacking:
             words = ", ".join(part_description(p) for p in lacking)
             took = (f" It did not hold {words}: every rank took rank 0's, and draws rank 0's "
                     "batches from here.")  # fmt: skip
+        if self.resharded_from is not None:
+            took = (f" Resharded onto {self.group.world} through torch.distributed.checkpoint:"
+                    f" the same global samples from sample {self.sampler.samples_consumed},"
+                    f" {self.cfg.batch // self.group.world} a rank a step; each rank's RNG"
+                    " derived anew.")  # fmt: skip
         rec.event("resumed", f"Resumed at step {st.step} from a checkpoint of "
-                  f"{self.group.world} ranks.{took}", level="warn" if lacking else "info",
+                  f"{written} ranks.{took}", level="warn" if lacking else "info",
                   step=st.step, missing=lacking)  # fmt: skip
 
     def _run_record(self) -> None:
@@ -363,7 +404,7 @@ class _RankRun:
             self._save()
         self.rec.write("stage", stage=Stage.TRAIN, progress=st.step / cfg.steps)
         window_t, window_steps, logged = time.perf_counter(), 0, False
-        tokens_per_step = cfg.batch * cfg.ctx * self.group.world
+        tokens_per_step = self.sampler.windows_per_step * cfg.ctx
         self.model.train()
         while st.step < cfg.steps:
             s = self._update()

@@ -276,6 +276,16 @@ KINDS: tuple[Kind, ...] = (
                 "list[str]",
                 "the parts it lacked: they start over (absent when started over)",
             ),
+            Field(
+                "from_ranks",
+                "int",
+                "only from a run of several ranks: the world size that wrote the checkpoint"
+                ' (another than `ranks` when it was resharded, data_layout = "global")',
+                ranks_only=True,
+            ),
+            Field(
+                "ranks", "int", "only from a run of several ranks: its world size", ranks_only=True
+            ),
         ),
         state=True,
     ),

@@ -22,6 +22,7 @@ from crashdrill.trainer.record_contract import VERSION, bits_to_float32, float32
 from crashdrill.trainer.run_files import RECORDS_FILE, read_records, torn_tail
 
 __all__ = [
+    "CHECKPOINT_REFUSED_CODE",
     "NO_CHECKPOINT_CODE",
     "VERSION",
     "RecordWriter",
@@ -33,6 +34,9 @@ __all__ = [
 # The event of a restart that refused to train without a checkpoint (--require-checkpoint);
 # the lab reads a lesson's outcome from it (server/lessons/predictions.py).
 NO_CHECKPOINT_CODE = "no_checkpoint"
+# The event of a group that refused the checkpoint it found (another world size it cannot
+# reshard, trainer/rank_loop.py): a refused restart too, for the lesson's outcome.
+CHECKPOINT_REFUSED_CODE = "checkpoint_refused"
 
 
 class RecordWriter:

@@ -63,7 +63,7 @@ MEANINGS: dict[ResumeOutcome, str] = {
     " a different run",
     ResumeOutcome.FRESH: "no checkpoint was resumed: it trained from step 0 again",
     ResumeOutcome.REFUSED: "no checkpoint, and one was required: the restart refused to"
-    " start (exit 3)",
+    " start (exit 3); or one it cannot load without dropping a rank's state (exit 2)",
     ResumeOutcome.TORN: "the kill tore a checkpoint write, and the restart met the torn"
     " checkpoint (the drill)",
     ResumeOutcome.CRASHED: "the restarted process failed by itself (the drill)",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -32,6 +32,11 @@ class Launch:
     # The run's config says on_missing_checkpoint = "fresh": a restart that finds no
     # checkpoint trains from scratch instead of refusing (its restart event says so).
     fresh_start_allowed: bool = False
+    # Settings the trainer is started with beyond its preset's (`--set KEY=VALUE` each), and
+    # those a crash test's restart switches to for good: a lesson's `[crash] restart_ranks`
+    # resumes the run on another world size (server/lessons/crash_effects.py).
+    settings: tuple[str, ...] = ()
+    crash_settings: tuple[str, ...] = ()
 
     def argv(self, *, require_checkpoint: bool, run_dir: Path | None = None) -> list[str]:
         """The command line; `run_dir`: where the trainer keeps its files, when that is
@@ -43,9 +48,17 @@ class Launch:
         if run_dir is not None and kept.is_absolute() and kept.parent == self.run_dir:
             preset = str(run_dir / kept.name)
         args = [*self.command, preset, "--run-dir", str(where), "--label", self.label]
+        for setting in self.settings:
+            args += ["--set", setting]
         if require_checkpoint:
             args.append("--require-checkpoint")
         return args
+
+    def after_crash(self) -> Launch:
+        """The launch of every start after a crash test: its crash settings taken on."""
+        if not self.crash_settings:
+            return self
+        return replace(self, settings=(*self.settings, *self.crash_settings), crash_settings=())
 
 
 @dataclass(frozen=True)

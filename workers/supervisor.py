@@ -37,8 +37,10 @@ directory, like a disk that vanished with the session; one that also `moves_host
 ("host") restarts the run on another machine (a Ray node), which pulls the newest
 verified checkpoint from the mirror; one that kills `one_rank` ("rank") SIGKILLs one
 rank's process of a run with several (workers/rank_crash.py finds it; its launcher takes
-the group down) and the restart event names the rank. A trainer whose machine
-vanishes (`lost_host`) is restarted elsewhere the same way, unasked.
+the group down) and the restart event names the rank. A launch with `crash_settings` (a
+lesson's `[crash] restart_ranks`) takes them on at the first crash test, for every later
+start: the run resumes on another world size, and the restart event says so. A trainer
+whose machine vanishes (`lost_host`) is restarted elsewhere the same way, unasked.
 A preemption (`preempt(grace_s)`) is the announced death of spot VMs and SLURM: SIGTERM,
 then SIGKILL when the grace runs out. A trainer that stops gracefully (exit 75: a complete
 checkpoint of its last step) is restarted as a resume whose event says the stop lost
@@ -428,6 +430,9 @@ class Supervisor:
                 lead = rank_lead(lost_rank, rank_fields, step, blind_wait(self.run_dir))
             had = self._checkpoint_step() is not None
             spec = mode_named(mode)
+            if self.launch.crash_settings:  # the lesson restarts it changed (restart_ranks)
+                lead += ". The lesson restarts it with " + ", ".join(self.launch.crash_settings)
+                self.launch = self.launch.after_crash()
             if spec.wipes_disk:
                 lead += self._wipe_checkpoints()
             if spec.moves_host:

@@ -330,6 +330,14 @@ class RankDivergenceOut(BaseModel):
     ranks: int = Field(description="how many ranks' losses were compared")
 
 
+class ReshardOut(BaseModel):
+    from_ranks: int = Field(description="the world size that wrote the checkpoint")
+    ranks: int = Field(description="the world size that resumed it")
+    tolerance: float = Field(description="the bound on max |Δloss| the check states")
+    within_tolerance: bool | None = Field(description="max |Δloss| ≤ tolerance (null: none yet)")
+    why: str = Field(description="why a resume on another world size cannot be bit-identical")
+
+
 class ResumeCheckOut(BaseModel):
     segment: int
     from_step: int | None
@@ -369,6 +377,11 @@ class ResumeCheckOut(BaseModel):
     outcome: ResumeOutcome = Field(
         description="what the resume came to, in one word (trainer/resume_outcome.py): the"
         " page picks its words by it"
+    )
+    resharded: ReshardOut | None = Field(
+        None,
+        description="a resume on another world size (data_layout global): not bit-identical"
+        " by construction; max |Δloss| against a stated tolerance instead (null: same world)",
     )
 
 

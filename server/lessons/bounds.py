@@ -38,10 +38,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from crashdrill.trainer.config import (
+    CKPT_LAYOUTS,
     CKPT_MODES,
     CKPT_POLICIES,
     CKPT_STATES,
     CKPT_WRITES,
+    DATA_LAYOUTS,
     LAUNCHERS,
     MIRROR_CHOICES,
     ON_MISSING_CHECKPOINT,
@@ -282,6 +284,8 @@ def _choices(name: str, limits: LabLimits, own: list[Any]) -> tuple[str, ...]:
         "mirror": MIRROR_CHOICES,
         "rank_state": RANK_STATES,
         "launcher": LAUNCHERS,
+        "data_layout": DATA_LAYOUTS,
+        "ckpt_layout": CKPT_LAYOUTS,
     }.get(name, ())
     return tuple(dict.fromkeys([*choices, *(str(v) for v in own)]))
 

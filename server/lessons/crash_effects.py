@@ -11,6 +11,9 @@ restarted run trains from step 0 again.
 - `fresh_start_allowed(preset_ref, label)`: the run's config lets a restart that finds no
   checkpoint train from scratch (on_missing_checkpoint = "fresh"; lesson 1.12's B), so its
   restart event must not say that it requires one.
+- `crash_settings(preset_ref)`: what a crash test's restart changes for good: the lesson's
+  `[crash] restart_ranks` as `ranks=N` (lesson 1.18 resumes on another world size); the
+  supervisor takes them on at the first crash test (workers/launch.py).
 - `launch_env(preset_ref, label, mode)`: the runs of a mode that waits for a save
   ("during_save") start with the checkpoint-pause hook (trainer/checkpoint_pause.py)
   holding each cadence checkpoint's write open, so that a crash test (which waits for the
@@ -104,6 +107,15 @@ def fresh_start_allowed(preset_ref: str, label: str) -> bool:
         return get_preset(preset_ref).config_for(label).on_missing_checkpoint == "fresh"
     except (PresetError, ConfigError):
         return False  # the trainer itself reports an unreadable preset
+
+
+def crash_settings(preset_ref: str) -> tuple[str, ...]:
+    """The settings (`KEY=VALUE`) a crash test's restart of this lesson's runs takes on."""
+    try:
+        n = get_preset(preset_ref).crash.restart_ranks
+    except PresetError:
+        return ()  # the trainer itself reports an unreadable preset
+    return (f"ranks={n}",) if n else ()
 
 
 def launch_env(preset_ref: str, label: str, mode: str) -> dict[str, str]:

@@ -32,7 +32,7 @@ from crashdrill.server.ingest_loop import resume_checks
 from crashdrill.server.storage.db import Row
 from crashdrill.server.storage.store import TERMINAL_STATES, RunState, Store
 from crashdrill.trainer.prediction import LABELS, RULE_TEXT, Prediction
-from crashdrill.trainer.records import NO_CHECKPOINT_CODE
+from crashdrill.trainer.records import CHECKPOINT_REFUSED_CODE, NO_CHECKPOINT_CODE
 from crashdrill.trainer.resume_outcome import PENDING, ResumeOutcome
 
 CLASS_PAIRS = 500  # predictions per lab the class view reads, newest first
@@ -160,8 +160,11 @@ def run_outcome(store: Store, run: Row, measure: str) -> Any:
     """What the run's first restart did, as `measure` counts it; None until it is known."""
     if not (run["crashes"] or 0) and not (run["segment"] or 0):
         return None  # not crashed nor restarted yet: nothing to read (and no query)
+    # A restart that refused to start: no checkpoint, or one it cannot load (another world
+    # size that does not reshard, lesson 1.18's B).
     refused = any(
-        json.loads(e["data"]).get("code") == NO_CHECKPOINT_CODE and (e["segment"] or 0) == 1
+        json.loads(e["data"]).get("code") in (NO_CHECKPOINT_CODE, CHECKPOINT_REFUSED_CODE)
+        and (e["segment"] or 0) == 1
         for e in store.records_of_kind(run["id"], "event")
     )
     check = next((c for c in resume_checks(store, run["id"]) if c["segment"] == 1), None)

@@ -13,6 +13,11 @@ record), so a check that is not bit-identical can say why; `started_over` marks 
 segment that trained from step 0 again without a checkpoint (`from_step` null); a resume
 of the step-0 checkpoint is a resume (`from_step` 0), compared like any other.
 
+A resume on another world size (`resharded`: the `resume` record's `from_ranks` differs
+from its `ranks`, data_layout = "global") cannot be bit-identical (resume_compare.py's
+RESHARD_WHY): its check says so, with max |Δloss| against RESHARD_LOSS_TOLERANCE, and
+compares no rank's own loss (rank r of one world size is not rank r of another).
+
 `outcome` says in one word what all that comes to (trainer/resume_outcome.py): decided
 here once and served in each check, so that the page and a lesson's prediction read it
 instead of deciding it again from the fields above.
@@ -32,6 +37,8 @@ from typing import Any
 from crashdrill.trainer.checkpoint_layout import part_description
 from crashdrill.trainer.resume_compare import (
     LOSS,
+    RESHARD_LOSS_TOLERANCE,
+    RESHARD_WHY,
     FieldComparison,
     RankDivergence,
     compare_records,
@@ -40,6 +47,7 @@ from crashdrill.trainer.resume_compare import (
     first_rank_divergence,
     loss_reading,
     not_finite,
+    rank_of,
 )
 from crashdrill.trainer.resume_outcome import ResumeOutcome
 
@@ -55,6 +63,7 @@ class ResumeCheck:
     missing: tuple[str, ...] = ()  # words for the parts the checkpoint lacked
     started_over: bool = False
     fields: tuple[FieldComparison, ...] = ()  # every compared field, the loss included
+    resharded: tuple[int, int] | None = None  # (from_ranks, ranks): on another world size
 
     @property
     def steps(self) -> tuple[int, int] | None:  # [lo, hi] of the compared steps
@@ -98,6 +107,15 @@ class ResumeCheck:
         return first_rank_divergence(self.fields)
 
     @property
+    def within_tolerance(self) -> bool | None:
+        """A resharded resume's max |Δloss| within RESHARD_LOSS_TOLERANCE (None: not
+        resharded, or nothing compared yet)."""
+        d = self.max_abs_delta
+        if self.resharded is None or d is None:
+            return None
+        return d <= RESHARD_LOSS_TOLERANCE
+
+    @property
     def outcome(self) -> ResumeOutcome:
         """What this resume came to so far, in the order the page has always read it: no
         checkpoint and nothing compared yet is a fresh start; nothing compared with nothing
@@ -132,7 +150,16 @@ class ResumeCheck:
             "differing": self.differing,
             "fields": [f.to_json() for f in self.fields],
             "outcome": self.outcome.value,
+            "resharded": _reshard_json(self),
         }
+
+
+def _reshard_json(c: ResumeCheck) -> dict[str, Any] | None:
+    if c.resharded is None:
+        return None
+    return {"from_ranks": c.resharded[0], "ranks": c.resharded[1],
+            "tolerance": RESHARD_LOSS_TOLERANCE, "within_tolerance": c.within_tolerance,
+            "why": RESHARD_WHY}  # fmt: skip
 
 
 def _rank_json(d: RankDivergence | None) -> dict[str, int] | None:
@@ -143,13 +170,15 @@ def resume_checks(
     records: Iterable[tuple[int, int, Record]],
     resumes: Mapping[int, int | None] | None = None,
     missing: Mapping[int, Iterable[str]] | None = None,
+    worlds: Mapping[int, tuple[int, int]] | None = None,
 ) -> list[ResumeCheck]:
     """Checks for every segment ≥ 1.
 
     `records` holds (segment, step, record) in any order, for records of the compared
     kinds (COMPARED_KINDS: step, val, probe, sample; a record without `kind` is a step
     record); `resumes` maps a segment to the `from_step` of its `resume` record (when the
-    trainer wrote one); `missing` maps a segment to the checkpoint parts its resume lacked.
+    trainer wrote one); `missing` maps a segment to the checkpoint parts its resume lacked;
+    `worlds` maps a segment to (from_ranks, ranks) of its resume (a run of several ranks).
     """
     resumes = dict(resumes or {})
     missing = dict(missing or {})
@@ -165,6 +194,10 @@ def resume_checks(
     for k in segments:
         if k > 0:
             check = _check(k, by_segment.get(k, {}), original, resumes.get(k, -1))
+            world = (worlds or {}).get(k)
+            if world is not None and world[0] != world[1]:  # per-rank losses do not pair
+                kept = tuple(f for f in check.fields if rank_of(f.field) is None)
+                check = replace(check, fields=kept, resharded=world)
             words = tuple(part_description(p) for p in missing.get(k, ()))
             checks.append(replace(check, missing=words) if words else check)
         for key, row in by_segment.get(k, {}).items():
@@ -212,6 +245,7 @@ def checks_from_rows(
             steps.append((int(row["segment"]), int(row["step"]), json.loads(row["data"])))
     resumes: dict[int, int | None] = {}
     missing: dict[int, list[str]] = {}
+    worlds: dict[int, tuple[int, int]] = {}
     for row in resume_rows:
         data = json.loads(row["data"])
         segment = data.get("segment", row.get("segment"))
@@ -223,4 +257,7 @@ def checks_from_rows(
             parts = data.get("missing")
             if isinstance(parts, list):
                 missing[segment] = [str(p) for p in parts]
-    return resume_checks(steps, resumes, missing)
+            was, now = data.get("from_ranks"), data.get("ranks")
+            if isinstance(was, int) and isinstance(now, int):
+                worlds[segment] = (was, now)
+    return resume_checks(steps, resumes, missing, worlds)

@@ -81,6 +81,7 @@ BUILTIN_FINGERPRINTS = {
     "lesson-1.15": ("488177ef62c014e7", "488177ef62c014e7"),
     "lesson-1.16": ("39cfec3e7d02b615", "39cfec3e7d02b615"),
     "lesson-1.17": ("39cfec3e7d02b615", "39cfec3e7d02b615"),
+    "lesson-1.18": ("ba87a152bd3e9465", "ba87a152bd3e9465"),
 }
 
 
