@@ -10,6 +10,10 @@ reads and NVML's driver calls but not time spent waiting:
 - live: the real background thread at `--live-interval` for `--live-seconds` while this
   thread sleeps → CPU per sample including the thread's wake-ups.
 Both are scaled to the production interval (`--interval`, 2 s) as "% of one core".
+A third: what a run of several ranks adds to its views (server/rank_view.py): the ranks
+file and liveness read (workers/rank_states.py) and the ProcessSampler's CPU, RSS (and
+per-process GPU memory) of `--ranks` stand-in rank processes, back to back, scaled to its
+once-a-second reading per run.
 The budget is 1 % of one core. A live thread that took no sample measured nothing: the
 script says so and exits 1.
 """
@@ -17,10 +21,17 @@ script says so and exits 1.
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
-from crashdrill.workers.telemetry import TelemetrySample, TelemetrySampler
+from crashdrill.trainer.run_files import RANKS_FILE
+from crashdrill.workers.rank_states import rank_states
+from crashdrill.workers.telemetry import ProcessSampler, TelemetrySample, TelemetrySampler
 
 BUDGET_PCT_OF_ONE_CORE = 1.0
 
@@ -51,6 +62,30 @@ def live(sampler: TelemetrySampler, seconds: float, interval_s: float) -> tuple[
     return (time.process_time() - cpu0) / max(count, 1), count
 
 
+def rank_reads(ranks: int, reads: int) -> float:
+    """CPU seconds per read of one run's rank states and its ranks' process telemetry, over
+    `reads` reads of `ranks` sleeping child processes (this process their "launcher")."""
+    code = "import time; time.sleep(600)"
+    procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(ranks)]
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            said = {"launcher": os.getpid(), "world": ranks, "crash_rank": 0,
+                    "pids": {str(i): p.pid for i, p in enumerate(procs)}}  # fmt: skip
+            (Path(d) / RANKS_FILE).write_text(json.dumps(said))
+            sampler = ProcessSampler(min_interval_s=0.0)
+            cpu0 = time.process_time()
+            for _ in range(reads):
+                states = rank_states(Path(d), "running", "train", trainer_pid=os.getpid(),
+                                     world=ranks)  # fmt: skip
+                sampler.read([s.pid for s in states if s.pid is not None])
+            sampler.close()
+            return (time.process_time() - cpu0) / reads
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 def pct_of_one_core(cpu_s_per_sample: float, interval_s: float) -> float:
     return cpu_s_per_sample / interval_s * 100.0
 
@@ -61,6 +96,7 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=2.0, help="production interval, s")
     parser.add_argument("--live-seconds", type=float, default=10.0)
     parser.add_argument("--live-interval", type=float, default=0.5)
+    parser.add_argument("--ranks", type=int, default=2, help="rank processes a run reads")
     parser.add_argument("--smoke", action="store_true", help="CI size: 20 samples, 1 s live")
     args = parser.parse_args()
     if args.smoke:
@@ -95,6 +131,12 @@ def main() -> int:
         f"live thread, {taken} samples every {args.live_interval:g} s: "
         f"{live_cpu_s * 1e6:.0f} µs CPU/sample → {live_pct:.4f} % of one core at a "
         f"{args.interval:g} s interval"
+    )
+    rank_cpu_s = rank_reads(args.ranks, args.samples)
+    rank_pct = pct_of_one_core(rank_cpu_s, 1.0)  # a run's ranks are read once a second
+    print(
+        f"a run's {args.ranks} ranks, {args.samples} reads: {rank_cpu_s * 1e6:.0f} µs CPU/read"
+        f" → {rank_pct:.4f} % of one core per run at one read a second"
     )
     worst = max(pct, live_pct)
     verdict = "within" if worst < BUDGET_PCT_OF_ONE_CORE else "OVER"

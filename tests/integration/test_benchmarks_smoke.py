@@ -124,6 +124,7 @@ SMOKES = [
         [
             rf"^back to back, 20 samples: {N} µs CPU/sample, {N} µs wall/sample",
             rf"^live thread, {N} samples every 0.2 s: {N} µs CPU/sample",
+            rf"^a run's 2 ranks, 20 reads: {N} µs CPU/read",
         ],
         id="telemetry_overhead",
     ),
