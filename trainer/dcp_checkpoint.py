@@ -36,7 +36,15 @@ teaching layout ckpt_layout = "rank_files" (trainer/rank_files_checkpoint.py) wr
 through `save_group` too, its `write` one torch.save per rank, and refuses any other
 world size. DCP stores non-tensor values with torch.save; they are read back here
 with weights_only=True. Its `.metadata` index is a pickle, read only after the manifest's
-sha256 of it matched (the trainer's own write, or a mirror copy the manifest vouches for).
+sha256 of it matched (the trainer's own write, or a mirror copy the manifest vouches for),
+and once per process (cached by that sha256: held_ranks and dcp.load share it).
+
+What a restart costs is mostly DCP's reading: one torch.load per item. Every tensor is its
+own item (model 29, AdamW 84 for the quick preset); the values that are not tensors
+(counters, cursors, Python and NumPy RNG integers, param_groups) are one item per top-level
+key, "<key>._values" (_ValuesSavePlanner), not one each: 143 items per rank became 121.
+A checkpoint written before that (one item per value, no "._values" in its index) still
+loads, through DCP's own per-item path.
 """
 
 from __future__ import annotations
@@ -49,14 +57,18 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+import torch.utils.serialization.config  # torch.load imports it on first use: after the fork
+from torch.distributed.checkpoint._nested_dict import FLATTEN_MAPPING, flatten_state_dict
 from torch.distributed.checkpoint._traverse import set_element
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
 from crashdrill.trainer import checkpoint_layout as layout
 from crashdrill.trainer.checkpoint_pause import (
@@ -72,6 +84,10 @@ from crashdrill.trainer.train_state import CheckpointMismatch
 
 # The manifest's words for a DCP checkpoint: its `layout`, and who wrote what.
 DCP_LAYOUT = "dcp"
+# The name of the DCP item under each top-level key that holds all its non-tensor values
+# ("train_state._values"), written since the restart-latency work of #34 §1.
+VALUES = "_values"
+DCP_INDEX = ".metadata"  # DCP's index of every shard (a pickle), named by FileSystemWriter
 
 
 class WorldSizeMismatch(CheckpointMismatch):
@@ -91,15 +107,74 @@ class GroupSave:
     seconds: float
 
 
+def _values_item(key: str) -> str:
+    """The DCP item that holds every non-tensor value under the state's top-level `key`."""
+    return f"{key}.{VALUES}"
+
+
+def _split_values(flat: dict[str, Any]) -> dict[str, Any]:
+    """A flattened state as DCP items: each tensor its own (as DCP flattens them), and the
+    values that are not tensors one list of [name, value] pairs per top-level key. A list
+    of plain values is one leaf to DCP's traversal, so it is one torch.save'd item."""
+    items: dict[str, Any] = {}
+    values: dict[str, list[list[Any]]] = {}
+    for fqn, v in flat.items():
+        if isinstance(v, torch.Tensor):
+            items[fqn] = v
+        else:
+            values.setdefault(fqn.split(".", 1)[0], []).append([fqn, v])
+    items.update({_values_item(key): pairs for key, pairs in values.items()})
+    return items
+
+
+class _ValuesSavePlanner(DefaultSavePlanner):
+    """DCP's save planner, writing each top-level key's non-tensor values as one item."""
+
+    def set_up_planner(
+        self, state_dict: Any, storage_meta: Any = None, is_coordinator: bool = False
+    ) -> None:
+        flat, paths = flatten_state_dict(state_dict)
+        super().set_up_planner(_split_values(flat), storage_meta, is_coordinator)
+        # The index maps each item to where it lives in the state, as DCP's own does.
+        self.mappings = {fqn: paths.get(fqn, tuple(fqn.split("."))) for fqn in self.mappings}
+
+
 class _WeightsOnlyLoadPlanner(DefaultLoadPlanner):
-    """DCP's load planner, but non-tensor values are loaded without unpickling code."""
+    """DCP's load planner, but non-tensor values are loaded without unpickling code; with
+    `values_items`, from one item per top-level key (checkpoints since _ValuesSavePlanner)."""
+
+    def __init__(self, values_items: bool = False) -> None:
+        super().__init__()
+        self.values_items = values_items
+        self.paths: FLATTEN_MAPPING = {}
+        self.target: dict[str, Any] = {}
+        self.wanted: dict[str, list[str]] = {}  # "<key>._values" → the names it must hold
+
+    def set_up_planner(
+        self, state_dict: Any, metadata: Any = None, is_coordinator: bool = False
+    ) -> None:
+        if self.values_items:
+            self.target = state_dict
+            flat, self.paths = flatten_state_dict(state_dict)
+            state_dict = _split_values(flat)
+            self.wanted = {fqn: [name for name, _ in v] for fqn, v in state_dict.items()
+                           if fqn.endswith("." + VALUES)}  # fmt: skip
+        super().set_up_planner(state_dict, metadata, is_coordinator)
 
     def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
         obj = torch.load(value, weights_only=True)
-        if self.flatten_state_dict:
-            set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
+        fqn = read_item.dest_index.fqn
+        if fqn in self.wanted:
+            got = dict(obj)  # [[name, value], …]
+            lacking = [name for name in self.wanted[fqn] if name not in got]
+            if lacking:
+                raise CheckpointMismatch(f"the checkpoint holds no {', '.join(lacking[:4])}")
+            for name in self.wanted[fqn]:
+                set_element(self.target, self.paths[name], got[name])
+        elif self.flatten_state_dict:
+            set_element(self.original_state_dict, self.mappings[fqn], obj)
         else:
-            self.state_dict[read_item.dest_index.fqn] = obj
+            self.state_dict[fqn] = obj
 
 
 def _hash_files(work: Path) -> dict[str, dict[str, Any]]:
@@ -139,7 +214,9 @@ def save_group(
         print(writing_line(step), file=sys.stderr, flush=True)
     if write is None:
         write = lambda work: dcp.save(  # noqa: E731
-            state, storage_writer=dcp.FileSystemWriter(str(work), sync_files=True)
+            state,
+            storage_writer=dcp.FileSystemWriter(str(work), sync_files=True),
+            planner=_ValuesSavePlanner(),
         )
     try:
         return _save_group(root, keep, group, step, write, meta)
@@ -230,9 +307,8 @@ def held_ranks(info: layout.CheckpointInfo) -> set[int]:
     rank that wrote it."""
     if info.manifest.get("layout") != DCP_LAYOUT:
         return set(range(int(info.manifest.get("world_size", 0))))
-    meta = dcp.FileSystemReader(str(info.path)).read_metadata()
     held: set[int] = set()
-    for key in meta.state_dict_metadata:
+    for key in _index(str(info.path), _index_sha256(info)).state_dict_metadata:
         head = key.split(".", 1)[0]
         if head.startswith("rank") and head[4:].isdigit():
             held.add(int(head[4:]))
@@ -243,8 +319,37 @@ def load_group(info: layout.CheckpointInfo, group: RankGroup, state: dict[str, A
     """Load the verified checkpoint `info` into `state` in place (a collective); `state`
     asks for the keys to read (on another world size: the replicated ones and rank 0's
     global cursor, check_world having allowed it)."""
-    dcp.load(
-        state,
-        storage_reader=dcp.FileSystemReader(str(info.path)),
-        planner=_WeightsOnlyLoadPlanner(),
-    )
+    reader = _VerifiedIndexReader(info)
+    items = reader.read_metadata().state_dict_metadata
+    planner = _WeightsOnlyLoadPlanner(values_items=any(k.endswith("." + VALUES) for k in items))
+    dcp.load(state, storage_reader=reader, planner=planner)
+
+
+def _index_sha256(info: layout.CheckpointInfo) -> str:
+    """The manifest's sha256 of DCP's index: what the verification of `info` matched."""
+    return str(info.manifest["files"][DCP_INDEX]["sha256"])
+
+
+@lru_cache(maxsize=4)
+def _index(path: str, sha256: str) -> Metadata:
+    """DCP's index of the checkpoint at `path`, unpickled once per process; keyed by the
+    sha256 its verification matched, so a rewritten checkpoint is read again."""
+    return dcp.FileSystemReader(path).read_metadata()
+
+
+class _VerifiedIndexReader(dcp.FileSystemReader):
+    """DCP's file reader, given the index this process already read (after the manifest's
+    sha256 of it matched): a restart unpickles it once, not again inside dcp.load."""
+
+    def __init__(self, info: layout.CheckpointInfo) -> None:
+        super().__init__(str(info.path))
+        self._sha256 = _index_sha256(info)
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        if kwargs.get("rank") is not None:  # a per-rank index: DCP's fallback, not ours
+            return super().read_metadata(*args, **kwargs)
+        meta = _index(str(self.path), self._sha256)
+        if getattr(meta, "storage_meta", None) is None:
+            meta.storage_meta = StorageMeta()
+        meta.storage_meta.load_id = self.load_id  # as FileSystemReader.read_metadata does
+        return meta

@@ -18,6 +18,7 @@ group at once; the next start resumes from the last complete checkpoint).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -76,6 +77,11 @@ from crashdrill.trainer.run_files import RANKS_FILE
 from crashdrill.trainer.stages import Stage
 from crashdrill.trainer.start_line import FRESH_LINE, resumed_line
 from crashdrill.trainer.train_state import CheckpointMismatch, TrainState
+
+# DDP's forward opens a record_function, whose first use imports the profiler's CUPTI
+# monitor (5 ms on the 2-core machine): imported here, a warm process pays it, not each rank.
+with contextlib.suppress(ImportError):
+    import torch.profiler._cupti_monitor
 
 
 class _NoRecords:
