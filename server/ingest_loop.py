@@ -369,5 +369,7 @@ class IngestLoop:
             result.messages.append((f"run:{run_id}", message))
         if batch.resume_segments or "resume" in batch.kinds:
             result.checks_due.append(run_id)
-        if batch.run_fields.keys() & {"stage", "step"}:
+        # An event may change what the view reads beside the records (a lost rank's
+        # survivors now waiting: its `ranks`, server/rank_view.py).
+        if batch.run_fields.keys() & {"stage", "step"} or "event" in batch.kinds:
             result.runs_due.append(run_id)

@@ -26,6 +26,11 @@ def test_lesson_1_17_b_s_log_counts_down_the_collective_timeout_and_both_resume_
         waiting = page.locator("#events li.run-B[data-code=rank_lost_waiting]")
         waiting.filter(has_text="the survivors' collective times out in").wait_for()
         note = waiting.locator(".event-note").inner_text()
+        # B's card says the same of its ranks: rank 1 lost, rank 0 waiting in its collective.
+        card = page.locator(".run-card.run-B .ranks")
+        card.locator("li[data-rank='0'][data-state=waiting]").wait_for(timeout=15_000)
+        card.locator("li[data-rank='1'][data-state=lost]").wait_for(timeout=5_000)
+        waiting_words = " ".join(card.locator("li[data-rank='0']").inner_text().split())
         waiting.filter(has_text="the collective timed out after").wait_for(timeout=60_000)
         wait_check(page, lab_server, "A", identical=True)
         wait_check(page, lab_server, "B", identical=True)
@@ -33,6 +38,7 @@ def test_lesson_1_17_b_s_log_counts_down_the_collective_timeout_and_both_resume_
         stop_both(page)
         raise
     assert "times out in" in note, note
+    assert "in its collective, times out in" in waiting_words, waiting_words
     assert not page.locator("#events li.run-A[data-code=rank_lost_waiting]").count()
     errors = list(page.errors)  # before the stop: a run that has finished answers it 409
     stop_both(page)
