@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import queue
 import sys
 import threading
@@ -483,3 +484,59 @@ def test_run_returns_when_its_stop_event_is_set(no_nvml: None) -> None:
 
     TelemetrySampler().run(collect, interval_s=0.01, stop_event=stop)
     assert len(got) == 2
+
+
+# --- one process each (a run's ranks) ----------------------------------------------------
+
+
+def test_a_rank_process_s_gpu_memory_comes_from_nvml_s_process_list(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from crashdrill.workers.telemetry import ProcessSampler
+
+    me = os.getpid()
+    fake = FakeNvml()
+    nv = fake.module()
+    listed = [
+        SimpleNamespace(pid=me, usedGpuMemory=3 * GIB),
+        SimpleNamespace(pid=1, usedGpuMemory=None),
+    ]
+    nv.nvmlDeviceGetComputeRunningProcesses = lambda handle: listed  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    sampler = ProcessSampler(min_interval_s=0.0)
+    reading = sampler.read([me])[me]
+    assert reading.gpu_mem_bytes == 3 * GIB and reading.rss_bytes
+    sampler.close()
+
+
+def test_a_gpu_that_cannot_list_its_processes_reads_none_and_is_not_asked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from crashdrill.workers.telemetry import ProcessSampler
+
+    asked: list[object] = []
+
+    def refuse(handle: object) -> list[object]:
+        asked.append(handle)
+        raise FakeNotSupported()
+
+    nv = FakeNvml().module()
+    nv.nvmlDeviceGetComputeRunningProcesses = refuse  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    sampler = ProcessSampler(min_interval_s=0.0)
+    me = os.getpid()
+    assert sampler.read([me])[me].gpu_mem_bytes is None
+    assert sampler.read([me])[me].gpu_mem_bytes is None
+    assert len(asked) == 1
+    sampler.close()
+
+
+def test_without_a_gpu_a_rank_process_reads_cpu_and_memory_and_no_gpu(no_nvml: None) -> None:
+    from crashdrill.workers.telemetry import ProcessSampler
+
+    sampler = ProcessSampler(min_interval_s=0.0)
+    me = os.getpid()
+    first, second = sampler.read([me])[me], sampler.read([me])[me]
+    assert first.cpu_pct is None and second.cpu_pct is not None
+    assert second.rss_bytes and second.gpu_mem_bytes is None
+    sampler.close()
