@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -158,3 +159,9 @@ def test_ranks_view_of_a_queued_run_of_two_ranks_says_both_are_starting(tmp_path
     row = _row(tmp_path, state="queued", stage=None, pid=None)
     got = ranks_view(row, {}, {"run": {"ranks": 2}})
     assert [r["state"] for r in got or []] == ["starting", "starting"]
+
+
+def test_every_rank_state_the_page_styles_is_one_the_server_serves() -> None:
+    css = (Path(__file__).resolve().parents[2] / "web" / "static" / "lab.css").read_text()
+    styled = set(re.findall(r"\.ranks li\[data-state=(\w+)\]", css))
+    assert styled and styled <= {s.value for s in RankState}, styled
