@@ -4,6 +4,7 @@ a 3-node Ray cluster on this machine.
     python benchmarks/class_load.py                          # 30 students over 60 s, both
     python benchmarks/class_load.py --students 4 --window-s 10 --executors local
     python benchmarks/class_load.py --smoke                  # 3 students, local: < 1 min
+    python benchmarks/class_load.py --students 10 --ranks 2 --executors ray   # 2-rank runs
 
 For each executor a fresh server subprocess (`python -m crashdrill.server --log-level
 warning`, the real trainer) with the settings a class would run it with: the defaults
@@ -13,6 +14,11 @@ checkpoint mirror), and on Ray `--ray` with a mirror directory every node reache
 `max_concurrent` (the cluster's nodes are the queue). The Ray cluster is started here with
 ray.cluster_utils.Cluster as the Ray tests do (tests/support/ray_cluster.py: every node on
 127.0.0.1, no dashboard, a head with no CPUs and 3 worker nodes of 2 CPUs).
+
+`--ranks 2` gives every student a pair of lesson 1.16 instead (two runs of 2 ranks each,
+crash mode kill; run A, the one crashed, saves every rank's state): on Ray each run's
+ranks are one placement group packed on a node (docs/cluster.md), so the 3 nodes train
+3 such runs at once and the rest wait for a node.
 
 The students (benchmarks/class_student.py) arrive at times drawn from `--seed` over
 `--window-s`, each from its own loopback address (127.0.0.2, .3, …: the quotas are per
@@ -66,6 +72,7 @@ sys.path.insert(0, str(ROOT))  # tests.support is not installed
 from tests.support.lab import free_port, spawn_server, stop_server  # noqa: E402
 
 PRESET = "quick"
+PRESET_OF_RANKS = {1: PRESET, 2: "lesson-1.16"}  # --ranks: a pair whose runs have that many
 SAMPLE_S = 0.5
 RUN_LIMIT = re.compile(r"; ([^;]*runs at once[^;]*);")  # the server's start line
 MB = 1024 * 1024
@@ -123,7 +130,8 @@ def ray_trainers(run_ids: set[str]) -> Any:
 async def hold_class(students: list[Student], base_url: str, data_dir: Path, args: Any) -> None:
     async def one(s: Student) -> None:
         await asyncio.sleep(s.arrive_s)
-        await s.attend(base_url, data_dir, PRESET, args.poll_s, args.student_timeout_s)
+        preset = PRESET_OF_RANKS[args.ranks]
+        await s.attend(base_url, data_dir, preset, args.poll_s, args.student_timeout_s)
 
     await asyncio.gather(*(one(s) for s in students))
 
@@ -193,6 +201,13 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0, help="arrivals and crash steps")
     p.add_argument("--poll-s", type=float, default=2.0, help="each student's GET of its pair")
     p.add_argument("--student-timeout-s", type=float, default=900.0)
+    p.add_argument(
+        "--ranks",
+        type=int,
+        choices=sorted(PRESET_OF_RANKS),
+        default=1,
+        help="ranks of every run: 1 (quick) or 2 (lesson 1.16)",
+    )
     p.add_argument("--smoke", action="store_true", help="3 students over 3 s, local only")
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument(
@@ -220,7 +235,8 @@ def main() -> int:
         p.error("--students must be 1..250 and --executors local, ray or local,ray")
     print(
         f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f};"
-        f" {args.students} students over {args.window_s:.0f} s, seed {args.seed}",
+        f" {args.students} students over {args.window_s:.0f} s, seed {args.seed},"
+        f" {PRESET_OF_RANKS[args.ranks]} pairs ({args.ranks} rank{'s' * (args.ranks > 1)} a run)",
         flush=True,
     )
     results = []

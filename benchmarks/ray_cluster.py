@@ -4,9 +4,11 @@
     python benchmarks/ray_cluster.py --executors ray --pairs 2
     python benchmarks/ray_cluster.py --smoke         # CI size: 1 pair, local executor only
     python benchmarks/ray_cluster.py --smoke --executors ray    # the Ray part: 2 nodes
+    python benchmarks/ray_cluster.py --executors ray --pairs 1 --preset lesson-1.17  # 2 ranks
 
 For each executor a fresh server subprocess (`python -m crashdrill.server`, telemetry off,
-`--max-concurrent` = 2 × pairs) and the same load: `--pairs` pairs of `quick` with
+`--max-concurrent` = 2 × pairs) and the same load: `--pairs` pairs of `quick` (or
+`--preset lesson-1.17`: runs of 2 ranks, whose crash test kills one rank) with
 steps = `--steps` (a student's override, so the runs are still training when the crash
 and the host loss come; 6 runs by default, the real trainer). For Ray, a cluster on
 127.0.0.1 started here with ray.cluster_utils.Cluster (a head with no CPUs, `--nodes`
@@ -16,7 +18,11 @@ worker nodes of 2 CPUs) and a mirror directory. It measures, for one run each:
 - crash → first recomputed step: from POST …/crash to the `t` of the first step record
   of the next segment;
 - host lost → first recomputed step on the new node (Ray only): from remove_node of the
-  run's node to the `t` of its next segment's first step;
+  run's node to the `t` of its next segment's first step, and its parts (HOST_LOSS_PARTS:
+  until the head declares the node dead, seen by this process as a Ray driver; until the
+  supervisor noticed and until the new placement was up, the `lost_host` event's
+  `noticed_t` and `placed_t`; until that event, the new trainer's `resumed` event and its
+  first step);
 - the server's CPU (100 % = one core) over `--cpu-window-s` once every run trains;
 - checkpoint record written → visible in the same API (p50/max), a line of its own.
 The crash and the host loss are timed from the run's own progress, not at fixed steps:
@@ -85,6 +91,7 @@ class RecordWatch(threading.Thread):
         # Each checkpoint record: (its step, the `t` the trainer wrote, when it was first
         # seen here, the newest step seen here by then).
         self.ckpts: list[tuple[int, float, float, int]] = []
+        self.events: list[dict[str, Any]] = []
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -105,6 +112,8 @@ class RecordWatch(threading.Thread):
                     self.ckpt_steps.append(int(rec["step"]))
                     newest = self.steps[-1]["step"] if self.steps else 0
                     self.ckpts.append((int(rec["step"]), float(rec["t"]), now, int(newest)))
+                elif rec["kind"] == "event":
+                    self.events.append(rec)
             if page["records"]:
                 self.after = page["next_after"]
             time.sleep(0.02)
@@ -187,14 +196,60 @@ def crash_latency(client: httpx.Client, run: str, watch: RecordWatch) -> float:
     return float(watch.first_step_of(1)["t"] - t0)
 
 
-def host_loss_latency(client: httpx.Client, pair: str, cluster: Any, watch: RecordWatch) -> float:
+def node_dead_at(node_id: str, timeout: float = 120) -> float:
+    """When the cluster's head first said the node is dead (this process is a driver)."""
+    import ray
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(n["NodeID"] == node_id and not n["Alive"] for n in ray.nodes()):
+            return time.time()
+        time.sleep(0.02)
+    raise NotMeasured(f"the head did not declare node {node_id[:8]} dead within {timeout:.0f} s")
+
+
+def event_of(watch: RecordWatch, code: str, segment: int | None = None) -> dict[str, Any]:
+    for rec in list(watch.events):
+        if rec.get("code") == code and (segment is None or rec.get("segment") == segment):
+            return rec
+    raise NotMeasured(f"no {code} event{'' if segment is None else f' of segment {segment}'}")
+
+
+HOST_LOSS_PARTS = (  # (name, from, to): each a point of the timeline host_loss_latency takes
+    ("node declared dead (Ray health check)", "removed", "dead"),
+    ("actor death → supervisor", "dead", "noticed"),
+    ("new placement (actor, node)", "noticed", "placed"),
+    ("mirror pull, restart event", "placed", "event"),
+    ("trainer start, checkpoint load", "event", "resumed"),
+    ("first recomputed step", "resumed", "step"),
+)
+
+
+def host_loss_latency(
+    client: httpx.Client, pair: str, cluster: Any, watch: RecordWatch, parts: dict[str, float]
+) -> float:
+    """remove_node of run B's node → the `t` of its next segment's first step; `parts` gets
+    each phase's seconds (HOST_LOSS_PARTS), from the head's view of the node, the lost_host
+    event's noticed_t/placed_t and t, and the new trainer's resumed event."""
     host = run_of(client, pair, 1)["host"]
     node = next((n for n in cluster.worker_nodes if n.node_id == (host or {}).get("node_id")), None)
     if node is None:
         raise NotMeasured(f"run B's host {host} is no worker node of the cluster")
     t0 = time.time()
     cluster.remove_node(node)
-    return float(watch.first_step_of(1)["t"] - t0)
+    at = {"removed": t0, "dead": node_dead_at(node.node_id)}
+    step = watch.first_step_of(1)
+    lost = event_of(watch, "lost_host")
+    at.update(
+        noticed=float(lost.get("noticed_t", lost["t"])),
+        placed=float(lost.get("placed_t", lost["t"])),
+        event=float(lost["t"]),
+        resumed=float(event_of(watch, "resumed", 1)["t"]),
+        step=float(step["t"]),
+    )
+    for name, a, b in HOST_LOSS_PARTS:
+        parts[name] = at[b] - at[a]
+    return float(step["t"] - t0)
 
 
 def measure(executor: str, args: argparse.Namespace, work: Path, cluster: Any) -> dict[str, Any]:
@@ -215,9 +270,8 @@ def measure(executor: str, args: argparse.Namespace, work: Path, cluster: Any) -
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
             created = []
             for _ in range(args.pairs):
-                r = client.post(
-                    "/api/pairs", json={"preset": "quick", "overrides": {"steps": args.steps}}
-                )
+                overrides = {"steps": args.steps}
+                r = client.post("/api/pairs", json={"preset": args.preset, "overrides": overrides})
                 if r.status_code != 201:
                     raise SystemExit(f"the lab refused a pair ({r.status_code}): {r.text}")
                 created.append(r.json())
@@ -257,7 +311,9 @@ def measure(executor: str, args: argparse.Namespace, work: Path, cluster: Any) -
 
             def host_lost() -> float:
                 wait_crash_moment(client, first["pair"], 1, watch_b, args.steps, args.margin)
-                return host_loss_latency(client, first["pair"], cluster, watch_b)
+                parts: dict[str, float] = {}
+                out["host_lost_parts"] = parts
+                return host_loss_latency(client, first["pair"], cluster, watch_b, parts)
 
             take("server_cpu_pct", cpu)
             take("crash_to_first_recomputed_s", crash)
@@ -308,6 +364,11 @@ def main() -> int:
     )
     p.add_argument("--pairs", type=int, default=3, help="quick pairs trained at once")
     p.add_argument("--nodes", type=int, default=3, help="Ray worker nodes (≥ 2: a host loss)")
+    p.add_argument(
+        "--preset",
+        default="quick",
+        help="the pairs' lesson: quick (1 rank), lesson-1.17 (2 ranks, A's launcher watches)",
+    )
     p.add_argument("--steps", type=int, default=1200, help="steps of each run (quick: 300)")
     p.add_argument(
         "--margin", type=int, default=100, help="steps a run must have left when it is crashed"
@@ -329,10 +390,15 @@ def main() -> int:
     args.executors = args.executors or ["local", "ray"]
     if args.nodes < 2 or args.pairs < 1 or args.steps <= args.margin:
         p.error("--nodes ≥ 2 (one to lose, one to move to), --pairs ≥ 1, --steps > --margin")
-    if "ray" in args.executors and args.nodes * NODE_CPUS < 2 * args.pairs:
+    from crashdrill.trainer.presets import get_preset
+
+    args.ranks = get_preset(args.preset).config_for("A").ranks
+    runs_per_node = NODE_CPUS // args.ranks  # a quick rank takes one CPU, a run packs its ranks
+    if "ray" in args.executors and args.nodes * runs_per_node < 2 * args.pairs:
         p.error(  # else the runs beyond the cluster's CPUs queue and the CPU window never opens
             f"--nodes {args.nodes} x {NODE_CPUS} CPUs cannot train --pairs {args.pairs}"
-            f" ({2 * args.pairs} runs) at once: use --nodes ≥ {-(-2 * args.pairs // NODE_CPUS)}"
+            f" ({2 * args.pairs} runs of {args.ranks} ranks) at once:"
+            f" use --nodes ≥ {-(-2 * args.pairs // max(runs_per_node, 1))}"
         )
     rows = []
     with tempfile.TemporaryDirectory(prefix="crashdrill-ray-bench-") as tmp:
@@ -346,10 +412,14 @@ def main() -> int:
                 print(
                     f"cluster of {args.nodes} nodes up in {time.monotonic() - t:.1f}s", flush=True
                 )
+                import ray  # a driver of its own: it sees when the head declares a node dead
+
+                ray.init(address=cluster.address, _node_ip_address="127.0.0.1", log_to_driver=False)
             try:
                 rows.append(measure(executor, args, Path(tmp), cluster))
             finally:
                 if cluster is not None:
+                    ray.shutdown()
                     cluster.shutdown()
             print(rows[-1], flush=True)
     runs = 2 * args.pairs
@@ -379,6 +449,13 @@ def main() -> int:
                 f" p50 {r['ckpt_visible_p50_ms']:.0f} ms, max {r['ckpt_visible_max_ms']:.0f} ms"
                 f" ({r['ckpts']} checkpoints)"
             )
+    for r in rows:
+        if r.get("host_lost_parts"):
+            print(f"{r['executor']}: host lost → first recomputed step, its parts:")
+            for name, secs in r["host_lost_parts"].items():
+                print(f"  {name:<34} {secs:6.2f} s")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"ranks per run {args.ranks}; load average {load}")
     if missing:
         print("not measured:\n  " + "\n  ".join(missing))
         return 1

@@ -87,6 +87,11 @@ _HOSTS = (
     _f("host", "object or null", "the machine it restarts on (null: not known yet)"),
 )
 
+_LOSS_TIMES = (  # where a lost host's seconds go (benchmarks/ray_cluster.py prints them)
+    _f("noticed_t", "float", "when the supervisor learned the machine was gone (unix time)"),
+    _f("placed_t", "float", "when the run's new placement was up on another (unix time)"),
+)
+
 EVENT_CODES: tuple[EventCode, ...] = (
     # ---- the trainer ----------------------------------------------------------------
     EventCode(
@@ -348,8 +353,9 @@ EVENT_CODES: tuple[EventCode, ...] = (
         ("warn",),
         "key",
         "the run's machine vanished; it restarts on another from the mirror",
-        (*_RESTART, *_HOSTS),
+        (*_RESTART, *_HOSTS, *_LOSS_TIMES),
         restart="lost_host",
+        optional=("noticed_t", "placed_t"),
     ),
     EventCode(
         "failed",

@@ -44,7 +44,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from ray.util.placement_group import (
+    NODE_ID_LABEL_KEY,
+    get_placement_group,
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
+from ray.util.scheduling_strategies import (
+    PlacementGroupSchedulingStrategy,
+)
 
 from crashdrill.trainer.run_files import RUN_JSON
 from crashdrill.workers.cluster_health import ClusterNodes
@@ -61,6 +70,7 @@ from crashdrill.workers.ray_placement import (
     waiting_event,
     write_placement,
 )
+from crashdrill.workers.ray_standby import NodeStandbys
 from crashdrill.workers.run_dir import RunDir
 from crashdrill.workers.warm import NONE
 
@@ -186,7 +196,9 @@ class RayExecutor:
         self._launches: dict[Path, Launch] = {}
         self._cancelled: set[Path] = set()  # runs stopped while their start waits (cancel)
         self._ship_locks: dict[Path, threading.Lock] = {}
+        self._groups: dict[Path, Any] = {}  # run dir -> placement group of its ranks
         self._remote = ray.remote(NodeRun)
+        self._standbys = NodeStandbys(self._remote, NAMESPACE)
 
     @classmethod
     def connect(cls, address: str, mirror: str) -> RayExecutor:
@@ -276,9 +288,18 @@ class RayExecutor:
         others = [n for n in alive_nodes() if old is None or n != old.node_id]
         if old is not None and not others:
             return None
+        need = self._need(run_dir)
+        if need.ranks > 1 and not [n for n in alive_nodes(need) if old is None or n != old.node_id]:
+            raise ExecutorError(
+                f"no node left has {need.text()} for its {need.ranks} ranks. A restart on"
+                " fewer ranks would have to reshard its checkpoint onto the new world size,"
+                " which this version does not do yet, so the run stops here rather than drop"
+                " a rank's state (its checkpoints stay in the mirror)"
+            )
         if actor is not None:
             with contextlib.suppress(Exception):  # already gone with its node
                 ray.kill(actor)
+        self._remove_group(run_dir)  # else Ray would reschedule its bundles by itself
         self._forget(run_dir)
         self._actor(run_dir, avoid=old.node_id if old is not None else None)
         return self.host(run_dir)
@@ -295,6 +316,7 @@ class RayExecutor:
             self._call(actor, "close")
         with contextlib.suppress(Exception):
             ray.kill(actor)
+        self._remove_group(run_dir)
         self._forget(run_dir)
         self._launches.pop(run_dir, None)
 
@@ -347,69 +369,102 @@ class RayExecutor:
 
     def _place(self, run_dir: Path, avoid: str | None) -> Any:
         """A new actor for the run, on a node with its resources (not `avoid`), seeded
-        with the server's copies of the files the trainer appends to."""
-        launch = self._launches.get(run_dir)
-        gpus = ray.cluster_resources().get("GPU", 0) > 0
-        need = Resources.of_preset(launch.preset, launch.label, gpus=gpus) if launch else None
-        need = need or Resources(1, 0)
+        with the server's copies of the files the trainer appends to.
+
+        Ray reserves the run's resources as a placement group, one bundle per rank, all on
+        one node (STRICT_PACK: the launcher forks every rank from that node's warm
+        process); a run moved off a node asks for any node but that one. On the group's
+        node the run takes the node's standby (workers/ray_standby.py), whose warm process
+        is ready, or else gets an actor of its own in bundle 0."""
+        need = self._need(run_dir)
         attempt = int(read_placement(run_dir).get("attempt", 0)) + 1
         name = f"crashdrill-{run_dir.name}-{attempt}"
-        options: dict[str, Any] = {
-            "name": name,
-            "namespace": NAMESPACE,
-            "lifetime": "detached",
-            "num_cpus": need.num_cpus,
-            "num_gpus": need.num_gpus,
-            "max_restarts": 0,
-        }
-        if avoid is not None:
-            target = next((n for n in alive_nodes(need) if n != avoid), None)
-            if target is not None:
-                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(target, soft=False)
-        actor = self._remote.options(**options).remote(run_dir.name)
-        where = self._placed(actor, run_dir, need)
+        kept = {"actor": name, "placement_group": f"{name}-ranks", "attempt": attempt}
+        group = placement_group(
+            need.bundles(),
+            strategy="STRICT_PACK",
+            name=kept["placement_group"],
+            lifetime="detached",
+            bundle_label_selector=[{NODE_ID_LABEL_KEY: f"!{avoid}"}] * need.ranks
+            if avoid
+            else None,
+        )
+        with self._lock:
+            self._groups[run_dir] = group
+        actor = None
+        try:
+            self._placed(group.ready(), run_dir, need)
+            node = str(placement_group_table(group)["bundles_to_node_id"][0])
+            taken = None if need.num_gpus else self._standbys.take(node, run_dir.name)
+            if taken is not None:
+                actor, kept["actor"], where = taken
+            else:
+                actor = self._remote.options(
+                    name=name,
+                    namespace=NAMESPACE,
+                    lifetime="detached",
+                    num_cpus=need.num_cpus,
+                    num_gpus=need.num_gpus,
+                    max_restarts=0,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        group, placement_group_bundle_index=0
+                    ),
+                ).remote(run_dir.name)
+                where = self._placed(actor.where.remote(), run_dir, need)
+        except BaseException:
+            if actor is not None:
+                with contextlib.suppress(Exception):
+                    ray.kill(actor)
+            self._remove_group(run_dir)
+            raise
+        self._standbys.top_up()  # the node's next spare starts warming now
         seed = {n: (run_dir / n).read_bytes() for n in SEEDED if (run_dir / n).exists()}
         self._call(actor, "seed", seed)  # after any waiting event: the copies agree
-        write_placement(run_dir, {"actor": name, "attempt": attempt, **where["host"]})
+        write_placement(run_dir, {**kept, **where["host"]})
         with self._lock:
             self._actors[run_dir] = actor
             self._hosts[run_dir] = Host(**where["host"])
         return actor
 
-    def _placed(self, actor: Any, run_dir: Path, need: Resources) -> dict[str, Any]:
-        """Wait for the actor to be placed; past TELL_S the run's log says what it waits
-        for (a node that joins the cluster counts), and past place_s it fails."""
-        ref = actor.where.remote()
+    def _need(self, run_dir: Path) -> Resources:
+        launch = self._launches.get(run_dir)
+        gpus = ray.cluster_resources().get("GPU", 0) > 0
+        need = Resources.of_preset(launch.preset, launch.label, gpus=gpus) if launch else None
+        return need or Resources(1, 0)
+
+    def _placed(self, ref: Any, run_dir: Path, need: Resources) -> Any:
+        """Wait for `ref` (the group placed, the actor up); past TELL_S the run's log says
+        what it waits for (a node that joins the cluster counts), and past place_s it
+        fails. The caller removes what it placed."""
         start = time.monotonic()
         deadline = start + place_s()
         told = False
         while True:
             ready, _ = ray.wait([ref], timeout=CANCEL_POLL_S)
             if ready:
-                where: dict[str, Any] = ray.get(ready[0])
-                return where
+                return ray.get(ready[0])
             if self._take_cancel(run_dir):  # a Stop while it waits: no node is taken
-                ray.kill(actor)
                 raise StartCancelled(f"run {run_dir.name} was stopped while it waited for a node")
             if not told and time.monotonic() - start >= TELL_S:
                 RunDir(run_dir).append_records([waiting_event(run_dir, need)])
                 told = True
             if time.monotonic() > deadline:
-                ray.kill(actor)
                 raise ExecutorError(
                     f"no node of the Ray cluster could take run {run_dir.name} within"
                     f" {place_s():.0f}s (it needs {need.text()})"
                 )
 
     def open(self) -> None:
-        """Nothing to prepare here: each node's actor warms its own."""
+        """A standby on each node, its warm process importing while the lab starts."""
+        self._standbys.top_up()
 
     def starts(self) -> dict[str, Any]:
         """Each node's run actor forks its trainers from a warm process of its own."""
         return {"mode": "node", "warm": NONE, "pid": None, "forked": 0, "exec": 0, "error": None}
 
     def close(self) -> None:
-        """Nothing held here: the actors belong to their runs."""
+        """The nodes' standbys go; the runs' actors belong to their runs."""
+        self._standbys.close()
 
     def cancel(self, run_dir: Path) -> None:
         """A Stop before the trainer exists: a placement waiting for a node gives up."""
@@ -422,6 +477,18 @@ class RayExecutor:
                 self._cancelled.discard(run_dir)
                 return True
             return False
+
+    def _remove_group(self, run_dir: Path) -> None:
+        """The run's placement group goes (a restarted server finds it by its kept name)."""
+        with self._lock:
+            group = self._groups.pop(run_dir, None)
+        if group is None:
+            name = read_placement(run_dir).get("placement_group")
+            with contextlib.suppress(Exception):
+                group = get_placement_group(name) if name else None
+        if group is not None:
+            with contextlib.suppress(Exception):  # already removed
+                remove_placement_group(group)
 
     def _forget(self, run_dir: Path) -> None:
         with self._lock:

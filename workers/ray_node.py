@@ -1,6 +1,8 @@
 """The cluster side of one run: a Ray actor that owns the run's trainer on its node.
 
     actor = ray.remote(NodeRun).options(name=..., lifetime="detached").remote(run_id)
+    standby = ray.remote(NodeRun).options(num_cpus=0, ...).remote(None)   # a node's spare
+    standby.take.remote(run_id)             # ...becomes that run's: its warm process is ready
     actor.seed.remote({"records.jsonl": b"...", ...})   # the server's copies, once placed
     actor.start.remote(argv, env)           # `crashdrill run …` in its own session, here
     actor.poll.remote({"records.jsonl": 1234, "mirror.jsonl": 0}, {"interval_s": 2.0})
@@ -25,6 +27,9 @@ removed takes its trainer with it, instead of leaving an orphan that still write
 mirror while the run resumes elsewhere. The actor keeps a warm trainer process (workers/
 warm.py) from which it forks the trainer: a crash test's restart on this node does not pay
 `import torch` again; where that process is missing the trainer is exec'd as before.
+A node's standby (created with no run, holding no resources: the run's placement group
+reserves them) has its warm process ready before any run needs it, so a run moved to the
+node after a lost host forks at once instead of importing torch there (`take`).
 """
 
 from __future__ import annotations
@@ -52,11 +57,12 @@ from crashdrill.workers.node_telemetry import NodeTelemetry
 from crashdrill.workers.run_dir import RunDir
 from crashdrill.workers.trainer_env import GCS_ENV_NAMES, writes_gcs_mirror
 from crashdrill.workers.trainer_process import TrainerProcess
-from crashdrill.workers.warm import WarmTrainers
+from crashdrill.workers.warm import READY, WarmTrainers
 
 SHIPPED = (RECORDS_FILE, MIRROR_LOG)  # the files the server keeps a copy of, by offset
 SEEDED = (*SHIPPED, RUN_JSON, FROZEN_PRESET)  # the preset text a frozen run trains
 MAX_CHUNK = 1 << 20  # bytes of one file in one poll
+STANDBY = ".standby"  # the run dir's name while the actor is a node's spare (no run yet)
 
 
 def node_root(node_id: str) -> Path:
@@ -75,14 +81,15 @@ def complete_lines(path: Path, offset: int, limit: int = MAX_CHUNK) -> bytes:
 class NodeRun:
     """One run's trainer on this node (one actor per placement of the run)."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str | None) -> None:
         import ray
 
         self.node_id = ray.get_runtime_context().get_node_id()
         # The GPUs Ray gave this placement ("" for a CPU run: it must not take one).
         self.gpus = ",".join(str(g) for g in ray.get_gpu_ids())
-        self.run_dir = RunDir(node_root(self.node_id) / run_id)
-        self.run_dir.path.mkdir(parents=True, exist_ok=True)
+        self.run_dir = RunDir(node_root(self.node_id) / (run_id or STANDBY))
+        if run_id is not None:
+            self.run_dir.path.mkdir(parents=True, exist_ok=True)
         self.host = Host(self.node_id, f"{socket.gethostname()}/{self.node_id[:8]}")
         self.telemetry = NodeTelemetry(node_root(self.node_id), self.host)
         self.proc: TrainerProcess | None = None
@@ -92,6 +99,19 @@ class NodeRun:
         # instead of importing torch again; it and its trainer die with this actor.
         self.warm = WarmTrainers(die_with_parent=True)
         self.warm.prewarm()
+
+    def take(self, run_id: str) -> dict[str, Any]:
+        """A standby becomes the placement of run `run_id` on this node (where())."""
+        self.run_dir = RunDir(node_root(self.node_id) / run_id)
+        self.run_dir.path.mkdir(parents=True, exist_ok=True)
+        return self.where()
+
+    def spare_on(self) -> str | None:
+        """This node's id while this actor is a standby nobody has taken; else None."""
+        return self.node_id if self.run_dir.path.name == STANDBY else None
+
+    def warm_ready(self) -> bool:
+        return bool(self.warm.status()["warm"] == READY)
 
     def seed(self, files: dict[str, bytes]) -> None:
         """The server's copies, before anything else writes here (the trainer counts its

@@ -25,11 +25,27 @@ PLACEMENT = "ray.json"  # in the server's copy of the run dir: the actor of its 
 TELL_S = 5.0  # a placement waiting this long says so in the run's log
 PLACE_S = 600.0  # and fails after this long (CRASHDRILL_RAY_PLACE_S)
 
+# How fast the cluster declares a node dead: the head's system config (`ray start --head
+# --system-config '…'`; Cluster(head_node_args={"_system_config": …}) in tests). Ray's
+# defaults (a check every 3 s, dead after 5 failures) take ~15 s, most of a lost host's
+# cost; these take ~1.5 s for a node whose raylet is gone (refused at once) and up to
+# ~4.5 s for a silent one (each check waits its timeout). Until the head says the node is
+# dead, a call to its actors just waits: the run's death reaches the supervisor with it.
+NODE_HEALTH_CHECK = {
+    "health_check_initial_delay_ms": 1000,
+    "health_check_period_ms": 500,
+    "health_check_timeout_ms": 1000,
+    "health_check_failure_threshold": 3,
+}
+
 
 @dataclass(frozen=True)
 class Resources:
+    """What one rank of a run takes (its actor, or each bundle of its placement group)."""
+
     num_cpus: float
     num_gpus: float
+    ranks: int = 1
 
     @classmethod
     def of_preset(cls, preset_ref: str, label: str = "A", *, gpus: bool = False) -> Resources:
@@ -41,13 +57,25 @@ class Resources:
         except (PresetError, ValueError):
             return cls(1, 0)
         if cfg.device == "cuda" or (gpus and cfg.device == "auto"):
-            return cls(1, 1)
-        return cls(max(1, cfg.threads), 0)
+            return cls(1, 1, cfg.ranks)
+        return cls(max(1, cfg.threads), 0, cfg.ranks)
+
+    def bundles(self) -> list[dict[str, float]]:
+        """The run's placement group: one bundle per rank."""
+        one = {"CPU": self.num_cpus, "GPU": self.num_gpus}
+        return [{k: v for k, v in one.items() if v} for _ in range(self.ranks)]
 
     def text(self) -> str:
-        if self.num_gpus:
-            return f"{self.num_gpus:g} GPU" + ("s" if self.num_gpus != 1 else "")
-        return f"{self.num_cpus:g} CPU" + ("s" if self.num_cpus != 1 else "")
+        """ "1 CPU", "2 CPUs (2 ranks of 1 CPU)": what a node must have free."""
+
+        def amount(n: float) -> str:
+            unit = "GPU" if self.num_gpus else "CPU"
+            return f"{n:g} {unit}" + ("s" if n != 1 else "")
+
+        one = self.num_gpus or self.num_cpus
+        if self.ranks == 1:
+            return amount(one)
+        return f"{amount(one * self.ranks)} ({self.ranks} ranks of {amount(one)})"
 
 
 def place_s() -> float:
@@ -78,8 +106,9 @@ def alive_nodes(need: Resources | None = None) -> list[str]:
         if not node.get("Alive"):
             continue
         res = node.get("Resources", {})
-        if need is not None and (
-            res.get("CPU", 0) < need.num_cpus or res.get("GPU", 0) < need.num_gpus
+        if need is not None and (  # a packed group: every rank on this node
+            res.get("CPU", 0) < need.num_cpus * need.ranks
+            or res.get("GPU", 0) < need.num_gpus * need.ranks
         ):
             continue
         out.append(str(node["NodeID"]))

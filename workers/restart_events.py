@@ -122,27 +122,34 @@ def moved_event(
     *,
     moved: bool,
     mode: str = HOST_LOSS,
+    times: dict[str, float] | None = None,
+    ranks: int = 1,
 ) -> dict[str, Any]:
     """The event of a restart on another machine: "Lost host NODE at step N; restarting on
     host OTHER from the mirror's checkpoint at step M, K steps back" (`moved`: a crash test of
     crash mode `mode`, one that moves_host, took the host away; else it vanished by itself,
-    told as HOST_LOSS)."""
+    told as HOST_LOSS). `times`: a lost host's noticed_t and placed_t (unix times); `ranks`:
+    a run of several restarts them all, at the same world size ("restarting its 2 ranks")."""
     if not mode_named(mode).moves_host:
         raise ValueError(f"crash mode {mode!r} does not move the run to another host")
     where = f"host {new.name}" if new is not None else "another host"
+    if ranks > 1:  # a group restarts whole, at the same world size
+        where = f"its {ranks} ranks on {where}"
+    else:
+        where = f"on {where}"
     at = f" at step {step}" if step is not None else ""
     lost_steps = None
     if step is not None:
         lost_steps = max(step - ckpt, 0) if ckpt is not None else step
     if ckpt is not None:
         source = "the mirror's" if pulled is not None else "its disk's"
-        text = f"{lead}{at}; restarting on {where} from {source} checkpoint at step {ckpt}"
+        text = f"{lead}{at}; restarting {where} from {source} checkpoint at step {ckpt}"
         if lost_steps:
             text += f", {_steps(lost_steps)} back"
         text += "."
     else:
         text = (
-            f"{lead}{at}; restarted on {where}, but the mirror holds no checkpoint of this"
+            f"{lead}{at}; restarted {where}, but the mirror holds no checkpoint of this"
             " run: the restart requires one (--require-checkpoint), so it must refuse."
         )
     return build_event(
@@ -156,6 +163,7 @@ def moved_event(
         crash_mode=mode,
         lost_host=old.to_dict(),
         host=new.to_dict() if new is not None else None,
+        **(times or {}),
     )
 
 

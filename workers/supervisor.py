@@ -72,6 +72,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -88,7 +89,7 @@ from crashdrill.trainer.crash_modes import HOST_LOSS, mode_named
 from crashdrill.trainer.event_record import event as build_event
 from crashdrill.trainer.exit_codes import EXIT_DIVERGED, EXIT_OK
 from crashdrill.trainer.stages import Stage
-from crashdrill.workers.executor import Executor, Host, Trainer
+from crashdrill.workers.executor import Executor, ExecutorError, Host, Trainer
 from crashdrill.workers.graceful_stop import (
     PREEMPT_GRACE_S,
     Preemption,
@@ -534,8 +535,16 @@ class Supervisor:
         """The run's machine is gone (or taken away by a crash test of the mode `moved`, one
         that moves_host): restart it on another one, from the newest verified checkpoint
         in the mirror."""
+        times: dict[str, float] = {}
         if moved is None:
-            self.executor.relocate(self.launch.run_dir)
+            times["noticed_t"] = time.time()
+            try:
+                self.executor.relocate(self.launch.run_dir)
+            except ExecutorError as e:  # no node could take its ranks: said, not waited for
+                at = f" at step {step}" if step is not None else ""
+                self._fail(f"{lead}{at}: {e}", exit_code=None, segment=segment)
+                return False
+            times["placed_t"] = time.time()
         new = self.executor.host(self.launch.run_dir)
         ckpt = self._checkpoint_step()
         pulled = self._pull_from_mirror(segment) if ckpt is None else None
@@ -551,6 +560,8 @@ class Supervisor:
             pulled,
             moved=moved is not None,
             mode=moved or HOST_LOSS,
+            times=times,
+            ranks=int((self.run_dir.run_json().get("config") or {}).get("ranks") or 1),
         )
         self._append([event])
         self._notify(Change("restarting", text=event["text"]))

@@ -1,5 +1,6 @@
 """A Ray cluster on 127.0.0.1 for the `ray` tier: a head that takes no runs and worker
-nodes that do, started in this process with ray.cluster_utils.Cluster.
+nodes that do, started in this process with ray.cluster_utils.Cluster, with the lab's
+node health check (workers/ray_placement.py NODE_HEALTH_CHECK: a lost node in ~1.5 s).
 
     cluster = start_cluster(nodes=2)      # ~15-25 s on a 2-core machine
     cluster.address                       # "127.0.0.1:PORT", for --ray / RayExecutor
@@ -35,9 +36,13 @@ def start_cluster(nodes: int = 2) -> Any:
     """A head (no CPUs: runs go to the workers) and `nodes` worker nodes, connected."""
     from ray.cluster_utils import Cluster
 
+    from crashdrill.workers.ray_placement import NODE_HEALTH_CHECK
+
     cluster = Cluster(
         initialize_head=True,
-        head_node_args=node_args(num_cpus=0, include_dashboard=False),
+        head_node_args=node_args(
+            num_cpus=0, include_dashboard=False, _system_config=NODE_HEALTH_CHECK
+        ),
     )
     for _ in range(nodes):
         cluster.add_node(**node_args())

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from crashdrill.workers.executor import Host, StartCancelled, Trainer
+from crashdrill.workers.executor import ExecutorError, Host, StartCancelled, Trainer
 from crashdrill.workers.launch import Launch
 from crashdrill.workers.local_executor import LocalExecutor
 from crashdrill.workers.supervisor import Supervisor
@@ -105,6 +105,33 @@ def test_a_lost_host_restarts_the_run_on_another_one_with_the_event_line(
     assert lost["host"] == {"node_id": "n2", "name": "node-two"}
     resume = next(r for r in recs if r["kind"] == "resume")
     assert resume["segment"] == 1 and resume["from_step"] == m
+    # Where the seconds went: noticed, then placed, then the event (benchmarks/ray_cluster.py).
+    assert lost["noticed_t"] <= lost["placed_t"] <= lost["t"]
+
+
+class NoRoomForTheRanks(VanishingHost):
+    """A cluster whose live nodes cannot hold the run's ranks (RayExecutor.relocate)."""
+
+    def relocate(self, run_dir: Path) -> Host | None:
+        self.relocated += 1
+        raise ExecutorError("no node left has 2 CPUs (2 ranks of 1 CPU) for its 2 ranks")
+
+
+def test_a_lost_host_with_no_node_left_for_its_ranks_fails_at_once_saying_why(
+    tmp_path: Path,
+) -> None:
+    executor = NoRoomForTheRanks()
+    sup, changes = supervised(tmp_path, executor)
+    sup.start()
+    wait_for_step(sup.run_dir, 25)
+    executor.vanish()
+    changes.wait_for("failed")
+    assert changes.states() == ["running", "failed"]
+    failed = next(r for r in records(sup.run_dir) if r.get("code") == "failed")
+    assert str(failed["text"]).startswith("Lost host node-one at step ")
+    assert str(failed["text"]).endswith(
+        ": no node left has 2 CPUs (2 ranks of 1 CPU) for its 2 ranks"
+    )
 
 
 def test_a_preset_kept_in_the_run_dir_is_named_where_the_run_dir_is_on_a_node(
