@@ -56,11 +56,11 @@ OFF = {"eval_every": 10**6, "probe_every": 10**6, "sample_every": 10**6, "sample
 # The phases of a group's start (trainer/ranks.py, trainer/rank_loop.py), in order:
 # (the launcher's or the slowest rank's phase, what the time up to it was spent on).
 PHASES = (
-    ((LAUNCHER, "group"), "trainer started → launcher (fork, CLI, run dir)"),
+    ((LAUNCHER, "group"), "trainer started → launcher (fork, CLI, run dir, dataset)"),
     ((LAUNCHER, "store_open"), "rank 0 forked, its TCPStore open"),
     ((LAUNCHER, "forked"), "the other ranks forked"),
     ((None, "joined"), "init_process_group (gloo rendezvous)"),
-    ((None, "data"), "dataset loaded"),
+    ((None, "data"), "dataset (the launcher's, inherited through the fork)"),
     ((None, "model"), "model and optimizer built"),
     ((None, "ddp"), "DistributedDataParallel built (broadcast of the weights)"),
     ((None, "found"), "checkpoint found and verified (sha256), all ranks agree"),

@@ -91,7 +91,11 @@ DCP_INDEX = ".metadata"  # DCP's index of every shard (a pickle), named by FileS
 
 
 class WorldSizeMismatch(CheckpointMismatch):
-    """A checkpoint written by another number of ranks than this run has."""
+    """A checkpoint written by another number of ranks than this run has (`written`)."""
+
+    def __init__(self, text: str, written: int | None = None) -> None:
+        super().__init__(text)
+        self.written = written
 
 
 def rank_key(rank: int) -> str:
@@ -285,7 +289,8 @@ def check_world(info: layout.CheckpointInfo, world: int, data_layout: str = "per
         raise WorldSizeMismatch(
             f"{info.path.name} was written by a one-rank run, this run has {world} ranks; "
             "resharding a one-rank checkpoint is not supported: use ranks = 1 or a fresh "
-            "--run-dir"
+            "--run-dir",
+            written=1,
         )
     saved = m.get("world_size")
     if saved == world:
@@ -297,7 +302,8 @@ def check_world(info: layout.CheckpointInfo, world: int, data_layout: str = "per
         'ranks drew a private data stream (data_layout = "per_rank"), whose cursor means '
         f"nothing on another world size, so no rank's state is dropped or guessed: use "
         f'ranks = {saved}, or start with data_layout = "global" (a global sample position '
-        "that reshards)"
+        "that reshards)",
+        written=saved if isinstance(saved, int) else None,
     )
 
 

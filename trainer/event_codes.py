@@ -181,7 +181,11 @@ EVENT_CODES: tuple[EventCode, ...] = (
         "a run of several ranks refused the checkpoint it found (written by another world"
         " size it cannot load without dropping a rank's state, or another config): it fails"
         " (exit 2) instead of resuming",
-        (_f("ranks", "int", "this run's world size"),),
+        (
+            _f("ranks", "int", "this run's world size"),
+            _f("written_ranks", "int", "the world size that wrote it (a world size refusal)"),
+        ),
+        optional=("written_ranks",),
     ),
     EventCode(
         "fresh_start",

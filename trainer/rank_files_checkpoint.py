@@ -68,7 +68,8 @@ def load_rank_file(info: layout.CheckpointInfo, group: RankGroup) -> dict[str, A
     WorldSizeMismatch (saying which ranks' state would be lost) on another world size."""
     why = refusal(info, group.world)
     if why is not None:
-        raise WorldSizeMismatch(why)
+        saved = info.manifest.get("world_size")
+        raise WorldSizeMismatch(why, written=saved if isinstance(saved, int) else None)
     path = info.path / layout.rank_file_name(group.rank)
     state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
     return state

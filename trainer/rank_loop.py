@@ -112,15 +112,28 @@ def train_ranks(cfg: TrainConfig, run_dir: Path, opts: one_rank.RunOptions) -> i
     """Train (or resume) `run_dir` on cfg.ranks ranks; returns the group's exit code."""
     _check_supported(cfg)
     segment = run_start.start_run_dir(run_dir, opts.label, opts.preset, cfg)
+    data = _load_data(cfg, run_dir, segment)
     return run_group(
         cfg.ranks,
-        lambda group: _rank_main(cfg, run_dir, opts, segment, group),
+        lambda group: _rank_main(cfg, run_dir, opts, segment, group, data),
         ranks_file=Path(run_dir) / RANKS_FILE,
         crash_rank=crash_rank_of(cfg.crash_rank, cfg.seed, cfg.ranks),
         blind=cfg.launcher == "blind",
         timeout_s=cfg.collective_timeout_s,
         on_event=lambda code, fields: _launcher_event(run_dir, segment, code, fields),
     )
+
+
+def _load_data(cfg: TrainConfig, run_dir: Path, segment: int) -> Dataset:
+    """The dataset, loaded once by the launcher before it forks the ranks, which inherit it
+    (the tokens are a read-only memmap), instead of by every rank at once after the fork:
+    on 2 cores that was the second-largest part of a restarted group's start. Its stage
+    records are the group's, as rank 0 wrote them."""
+    rec = RecordWriter(run_dir, segment)
+    try:
+        return load_dataset(cfg, lambda s, p: rec.write("stage", stage=s, progress=p))
+    finally:
+        rec.close()
 
 
 def _launcher_event(run_dir: Path, segment: int, code: str, fields: dict[str, Any]) -> None:
@@ -148,11 +161,16 @@ def _launcher_event(run_dir: Path, segment: int, code: str, fields: dict[str, An
 
 
 def _rank_main(
-    cfg: TrainConfig, run_dir: Path, opts: one_rank.RunOptions, segment: int, group: RankGroup
+    cfg: TrainConfig,
+    run_dir: Path,
+    opts: one_rank.RunOptions,
+    segment: int,
+    group: RankGroup,
+    data: Dataset,
 ) -> int:
     rec: Any = RecordWriter(run_dir, segment) if group.leader else _NoRecords()
     try:
-        return _RankRun(cfg, run_dir, opts, segment, group, rec).run()
+        return _RankRun(cfg, run_dir, opts, segment, group, rec, data).run()
     except CheckpointMismatch as e:  # what `crashdrill run` says of a one-rank run's too
         if group.leader:
             print(f"crashdrill run: {e}", file=sys.stderr)
@@ -197,6 +215,7 @@ class _RankRun:
         segment: int,
         group: RankGroup,
         rec: Any,
+        data: Dataset,
     ) -> None:
         self.cfg, self.run_dir, self.opts, self.segment = cfg, run_dir, opts, segment
         self.group, self.rec = group, rec
@@ -206,7 +225,7 @@ class _RankRun:
         if cfg.launcher == "blind":
             keep_connections()  # its peers wait for a lost rank until the timeout
         phase(group.rank, "joined")
-        self.data: Dataset = load_dataset(cfg, lambda s, p: rec.write("stage", stage=s, progress=p))
+        self.data = data  # loaded by the launcher before the fork (_load_data)
         phase(group.rank, "data")
         self.vocab = cfg.vocab or self.data.vocab_size
         self.fingerprints = {"config": cfg.fingerprint(), "dataset": self.data.sha256[:16]}

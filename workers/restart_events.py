@@ -23,7 +23,7 @@ from crashdrill.trainer.divergence import CODE as DIVERGED_CODE
 from crashdrill.trainer.event_codes import CODES, event_code
 from crashdrill.trainer.event_codes import RESTART_KINDS as RESTART_KINDS  # for its readers
 from crashdrill.trainer.event_record import event as build_event
-from crashdrill.trainer.exit_codes import EXIT_NO_CHECKPOINT
+from crashdrill.trainer.exit_codes import EXIT_NO_CHECKPOINT, EXIT_USAGE
 from crashdrill.workers.executor import Host
 from crashdrill.workers.mirror import Restored
 
@@ -180,6 +180,12 @@ def failure_text(code: int | None) -> str:
             "The trainer found no complete checkpoint to resume from"
             f" (exit status {EXIT_NO_CHECKPOINT}),"
             " so the run cannot continue."
+        )
+    if code == EXIT_USAGE:
+        return (
+            f"The trainer refused to start (exit status {EXIT_USAGE}): a setting it does not"
+            " accept, or a checkpoint it cannot resume without losing state; the run's log"
+            " says which, so the run cannot continue."
         )
     if code is not None and code < 0:
         name = signal.Signals(-code).name if -code in signal.valid_signals() else -code

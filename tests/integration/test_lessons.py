@@ -472,3 +472,52 @@ def _lost_to_resumed(pair: Pair, label: str) -> float:
     last = max(r["t"] for r in pair.records(label, "step") if r["segment"] == 0)
     resumed = next(e for e in pair.records(label, "event") if e["code"] == "resumed")
     return round(resumed["t"] - last, 2)
+
+
+def test_lesson_1_18_a_reshards_onto_one_rank_within_its_tolerance_and_b_s_rank_files_refuse(
+    client: httpx.Client,
+) -> None:
+    from crashdrill.trainer.resume_compare import RESHARD_LOSS_TOLERANCE, RESHARD_WHY
+
+    lesson = get_preset("lesson-1.18")
+    cfg = lesson.config_for("A")
+    # The texts name what the runs do; these are the numbers they name, from the lesson.
+    assert (cfg.ranks, lesson.crash.restart_ranks, cfg.data_layout) == (2, 1, "global")
+    assert f"global batch of {cfg.batch} windows" in lesson.whats_happening
+    assert f"checkpoint every {cfg.ckpt_every} steps" in lesson.whats_happening
+    assert "restarts both runs on one rank instead of two" in lesson.whats_happening
+    tolerance = f"tolerance of {RESHARD_LOSS_TOLERANCE:g}"
+    assert tolerance in lesson.what_to_watch and tolerance in lesson.crash.expect
+    refusal = f"written by {cfg.ranks} ranks, this run has {lesson.crash.restart_ranks}"
+    assert refusal in lesson.crash.expect and "written by 2 ranks and this run has 1" in (
+        lesson.what_to_watch
+    )
+    pair = start(client, "lesson-1.18")
+    predict(pair, {"A": "different", "B": "refused"})
+    pair.crash_at("A", 60)
+    pair.crash_at("B", 60)
+    runs = pair.wait(
+        lambda rs: [r["state"] for r in rs] == ["finished", "failed"], "A to finish and B to fail"
+    )
+    assert [r["state"] for r in runs] == ["finished", "failed"]
+    for label in "AB":
+        assert "The lesson restarts it with ranks=1" in crash_event(pair, label)["text"]
+    (a,) = pair.checks("A")
+    assert a["from_step"] % every("lesson-1.18", "A") == 0 and a["complete"], a
+    assert a["bit_identical"] is False and a["outcome"] == "different"
+    assert a["resharded"] == {"from_ranks": 2, "ranks": 1, "tolerance": RESHARD_LOSS_TOLERANCE,
+                              "within_tolerance": True, "why": RESHARD_WHY}  # fmt: skip
+    assert a["max_abs_delta"] <= RESHARD_LOSS_TOLERANCE and a["first_divergent_rank"] is None
+    assert pair.checks("B") == []  # it resumed nothing: its refusal is the outcome
+    (refused,) = [e for e in pair.records("B", "event") if e["code"] == "checkpoint_refused"]
+    assert refusal in refused["text"] and "rank 1's RNG states and data position" in refused["text"]
+    assert (refused["written_ranks"], refused["ranks"]) == (2, 1)
+    assert not [r for r in pair.records("B", "step") if r["segment"] == 1]
+    assert measured(pair) == {"A": "different", "B": "refused"}
+    report(
+        "lesson-1.18",
+        from_step=a["from_step"],
+        A_points=a["points"],
+        A_max_abs_delta=a["max_abs_delta"],
+        tolerance=RESHARD_LOSS_TOLERANCE,
+    )

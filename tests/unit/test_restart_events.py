@@ -108,3 +108,13 @@ def test_a_move_refuses_a_crash_mode_that_does_not_move_the_run() -> None:
     for mode in (m.name for m in MODES if not m.moves_host):
         with pytest.raises(ValueError, match=f"{mode!r} does not move the run"):
             moved_event("x", Host("n1", "a"), None, 1, 3, None, None, moved=True, mode=mode)
+
+
+def test_a_trainer_that_refused_to_start_fails_saying_it_refused_not_that_it_crashed() -> None:
+    from crashdrill.trainer.exit_codes import EXIT_USAGE
+    from crashdrill.workers.restart_events import failure_text
+
+    text = failure_text(EXIT_USAGE)
+    assert text.startswith("The trainer refused to start (exit status 2)")
+    assert "a checkpoint it cannot resume without losing state" in text
+    assert failure_text(1).startswith("The trainer failed (exit status 1)")

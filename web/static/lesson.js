@@ -164,6 +164,7 @@ function outcomeWords(c) {
     return `Bit-identical so far: the ${f.int(c.points)} recomputed steps match exactly; ${f.int(c.expected_points - c.points)} lost steps are still to recompute.`;
   }
   if (c.outcome === "identical") return "Bit-identical: the resume reproduced the lost steps exactly.";
+  if (c.resharded) return reshardWords(c);
   const other = otherFieldsVerdict(c); // different: say what was measured to differ
   if (other) return other;
   if (c.missing?.length) {
@@ -176,6 +177,19 @@ function outcomeWords(c) {
     + "The checkpoint missed part of the training state (AdamW moments, the schedule position, an RNG stream "
     + "or the data position), or a kernel is not deterministic; the resumed run is a different run, "
     + "even when its curve looks close.";
+}
+
+/** A resume on another world size (the check's `resharded`): not bit-identical by
+ * construction, so the verdict is max |Δloss| against the tolerance the server states. */
+function reshardWords(c) {
+  const r = c.resharded;
+  const ranks = (n) => `${f.int(n)} rank${n === 1 ? "" : "s"}`;
+  const delta = c.infinite_delta ? "∞" : f.sci(c.max_abs_delta);
+  const verdict = r.within_tolerance
+    ? `within the stated tolerance of ${f.sci(r.tolerance)}`
+    : `beyond the stated tolerance of ${f.sci(r.tolerance)}: a different run`;
+  return `Resumed on ${ranks(r.ranks)} from a checkpoint of ${ranks(r.from_ranks)}, at the same global sample. `
+    + `Not bit-identical, and it cannot be: ${r.why}. Max |Δloss| ${delta}, ${verdict}.`;
 }
 
 const openFieldLists = new Set(); // "run:segment" of the checks whose metric list is open
@@ -227,6 +241,15 @@ export function renderResumeChecks(pair) {
  * names the evidence the run's log holds: a checkpoint its manifest rejected (torn by the
  * kill), or none found at all; and every step trained before the crash is lost. */
 export function refusedText(run) {
+  const world = run.events.find((x) => x.code === "checkpoint_refused" && f.isNum(x.written_ranks));
+  if (world) {  // a checkpoint of another world size that cannot be resharded
+    const lost = run.crashes().find((c) => c.segment === (world.segment ?? 1))?.reached;
+    const cost = f.isNum(lost) && lost > 0 ? `all ${f.int(lost)} steps it had trained are lost to it` : "the run cannot go on";
+    return [world.segment ?? 1, "world_size",
+      `Its checkpoint was written by ${f.int(world.written_ranks)} ranks, this run has ${f.int(world.ranks)}: `
+      + "resuming it would drop a rank's state (or leave a rank without any), so the restart refused it (exit 2) "
+      + `instead of resuming. Nothing was recomputed to compare, and ${cost}.`];
+  }
   const e = run.events.find((x) => x.code === "no_checkpoint");
   if (!e) return null;
   const segment = e.segment ?? 1;
