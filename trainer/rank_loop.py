@@ -175,7 +175,9 @@ def _rank_main(
         if group.leader:
             print(f"crashdrill run: {e}", file=sys.stderr)
         rec.write("stage", stage=Stage.FAILED, progress=1.0)
-        rec.event(REFUSED_CODE, f"Refused to resume: {e}.", ranks=group.world)
+        written = getattr(e, "written", None)  # a WorldSizeMismatch says who wrote it
+        more = {"written_ranks": written} if isinstance(written, int) else {}
+        rec.event(REFUSED_CODE, f"Refused to resume: {e}.", ranks=group.world, **more)
         return EXIT_USAGE
     except Exception as e:
         rec.write("stage", stage=Stage.FAILED, progress=1.0)
