@@ -67,7 +67,8 @@ export function killText(pid, step, event = null, after = null) {
   const where = Number.isInteger(save) ? `, in the middle of writing the checkpoint for step ${save}` : "";
   const then = outcome(after);
   const pending = then ? "" : event ? "; restarting it" : "";
-  return `Killed process ${pid ?? "?"} at step ${step ?? "?"}${where}${then || pending}.`;
+  const rank = Number.isInteger(event?.lost_rank) ? ` (rank ${event.lost_rank})` : ""; // a rank crash's event
+  return `Killed process ${pid ?? "?"}${rank} at step ${step ?? "?"}${where}${then || pending}.`;
 }
 
 /** The cost line of a resume check `c` whose segment began after `kind` ("crash" or
