@@ -93,8 +93,9 @@ def test_a_kill_says_what_happened_and_the_restart_s_outcome_only_once_it_is_in(
 
 def test_a_rank_crash_says_which_rank_s_process_was_killed_once_its_event_is_in() -> None:
     crash = {"code": "crash", "segment": 0, "at_step": 63, "lost_rank": 1, "crash_mode": "rank"}
-    out = js("out.push(w.killText(4251, 63, crash)); out.push(w.offerWords(modes.find((m) => m.one_rank)));",
-             crash=crash, modes=modes_json())  # fmt: skip
+    steps = "out.push(w.killText(4251, 63, crash));"
+    steps += "out.push(w.offerWords(modes.find((m) => m.one_rank)));"
+    out = js(steps, crash=crash, modes=modes_json())
     assert out[0] == "Killed process 4251 (rank 1) at step 63; restarting it."
     assert out[1][0] == "Kill one rank"  # the offer button of a mode that kills one_rank
 
