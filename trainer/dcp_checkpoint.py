@@ -42,7 +42,7 @@ and once per process (cached by that sha256: held_ranks and dcp.load share it).
 What a restart costs is mostly DCP's reading: one torch.load per item. Every tensor is its
 own item (model 29, AdamW 84 for the quick preset); the values that are not tensors
 (counters, cursors, Python and NumPy RNG integers, param_groups) are one item per top-level
-key, "<key>._values" (_ValuesSavePlanner), not one each: 143 items per rank became 121.
+key, "<key>._values" (_ValuesSavePlanner), not one each: 143 items per rank became 120.
 A checkpoint written before that (one item per value, no "._values" in its index) still
 loads, through DCP's own per-item path.
 """
