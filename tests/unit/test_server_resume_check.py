@@ -176,3 +176,47 @@ def test_every_kind_of_resume_gets_its_one_outcome_from_the_server() -> None:
     again = [(1, s, row(1.0 / s)) for s in range(1, 5)]  # no checkpoint: step 1 again
     assert _outcome(original + again, {1: None}) == "fresh"
     assert _outcome(original, {1: None}) == "fresh"  # it said so before its first step
+
+
+def test_a_resume_on_another_world_size_states_its_tolerance_and_compares_no_rank_s_own_loss() -> (
+    None
+):
+    from crashdrill.trainer.resume_compare import RESHARD_LOSS_TOLERANCE, RESHARD_WHY
+
+    def ranked(segment: int, s: int, shift: float) -> dict[str, object]:
+        loss = 1.0 / s + shift
+        per_rank = {str(r): bits(loss) for r in range(2 if segment == 0 else 1)}
+        return {**row(loss), "rank_loss_bits": per_rank}
+
+    step_rows = [
+        {"segment": 0, "step": s, "data": json.dumps(ranked(0, s, 0.0))} for s in range(1, 11)
+    ]
+    step_rows += [
+        {"segment": 1, "step": s, "data": json.dumps(ranked(1, s, 3e-6))} for s in range(7, 13)
+    ]
+    resume = {
+        "segment": 1,
+        "from_step": 6,
+        "path": "ckpt/step-00000006",
+        "from_ranks": 2,
+        "ranks": 1,
+    }
+    [check] = checks_from_rows(step_rows, [{"segment": 1, "data": json.dumps(resume)}])
+    view = check.to_dict()
+    assert view["bit_identical"] is False and view["outcome"] == "different"
+    assert view["resharded"] == {"from_ranks": 2, "ranks": 1, "tolerance": RESHARD_LOSS_TOLERANCE,
+                                 "within_tolerance": True, "why": RESHARD_WHY}  # fmt: skip
+    assert "not associative" in RESHARD_WHY
+    # Rank 1 of two is no rank of one: the per-rank losses are not paired, nor named.
+    assert view["first_divergent_rank"] is None
+    assert not [f for f in view["fields"] if f["field"].startswith("step.rank_loss_bits")]
+    far = [
+        {**r, "data": json.dumps(ranked(1, r["step"], 1e-3))}
+        for r in step_rows
+        if r["segment"] == 1
+    ]
+    [check] = checks_from_rows(step_rows[:10] + far, [{"segment": 1, "data": json.dumps(resume)}])
+    assert check.to_dict()["resharded"]["within_tolerance"] is False
+    same = {**resume, "from_ranks": 1}  # the same world size: no tolerance, bits compared
+    [check] = checks_from_rows(step_rows, [{"segment": 1, "data": json.dumps(same)}])
+    assert check.to_dict()["resharded"] is None
