@@ -40,14 +40,25 @@ class RankTarget:
     proc: psutil.Process
     killed_at: float | None = None  # time.time() of the SIGKILL
 
-    def kill(self) -> None:
-        """SIGKILL this rank (psutil checks the pid is still the same process)."""
+    def kill(self, settle_s: float = 0.2) -> None:
+        """SIGKILL this rank (psutil checks the pid is still the same process), and wait
+        until it is dead (gone, or a zombie its launcher has not reaped), at most
+        `settle_s`: what the lab says of the run right after the kill (its view's `ranks`)
+        then sees the rank lost, not a process the signal has not reached yet."""
         sent = time.time()  # before: its launcher may notice before this returns
         try:
             self.proc.send_signal(signal.SIGKILL)
         except psutil.NoSuchProcess:
             raise RankCrashRefused(f"rank {self.rank} has already exited") from None
         self.killed_at = sent
+        deadline = time.monotonic() + settle_s
+        while time.monotonic() < deadline:
+            try:
+                if self.proc.status() == psutil.STATUS_ZOMBIE:
+                    return
+            except psutil.NoSuchProcess:
+                return
+            time.sleep(0.002)
 
 
 def rank_target(run_dir: RunDir, launcher: int) -> RankTarget:

@@ -49,6 +49,14 @@ def test_lesson_1_16_b_s_check_names_rank_1_and_a_s_is_bit_identical_on_both_ran
     assert page.errors == []
 
 
+def crash_event(page: Any, label: str) -> dict[str, Any]:
+    events: list[dict[str, Any]] = page.evaluate(
+        "async (id) => (await (await fetch(`/api/runs/${id}/events`)).json()).events",
+        run_view(page, label)["id"],
+    )
+    return next(e for e in events if e["code"] == "crash")
+
+
 # Every change of the card's rank lines, in order: a snapshot of "rank:state" for each rank.
 WATCH_RANKS = """(label) => {
     const ul = document.querySelector(`.run-card.run-${label} .ranks`);
@@ -104,11 +112,11 @@ def test_lesson_1_16_s_kill_one_rank_shows_that_rank_lost_then_the_group_restart
     except BaseException:
         stop_both(page)
         raise
-    lost = next(i for i, s in enumerate(snapshots) if "lost" in s)
-    killed = snapshots[lost].split(",").index("lost")
-    assert "restarting" in snapshots[lost] or "restarting" in ",".join(snapshots[lost + 1 :])
-    assert snapshots[-1] == "training,training", snapshots
+    killed = int(crash_event(page, "A")["fields"]["lost_rank"])
     assert f"killed rank {killed} of 2" in crashed.inner_text()
+    lost = next(i for i, s in enumerate(snapshots) if s.split(",")[killed] == "lost")
+    assert "restarting" in ",".join(snapshots[lost:]), snapshots  # the group, then
+    assert snapshots[-1] == "training,training", snapshots
     errors = list(page.errors)  # before the stop: B, stopped already, answers it 409
     stop_both(page)
     assert errors == []
