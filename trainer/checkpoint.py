@@ -48,6 +48,7 @@ from crashdrill.trainer.checkpoint_layout import (
     checkpoints,
     ckpt_root,
     find_latest,
+    rank_file_name,
     step_dir_name,
     temp_dir_name,
 )
@@ -274,6 +275,9 @@ def load_model_state(run_dir: str | Path) -> dict[str, torch.Tensor]:
         raise FileNotFoundError(f"no complete checkpoint under {ckpt_root(run_dir)}")
     if info.manifest.get("layout") == "dcp":  # several ranks' shards (trainer/dcp_checkpoint.py)
         return _dcp_model_state(info.path)
+    if info.manifest.get("layout") == "rank_files":  # trainer/rank_files_checkpoint.py
+        whole = torch.load(info.path / rank_file_name(0), map_location="cpu", weights_only=True)
+        return dict(whole["model"])  # every rank's file holds the same weights
     return dict(torch.load(info.path / "model.pt", map_location="cpu", weights_only=True))
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from crashdrill.server.lessons.crash_effects import crash_settings
 from crashdrill.server.lessons.resume_checks import resume_checks
+from crashdrill.trainer.checkpoint import load_model_state
 from crashdrill.trainer.presets import Crash, dump_preset, get_preset
 from crashdrill.trainer.records import read_records
 from crashdrill.trainer.resume_compare import RESHARD_LOSS_TOLERANCE
@@ -80,3 +81,6 @@ def test_a_2_rank_run_restarted_on_1_reshards_dcp_within_tolerance_and_rank_file
     assert not [r for r in recs if r["kind"] == "step" and r["segment"] == 1]
     (failed,) = [r for r in recs if r.get("code") == "failed"]
     assert failed["exit_code"] == 2, failed
+    # Its checkpoint is whole: readable by a tool at its own world size (the drill's weights).
+    weights = load_model_state(runs["B"][2].path)
+    assert set(weights) == set(load_model_state(runs["A"][2].path)) and weights
