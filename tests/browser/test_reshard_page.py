@@ -30,7 +30,9 @@ def test_lesson_1_18_a_reshards_onto_one_rank_within_tolerance_and_b_refuses_its
         refused = page.locator("#resume-checks li.run-B.check-refused")
         refused.wait_for(timeout=RUN_MS)
     except BaseException:
+        # A flake must leave its cause: what the page said, then the server's log.
         print(f"page errors: {page.errors}\n--- page ---\n{page.locator('body').inner_text()}")
+        print(f"--- server log ---\n{lab_server.output()[-6000:]}")
         stop_both(page)
         raise
     verdict = a.locator(".check-verdict").inner_text()
