@@ -98,12 +98,12 @@ def rank_states(
 ) -> list[RankStatus]:
     """Every rank's state now (see the module's docstring for where each comes from)."""
     said = read_ranks_file(run_dir / RANKS_FILE) if run_dir is not None else None
-    if said is not None:
-        world = int(said.get("world") or world)
+    current = said is not None and trainer_pid is not None and said.get("launcher") == trainer_pid
+    if current:  # an earlier group's file may be of another world size (a resharded resume)
+        world = int(said.get("world") or world)  # type: ignore[union-attr]
     ranks = range(world)
     if run_state in _ENDED:
         return [RankStatus(r, _ENDED[run_state]) for r in ranks]
-    current = said is not None and trainer_pid is not None and said.get("launcher") == trainer_pid
     lost: dict[str, Any] = (said or {}).get("lost") or {}
     lost_rank = lost.get("rank")
     pids: dict[str, Any] = (said or {}).get("pids") or {}

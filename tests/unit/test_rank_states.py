@@ -165,3 +165,12 @@ def test_every_rank_state_the_page_styles_is_one_the_server_serves() -> None:
     css = (Path(__file__).resolve().parents[2] / "web" / "static" / "lab.css").read_text()
     styled = set(re.findall(r"\.ranks li\[data-state=(\w+)\]", css))
     assert styled and styled <= {s.value for s in RankState}, styled
+
+
+def test_a_group_restarted_on_another_world_size_is_not_counted_from_the_old_group_s_file(
+    tmp_path: Path, ranks: list[Any]
+) -> None:
+    lost = {"rank": 1, "status": 137, "noticed_at": 100.5}
+    run_dir = _said(tmp_path, ranks, launcher=ME + 10**6, lost=lost)  # 2 ranks, an earlier trainer
+    got = rank_states(run_dir, "restarting", "restarting", trainer_pid=None, world=4)
+    assert _states(got) == ["restarting", "lost", "restarting", "restarting"]
