@@ -21,7 +21,9 @@ def test_lesson_1_17_b_s_log_counts_down_the_collective_timeout_and_both_resume_
     start(page, lab_server.url + "/lesson/lesson-1.17")
     try:
         assert "collective_timeout_s" in page.locator("body").inner_text()
-        crash(page, "A", 60)
+        # B first: its first Crash test holds both runs while the question is open, so the
+        # kill lands where the hold stopped it (past the checkpoint at 50); pressed second,
+        # B's kill once landed on its checkpoint at 100 and recomputed nothing.
         press_crash(page, "B", 60)  # rank 1 alone; rank 0 waits for it
         waiting = page.locator("#events li.run-B[data-code=rank_lost_waiting]")
         waiting.filter(has_text="the survivors' collective times out in").wait_for()
@@ -31,6 +33,7 @@ def test_lesson_1_17_b_s_log_counts_down_the_collective_timeout_and_both_resume_
         card.locator("li[data-rank='0'][data-state=waiting]").wait_for(timeout=15_000)
         card.locator("li[data-rank='1'][data-state=lost]").wait_for(timeout=5_000)
         waiting_words = " ".join(card.locator("li[data-rank='0']").inner_text().split())
+        crash(page, "A", 60)
         waiting.filter(has_text="the collective timed out after").wait_for(timeout=60_000)
         wait_check(page, lab_server, "A", identical=True)
         wait_check(page, lab_server, "B", identical=True)
