@@ -39,6 +39,8 @@ def test_lesson_1_18_a_reshards_onto_one_rank_within_tolerance_and_b_refuses_its
     assert "Resumed on 1 rank from a checkpoint of 2 ranks" in verdict, verdict
     assert "Not bit-identical, and it cannot be: the same global samples" in verdict, verdict
     assert "within the stated tolerance of 1.0e-4" in verdict, verdict
+    # within the tolerance the lesson promised: not drawn as a red "different"
+    assert "check-tolerance" in (a.get_attribute("class") or ""), a.get_attribute("class")
     text = refused.inner_text()
     assert refused.get_attribute("data-evidence") == "world_size", text
     assert "written by 2 ranks, this run has 1" in text and "refused it (exit 2)" in text, text

@@ -148,7 +148,9 @@ export function resumeCheckText(label, c) {
   const [lo, hi] = c.steps || [null, null];
   const progress = c.complete ? "" : ` (${c.points} of ${c.expected_points} lost steps recomputed so far)`;
   const line = `${head} steps ${lo}–${hi} (${c.points} points): max |Δloss| ${c.infinite_delta ? "∞" : f.sci(c.max_abs_delta)}, mean ${f.sci(c.mean_abs_delta)}${progress}`;
-  const look = OUTCOME_LOOK[c.outcome];
+  // A resume on another world size cannot be bit-identical: within the tolerance the
+  // server states it is what the lesson promised, not a red "different".
+  const look = c.resharded?.within_tolerance && c.outcome === "different" ? "tolerance" : OUTCOME_LOOK[c.outcome];
   if (!look) return [c.points ? line : head, `The server said the outcome is “${c.outcome ?? "none"}”, which this page does not know: reload it.`, "pending"];
   return [line, outcomeWords(c), look];
 }
