@@ -39,12 +39,13 @@ with weights_only=True. Its `.metadata` index is a pickle, read only after the m
 sha256 of it matched (the trainer's own write, or a mirror copy the manifest vouches for),
 and once per process (cached by that sha256: held_ranks and dcp.load share it).
 
-What a restart costs is mostly DCP's reading: one torch.load per item. Every tensor is its
-own item (model 29, AdamW 84 for the quick preset); the values that are not tensors
-(counters, cursors, Python and NumPy RNG integers, param_groups) are one item per top-level
-key, "<key>._values" (_ValuesSavePlanner), not one each: 143 items per rank became 120.
-A checkpoint written before that (one item per value, no "._values" in its index) still
-loads, through DCP's own per-item path.
+What a restart costs is mostly DCP's reading: one torch.load per item, 143 per rank for
+the quick preset, 117 of them tensors (model 29, AdamW 84). Each value that is not a tensor
+stays an item of its own, under its own name, because `crashdrill inspect` reads those names
+from the index (train_state.step, optimizer.param_groups…): packing them into one item per
+key saved 23 loads (about 7 ms of CPU per rank) and left inspect saying "optimizer state:
+missing". A checkpoint written that way (`<key>._values` in its index: commits 858e7fd to
+this one, 2026-12-06) is refused, naming a fresh run dir.
 """
 
 from __future__ import annotations
@@ -65,9 +66,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.utils.serialization.config  # torch.load imports it on first use: after the fork
-from torch.distributed.checkpoint._nested_dict import FLATTEN_MAPPING, flatten_state_dict
 from torch.distributed.checkpoint._traverse import set_element
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
 from crashdrill.trainer import checkpoint_layout as layout
@@ -84,9 +84,9 @@ from crashdrill.trainer.train_state import CheckpointMismatch
 
 # The manifest's words for a DCP checkpoint: its `layout`, and who wrote what.
 DCP_LAYOUT = "dcp"
-# The name of the DCP item under each top-level key that holds all its non-tensor values
-# ("train_state._values"), written since the restart-latency work of #34 §1.
-VALUES = "_values"
+# The item under each top-level key that held all its non-tensor values, in checkpoints
+# written by 858e7fd and the commits after it that day; refused since (load_group).
+PACKED_VALUES = "._values"
 DCP_INDEX = ".metadata"  # DCP's index of every shard (a pickle), named by FileSystemWriter
 
 
@@ -111,74 +111,15 @@ class GroupSave:
     seconds: float
 
 
-def _values_item(key: str) -> str:
-    """The DCP item that holds every non-tensor value under the state's top-level `key`."""
-    return f"{key}.{VALUES}"
-
-
-def _split_values(flat: dict[str, Any]) -> dict[str, Any]:
-    """A flattened state as DCP items: each tensor its own (as DCP flattens them), and the
-    values that are not tensors one list of [name, value] pairs per top-level key. A list
-    of plain values is one leaf to DCP's traversal, so it is one torch.save'd item."""
-    items: dict[str, Any] = {}
-    values: dict[str, list[list[Any]]] = {}
-    for fqn, v in flat.items():
-        if isinstance(v, torch.Tensor):
-            items[fqn] = v
-        else:
-            values.setdefault(fqn.split(".", 1)[0], []).append([fqn, v])
-    items.update({_values_item(key): pairs for key, pairs in values.items()})
-    return items
-
-
-class _ValuesSavePlanner(DefaultSavePlanner):
-    """DCP's save planner, writing each top-level key's non-tensor values as one item."""
-
-    def set_up_planner(
-        self, state_dict: Any, storage_meta: Any = None, is_coordinator: bool = False
-    ) -> None:
-        flat, paths = flatten_state_dict(state_dict)
-        super().set_up_planner(_split_values(flat), storage_meta, is_coordinator)
-        # The index maps each item to where it lives in the state, as DCP's own does.
-        self.mappings = {fqn: paths.get(fqn, tuple(fqn.split("."))) for fqn in self.mappings}
-
-
 class _WeightsOnlyLoadPlanner(DefaultLoadPlanner):
-    """DCP's load planner, but non-tensor values are loaded without unpickling code; with
-    `values_items`, from one item per top-level key (checkpoints since _ValuesSavePlanner)."""
-
-    def __init__(self, values_items: bool = False) -> None:
-        super().__init__()
-        self.values_items = values_items
-        self.paths: FLATTEN_MAPPING = {}
-        self.target: dict[str, Any] = {}
-        self.wanted: dict[str, list[str]] = {}  # "<key>._values" → the names it must hold
-
-    def set_up_planner(
-        self, state_dict: Any, metadata: Any = None, is_coordinator: bool = False
-    ) -> None:
-        if self.values_items:
-            self.target = state_dict
-            flat, self.paths = flatten_state_dict(state_dict)
-            state_dict = _split_values(flat)
-            self.wanted = {fqn: [name for name, _ in v] for fqn, v in state_dict.items()
-                           if fqn.endswith("." + VALUES)}  # fmt: skip
-        super().set_up_planner(state_dict, metadata, is_coordinator)
+    """DCP's load planner, but non-tensor values are loaded without unpickling code."""
 
     def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
         obj = torch.load(value, weights_only=True)
-        fqn = read_item.dest_index.fqn
-        if fqn in self.wanted:
-            got = dict(obj)  # [[name, value], …]
-            lacking = [name for name in self.wanted[fqn] if name not in got]
-            if lacking:
-                raise CheckpointMismatch(f"the checkpoint holds no {', '.join(lacking[:4])}")
-            for name in self.wanted[fqn]:
-                set_element(self.target, self.paths[name], got[name])
-        elif self.flatten_state_dict:
-            set_element(self.original_state_dict, self.mappings[fqn], obj)
+        if self.flatten_state_dict:
+            set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
         else:
-            self.state_dict[fqn] = obj
+            self.state_dict[read_item.dest_index.fqn] = obj
 
 
 def _hash_files(work: Path) -> dict[str, dict[str, Any]]:
@@ -218,9 +159,7 @@ def save_group(
         print(writing_line(step), file=sys.stderr, flush=True)
     if write is None:
         write = lambda work: dcp.save(  # noqa: E731
-            state,
-            storage_writer=dcp.FileSystemWriter(str(work), sync_files=True),
-            planner=_ValuesSavePlanner(),
+            state, storage_writer=dcp.FileSystemWriter(str(work), sync_files=True)
         )
     try:
         return _save_group(root, keep, group, step, write, meta)
@@ -326,9 +265,13 @@ def load_group(info: layout.CheckpointInfo, group: RankGroup, state: dict[str, A
     asks for the keys to read (on another world size: the replicated ones and rank 0's
     global cursor, check_world having allowed it)."""
     reader = _VerifiedIndexReader(info)
-    items = reader.read_metadata().state_dict_metadata
-    planner = _WeightsOnlyLoadPlanner(values_items=any(k.endswith("." + VALUES) for k in items))
-    dcp.load(state, storage_reader=reader, planner=planner)
+    if any(k.endswith(PACKED_VALUES) for k in reader.read_metadata().state_dict_metadata):
+        raise CheckpointMismatch(
+            f"{info.path} keeps its values that are not tensors packed in one item per key "
+            "(a layout written for a few hours on 2026-12-06, since dropped); this trainer "
+            "cannot resume it: start again with a fresh --run-dir"
+        )
+    dcp.load(state, storage_reader=reader, planner=_WeightsOnlyLoadPlanner())
 
 
 def _index_sha256(info: layout.CheckpointInfo) -> str:

@@ -1,6 +1,6 @@
-"""How a multi-rank checkpoint's state becomes DCP items and comes back (trainer/dcp_checkpoint.py):
-the values that are not tensors travel as one item per top-level key, a checkpoint written
-before that (one item per value) still loads, and DCP's index is unpickled once. DCP runs
+"""How a multi-rank checkpoint's state comes back from DCP (trainer/dcp_checkpoint.py): every
+value, each under its own name in the index (what `crashdrill inspect` reads), DCP's index
+unpickled once, and the short-lived layout that packed the values per key refused. DCP runs
 here in one process, without a process group (it warns so; the real groups are in
 tests/integration/test_ranks.py)."""
 
@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.api import CheckpointException
 
 from crashdrill.trainer import dcp_checkpoint as dc
 from crashdrill.trainer.checkpoint_layout import CheckpointInfo
 from crashdrill.trainer.file_primitives import sha256_of
+from crashdrill.trainer.train_state import CheckpointMismatch
 
 
 def _state(step: int) -> dict[str, Any]:
@@ -73,39 +73,27 @@ def _assert_same(got: dict[str, Any], want: dict[str, Any]) -> None:
     assert got["optimizer"]["param_groups"][0]["betas"] == (0.9, 0.95)  # a tuple stays one
 
 
-def test_the_values_that_are_not_tensors_are_one_item_per_top_level_key(tmp_path: Path) -> None:
-    info = _save(tmp_path / "ck", _state(7), dc._ValuesSavePlanner())
+def test_every_value_is_an_item_under_its_own_name_and_loads_back(tmp_path: Path) -> None:
+    info = _save(tmp_path / "ck", _state(7), None)
     keys = _index_keys(info)
-    assert {"train_state._values", "rank0._values", "optimizer._values"} <= keys
-    assert "model.w" in keys and "optimizer.state.0.step" in keys  # tensors keep their names
-    assert not {"train_state.step", "rank0.data.samples_consumed"} & keys
-    assert dc.held_ranks(info) == {0}  # read from the "rank<r>." keys, as before
-
-
-def test_a_checkpoint_of_one_item_per_value_written_before_still_loads(tmp_path: Path) -> None:
-    old = _save(tmp_path / "old", _state(7), None)  # DCP's default planner: one per value
-    assert "train_state.step" in _index_keys(old)
-    _assert_same(_load(old, _state(1)), _state(7))
-
-
-def test_a_checkpoint_of_values_items_loads_every_value_back(tmp_path: Path) -> None:
-    info = _save(tmp_path / "ck", _state(7), dc._ValuesSavePlanner())
+    assert {"train_state.step", "optimizer.param_groups.0.lr", "rank0.data.world"} <= keys
+    assert dc.held_ranks(info) == {0}
     _assert_same(_load(info, _state(1)), _state(7))
 
 
-def test_a_value_the_state_asks_for_that_the_checkpoint_lacks_is_named(tmp_path: Path) -> None:
-    saved = _state(7)
-    del saved["train_state"]["best_val"]
-    info = _save(tmp_path / "ck", saved, dc._ValuesSavePlanner())
-    # Raised while DCP reads; DCP hands every rank the failure (CheckpointException).
-    with pytest.raises(CheckpointException, match=r"holds no train_state\.best_val"):
+def test_a_checkpoint_of_values_packed_per_key_is_refused_naming_a_fresh_run_dir(
+    tmp_path: Path,
+) -> None:
+    packed = {"model": _state(7)["model"], "train_state._values": [["train_state.step", 7]]}
+    info = _save(tmp_path / "ck", packed, None)
+    with pytest.raises(CheckpointMismatch, match="fresh --run-dir"):
         _load(info, _state(1))
 
 
 def test_dcp_s_index_is_unpickled_once_for_held_ranks_and_the_load(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    info = _save(tmp_path / "ck", _state(7), dc._ValuesSavePlanner())
+    info = _save(tmp_path / "ck", _state(7), None)
     reads: list[str] = []
     real = dcp.FileSystemReader.read_metadata
 
