@@ -44,8 +44,8 @@ the quick preset, 117 of them tensors (model 29, AdamW 84). Each value that is n
 stays an item of its own, under its own name, because `crashdrill inspect` reads those names
 from the index (train_state.step, optimizer.param_groups…): packing them into one item per
 key saved 23 loads (about 7 ms of CPU per rank) and left inspect saying "optimizer state:
-missing". A checkpoint written that way (`<key>._values` in its index: commits 858e7fd to
-this one, 2026-12-06) is refused, naming a fresh run dir.
+missing". A checkpoint written that way (`<key>._values` in its index: by commits 858e7fd
+to da3c461, half an hour of 2026-12-06) is refused, naming a fresh run dir.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ from crashdrill.trainer.train_state import CheckpointMismatch
 # The manifest's words for a DCP checkpoint: its `layout`, and who wrote what.
 DCP_LAYOUT = "dcp"
 # The item under each top-level key that held all its non-tensor values, in checkpoints
-# written by 858e7fd and the commits after it that day; refused since (load_group).
+# written by commits 858e7fd to da3c461 (2026-12-06); refused since (load_group).
 PACKED_VALUES = "._values"
 DCP_INDEX = ".metadata"  # DCP's index of every shard (a pickle), named by FileSystemWriter
 
@@ -268,7 +268,7 @@ def load_group(info: layout.CheckpointInfo, group: RankGroup, state: dict[str, A
     if any(k.endswith(PACKED_VALUES) for k in reader.read_metadata().state_dict_metadata):
         raise CheckpointMismatch(
             f"{info.path} keeps its values that are not tensors packed in one item per key "
-            "(a layout written for a few hours on 2026-12-06, since dropped); this trainer "
+            "(a layout written for half an hour on 2026-12-06, since dropped); this trainer "
             "cannot resume it: start again with a fresh --run-dir"
         )
     dcp.load(state, storage_reader=reader, planner=_WeightsOnlyLoadPlanner())
