@@ -4,11 +4,11 @@
     python benchmarks/ray_cluster.py --executors ray --pairs 2
     python benchmarks/ray_cluster.py --smoke         # CI size: 1 pair, local executor only
     python benchmarks/ray_cluster.py --smoke --executors ray    # the Ray part: 2 nodes
-    python benchmarks/ray_cluster.py --executors ray --pairs 1 --preset lesson-1.17  # 2 ranks
+    python benchmarks/ray_cluster.py --executors ray --pairs 1 --preset lesson-1.16  # 2 ranks
 
 For each executor a fresh server subprocess (`python -m crashdrill.server`, telemetry off,
 `--max-concurrent` = 2 × pairs) and the same load: `--pairs` pairs of `quick` (or
-`--preset lesson-1.17`: runs of 2 ranks, whose crash test kills one rank) with
+`--preset lesson-1.16`: runs of 2 ranks, crash mode kill) with
 steps = `--steps` (a student's override, so the runs are still training when the crash
 and the host loss come; 6 runs by default, the real trainer). For Ray, a cluster on
 127.0.0.1 started here with ray.cluster_utils.Cluster (a head with no CPUs, `--nodes`
@@ -132,15 +132,25 @@ def run_of(client: httpx.Client, pair: str, index: int) -> dict[str, Any]:
     return dict(client.get(f"/api/pairs/{pair}").json()["runs"][index])
 
 
+def last_event(client: httpx.Client, run: str) -> str:
+    events = client.get(f"/api/runs/{run}/events").json().get("events") or []
+    return str(events[-1].get("text")) if events else "no event"
+
+
 def wait_runs(client: httpx.Client, pair: str, ok: Any, what: str) -> list[Any]:
     deadline = time.monotonic() + WAIT_S
     while True:
         runs = client.get(f"/api/pairs/{pair}").json()["runs"]
         if ok(runs):
             return runs
-        if time.monotonic() > deadline:
+        failed = [r for r in runs if r["state"] == "failed"]
+        if time.monotonic() > deadline or failed:
             states = [(r["state"], r["step"]) for r in runs]
-            raise NotMeasured(f"timed out waiting for {what}: {states}")
+            why = "; ".join(f"{r['label']}: {last_event(client, r['id'])}" for r in failed)
+            raise NotMeasured(
+                f"{'a run failed' if failed else 'timed out'} waiting for {what}:"
+                f" {states}{'; ' + why if why else ''}"
+            )
         time.sleep(0.1)
 
 
@@ -350,6 +360,10 @@ def measure(executor: str, args: argparse.Namespace, work: Path, cluster: Any) -
                 out["why"]["ckpt_visible_p50_ms"] = "no checkpoint record was seen in the API"
     finally:
         stop_server(server)
+        if out["why"]:  # what the lab said of a run it could not start or lost
+            lines = log.read_text(errors="replace").splitlines()
+            said = [ln for i, _ in enumerate(lines) if "failed" in _ for ln in lines[i : i + 4]]
+            print("\n".join(["the lab's log:", *said[-40:]]), flush=True)
     return out
 
 
@@ -367,7 +381,7 @@ def main() -> int:
     p.add_argument(
         "--preset",
         default="quick",
-        help="the pairs' lesson: quick (1 rank), lesson-1.17 (2 ranks, A's launcher watches)",
+        help="the pairs' lesson: quick (1 rank), lesson-1.16 (2 ranks, crash mode kill)",
     )
     p.add_argument("--steps", type=int, default=1200, help="steps of each run (quick: 300)")
     p.add_argument(

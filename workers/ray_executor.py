@@ -72,13 +72,16 @@ from crashdrill.workers.ray_placement import (
 )
 from crashdrill.workers.ray_standby import NodeStandbys
 from crashdrill.workers.run_dir import RunDir
-from crashdrill.workers.warm import NONE
+from crashdrill.workers.warm import IMPORT_WAIT_S, NONE
 
 if TYPE_CHECKING:
     from crashdrill.workers.launch import Launch
 
 NAMESPACE = "crashdrill"
 CALL_S = 30.0  # one call to an actor
+# A start waits for the node's warm process to finish importing (up to the fork server's
+# START_TIMEOUT): a fresh actor's on a busy node takes longer than one call may.
+START_CALL_S = IMPORT_WAIT_S + CALL_S
 CANCEL_POLL_S = 0.5  # a placement that waits looks this often for a Stop
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -234,7 +237,9 @@ class RayExecutor:
         if tuple(launch.command[:1]) == (sys.executable,):
             argv[0] = None  # the node's own Python
         argv += ["--mirror", self.mirror]
-        where = self._call(actor, "start", argv, {**env, "PYTHONUNBUFFERED": "1"})
+        env = {**env, "PYTHONUNBUFFERED": "1"}
+        where = self._call(actor, "start", argv, env, timeout=START_CALL_S)
+        self._standbys.top_up()  # the node's next spare warms once this trainer has started
         return RayTrainer(self, launch.run_dir, actor, where)
 
     def adopt(self, run_dir: Path, pids: Iterable[int | None]) -> Trainer | None:
@@ -351,9 +356,9 @@ class RayExecutor:
         """Call the run's actor (placing one when it has none)."""
         return self._call(self._actor(run_dir), method, *args)
 
-    def _call(self, actor: Any, method: str, *args: Any) -> Any:
+    def _call(self, actor: Any, method: str, *args: Any, timeout: float = CALL_S) -> Any:
         try:
-            answer = ray.get(getattr(actor, method).remote(*args), timeout=CALL_S)
+            answer = ray.get(getattr(actor, method).remote(*args), timeout=timeout)
         except (GetTimeoutError, ActorUnavailableError) as e:
             self.cluster.health.failed(f"{type(e).__name__}: {e}"[:300])
             raise
@@ -417,7 +422,6 @@ class RayExecutor:
                     ray.kill(actor)
             self._remove_group(run_dir)
             raise
-        self._standbys.top_up()  # the node's next spare starts warming now
         seed = {n: (run_dir / n).read_bytes() for n in SEEDED if (run_dir / n).exists()}
         self._call(actor, "seed", seed)  # after any waiting event: the copies agree
         write_placement(run_dir, {**kept, **where["host"]})
