@@ -29,6 +29,7 @@ from crashdrill.drill.plan import KillPoint
 from crashdrill.drill.snapshot import Snapshot, final_names
 from crashdrill.drill.target import Segment, Target, WriteWatch
 from crashdrill.drill.trace import LossParser
+from crashdrill.drill.world_size import launcher_world_size, refused, with_world_size
 
 PLACEHOLDER = "{ckpt_dir}"
 PYTHON = "{python}"  # → sys.executable
@@ -86,8 +87,21 @@ class CommandTarget(Target):
         cwd: str | None = None,
         rank: int | None = None,
         checkpoint_globs: list[str] | None = None,
+        resume_world_size: int | None = None,
+        tolerance: float | None = None,
     ) -> None:
         self.rank = rank
+        # --resume-world-size: every restart runs at this many ranks (the command's
+        # --nproc_per_node value replaced), judged within `tolerance` (drill/world_size.py)
+        self.resume_world_size = resume_world_size
+        self.tolerance = tolerance
+        if resume_world_size is not None:
+            self.world_size = launcher_world_size(argv)  # a ValueError naming what is missing
+            if self.world_size == resume_world_size:
+                raise ValueError(
+                    f"--resume-world-size {resume_world_size} is the command's own "
+                    "--nproc_per_node: give another number of ranks"
+                )
         self.files = CheckpointFiles(checkpoint_globs or [])
         self.argv = list(argv)
         self.resume_args = list(resume_args or [])
@@ -118,7 +132,14 @@ class CommandTarget(Target):
 
     def command(self, ckpt_dir: Path, restart: bool) -> list[str]:
         resume = self.gets_resume_args(ckpt_dir, restart)
-        args = self.argv + (self.resume_args if resume else [])
+        argv = self.argv
+        if (
+            restart
+            and self.resume_world_size is not None
+            and self.has_checkpoint(self.snapshot(ckpt_dir))
+        ):  # a resume at M ranks; a restart with nothing to resume starts fresh, at N
+            argv = with_world_size(argv, self.resume_world_size)
+        args = argv + (self.resume_args if resume else [])
         return [a.replace(PLACEHOLDER, str(ckpt_dir)).replace(PYTHON, sys.executable) for a in args]
 
     def environ(self, ckpt_dir: Path, kill: KillPoint | None) -> dict[str, str]:
@@ -131,6 +152,9 @@ class CommandTarget(Target):
             self.checkpoint_root(ckpt_dir), kill.step, self.files, kill.after_write
         )
 
+    def refused(self, segment: Segment) -> bool:
+        return self.resume_world_size is not None and refused(segment) is not None
+
     def failure_hint(self, segment: Segment) -> str | None:
         return interpreter_hint(segment.argv, os.environ.get("PATH"), segment.stderr_tail)
 
@@ -140,6 +164,8 @@ class CommandTarget(Target):
             "resume_args": self.resume_args,
             "resume_args_always": self.resume_args_always,
             "rank": self.rank,
+            "resume_world_size": self.resume_world_size,
+            "tolerance": self.tolerance,
             "checkpoint_globs": self.files.globs,
             "loss_lines": self.parser.matched,  # the shape the reference's lines matched
             "loss_lines_text": self.parser.describe(),

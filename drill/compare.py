@@ -25,8 +25,11 @@ from crashdrill.drill.finding_codes import (
     NO_STEPS,
     NON_ATOMIC_WRITE,
     NONDETERMINISTIC,
+    RANK_KILLED,
+    RANK_LOST_HANG,
     REFERENCE_DIVERGED,
     TOO_FEW_DIGITS,
+    WORLD_SIZE_CHANGED,
 )
 from crashdrill.drill.judge import check_resume
 from crashdrill.drill.plan import KillPoint
@@ -44,6 +47,7 @@ from crashdrill.drill.verdicts import (
     stderr_tail,
     step_text,
 )
+from crashdrill.drill.world_size import why_bits_differ
 from crashdrill.trainer.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from crashdrill.trainer.resume_outcome import ResumeOutcome
 
@@ -105,6 +109,11 @@ def analyse(ev: Evidence) -> Analysis:
             )
         )
 
+    for seg in segs:  # --kill-rank: what the launcher did after the rank's SIGKILL
+        rk = seg.rank_kill
+        if rk is not None and (rk.launcher or rk.pid is None):
+            hung = rk.launcher == "hung"
+            findings.append(Finding(RANK_LOST_HANG if hung else RANK_KILLED, rk.words()))
     kill_numbers = {
         seg.index: n for n, (_, seg) in enumerate(executed_kills(ev.plan, segs), 1) if seg
     }
@@ -114,6 +123,17 @@ def analyse(ev: Evidence) -> Analysis:
             check_resume(k, ev, spacing, precision, unrepeatable, findings, resumes, kill_numbers)
         )
 
+    world = getattr(target, "resume_world_size", None)
+    if world is not None and resumes:  # why the bits cannot match, and what was compared
+        worst = max((r.max_abs_delta or 0.0 for r in resumes if r.points), default=0.0)
+        findings.append(
+            Finding(
+                WORLD_SIZE_CHANGED,
+                why_bits_differ(getattr(target, "world_size", 0), world)
+                + f": max |Δ| {delta_text(worst)} over the resumes, tolerance "
+                f"{getattr(target, 'tolerance', 0):g}",
+            )
+        )
     untested = _untested_writes(ev, resumes)
     if untested is not None:
         findings.append(untested)
@@ -165,6 +185,7 @@ def analyse(ev: Evidence) -> Analysis:
 
     failed = any(f.fails for f in findings) or any(
         r.resume_outcome not in (ResumeOutcome.IDENTICAL, ResumeOutcome.NOTHING_LEFT)
+        and not r.within_tolerance
         for r in resumes
     )
     exit_code = EXIT_FAILED if failed else EXIT_OK

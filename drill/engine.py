@@ -30,6 +30,8 @@ from pathlib import Path
 from crashdrill.drill.drill_end import restart_cap, same_failure
 from crashdrill.drill.interrupt import DrillInterrupted
 from crashdrill.drill.plan import KillPoint
+from crashdrill.drill.rank_kill import POLL_SECONDS as POLL_SECONDS_RANK
+from crashdrill.drill.rank_kill import RankKill, kill_rank
 from crashdrill.drill.rank_output import line_of_rank, split_rank
 from crashdrill.drill.snapshot import Snapshot, appeared_incomplete, modified_in_place
 from crashdrill.drill.target import Child, Segment, Target
@@ -100,6 +102,19 @@ def run_segment(
         _kill_tree(proc)  # when it has exited: whatever it left running in the background
         proc.wait()
         _LIVE.pop(proc, None)
+    if seg.rank_kill is not None and seg.rank_kill.pid is not None:
+        # The rank's SIGKILL ends the segment whatever the launcher did after it: exited
+        # (the drill restarts it), restarted the group (its lines are split off as the
+        # resume: split_restarted_group) or hung until the timeout (stopped there).
+        rk = seg.rank_kill
+        rk.ended(seg.exit_code, seg.ended, hung=seg.hung)
+        # A restarted group's own end (its exit, a hang) goes with its lines when they are
+        # split off; otherwise the launcher's exit or hang after the kill is the kill's.
+        if seg.group_restart_t is None and not seg.out_of_drill_time:
+            seg.killed, seg.hung, seg.kill_time = True, False, rk.t
+        if seg.snapshot_after_kill is None:
+            seg.snapshot_after_kill = target.snapshot(ckpt_dir)
+        return seg
     if seg.term_time is not None:
         seg.killed = True  # a preemption ends the segment whichever way the process went
         seg.kill_time = seg.kill_time or seg.ended
@@ -142,6 +157,13 @@ def _follow(
     def do_kill(in_write: bool) -> None:
         before = watch.snapshot_before() if watch else None
         seg.snapshot_before_kill = before if before is not None else target.snapshot(ckpt_dir)
+        if kill is not None and kill.rank is not None and not in_write:
+            # --kill-rank: that rank's process alone; the launcher's reaction is watched
+            pid = kill_rank(proc.pid, kill.rank)
+            seg.rank_kill = RankKill(kill.rank, pid, seg.last_step, time.monotonic())
+            if pid is not None:
+                seg.processes_killed = 1
+                return
         seg.processes_killed = _kill_tree(proc)
         seg.kill_time = time.monotonic()
         seg.killed = True
@@ -203,7 +225,7 @@ def _follow(
                 if seg.first_ckpt_step is None:  # where the first change showed
                     seg.first_ckpt_step = seg.points[-2].step
                 seen["dir"] = snap
-        if kill is None or seg.killed or seg.term_time is not None:
+        if kill is None or seg.killed or seg.term_time is not None or seg.rank_kill:
             return
         if watch:
             watch.on_step(point.step)
@@ -235,6 +257,8 @@ def _follow(
                 seg.snapshot_before_kill = at_term  # the stop is judged from its SIGTERM
                 seg.grace_expired = True
         interval = watch.interval if watch and stopped is None else 0.05
+        if seg.rank_kill is not None and not seg.rank_kill.launcher:
+            interval = min(interval, POLL_SECONDS_RANK)
         if writes is not None:
             writes.poll(now)
             interval = min(interval, POLL_SECONDS)
@@ -260,6 +284,10 @@ def _follow(
                 on_line(name, raw, now)
         if watch and not seg.killed and watch.poll():
             do_kill(True)
+        rk = seg.rank_kill
+        if rk is not None and stopped is None and rk.poll(proc.pid, time.monotonic()):
+            seg.group_restart_t = time.monotonic()  # the old group is down: the dir as left
+            seg.snapshot_after_kill = target.snapshot(ckpt_dir)
     sel.close()
     if not _reap(proc, seg, max(deadline, time.monotonic() + 0.1)):
         _kill_tree(proc)  # closed its pipes but kept running
@@ -271,6 +299,31 @@ def _follow(
     seg.stderr_tail = list(tail)
     if writes is not None:
         seg.writes_in_place = writes.sentences()
+
+
+def split_restarted_group(seg: Segment) -> Segment | None:
+    """A launcher that restarted the group after a rank's SIGKILL (torchrun
+    --max-restarts): the restarted group's lines, from `group_restart_t` on, become a
+    segment of their own, the resume of `seg`, which ends at the restart. None when the
+    launcher did not restart the group."""
+    t = seg.group_restart_t
+    if t is None or seg.rank_kill is None:
+        return None
+    after = Segment(seg.index + 1, seg.argv, None, started=t, resume_args=seg.resume_args)
+    after.points = [p for p in seg.points if p.t >= t]
+    seg.points = [p for p in seg.points if p.t < t]
+    for r, pts in seg.rank_points.items():
+        after.rank_points[r] = [p for p in pts if p.t >= t]
+        seg.rank_points[r] = [p for p in pts if p.t < t]
+    after.ended, after.exit_code, after.cpu_s = seg.ended, seg.exit_code, seg.cpu_s
+    after.hung, after.out_of_drill_time = seg.hung, seg.out_of_drill_time
+    after.stderr_tail, after.stderr_lines = seg.stderr_tail, seg.stderr_lines
+    after.snapshot_start = after.snapshot_first_step = seg.snapshot_after_kill
+    seg.ended, seg.exit_code, seg.hung, seg.out_of_drill_time = t, None, False, False
+    seg.killed, seg.kill_time = True, seg.rank_kill.t
+    if after.points:
+        seg.rank_kill.first_step_s = after.points[0].t - seg.rank_kill.t
+    return after
 
 
 def _reap(proc: Child, seg: Segment, deadline: float) -> bool:
@@ -350,11 +403,16 @@ def run_crashed(
             seg.restored_from = restore.index
             restore = None
         segments.append(seg)
+        restarted = split_restarted_group(seg)
+        if restarted is not None:  # the launcher's own restart is the resume of the rank kill
+            segments.append(restarted)
+            seg, i = restarted, restarted.index
         if seg.killed:
             continue
         prev = segments[-2] if len(segments) >= 2 else None
         damaged = (
             (seg.crashed or seg.hung)
+            and not target.refused(seg)  # it said why: a replay would say it again
             and prev is not None
             and prev.killed
             and prev.state_copy is not None

@@ -78,6 +78,41 @@ _ALL = [
         _DIAGNOSIS,
     ),
     FindingCode(
+        "rank-killed",
+        "--kill-rank: one rank's process was SIGKILLed; what the launcher did (restarted "
+        "the group, exited) and how long it took",
+        False,
+        _DIAGNOSIS,
+    ),
+    FindingCode(
+        "rank-lost-hang",
+        "--kill-rank: after one rank's SIGKILL the launcher neither restarted the group nor "
+        "exited before --timeout: the survivors waited",
+        True,
+        _DIAGNOSIS,
+    ),
+    FindingCode(
+        "world-size-changed",
+        "--resume-world-size: the restarts ran at another number of ranks, so the bits cannot "
+        "match; the reduced loss is compared within --tolerance",
+        False,
+        _DIAGNOSIS,
+    ),
+    FindingCode(
+        "world-size-tolerance",
+        "--resume-world-size: a resume's reduced loss left the reference's by more than "
+        "--tolerance",
+        True,
+        _DIAGNOSIS,
+    ),
+    FindingCode(
+        "world-size-refused",
+        "--resume-world-size: a restart exited non-zero saying the world size differs: the "
+        "script does not resume on another world size",
+        True,
+        _DIAGNOSIS,
+    ),
+    FindingCode(
         "nondeterministic",
         "the trace differs before any kill, or a resume diverges later than its first steps",
         True,
@@ -212,6 +247,11 @@ SAVED_NOT_RESTORED = "saved-not-restored"
 NONDETERMINISTIC = "nondeterministic"
 RANK_STATE = "rank-state"
 DCP_INCOMPLETE = "dcp-incomplete"
+RANK_KILLED = "rank-killed"
+RANK_LOST_HANG = "rank-lost-hang"
+WORLD_SIZE_CHANGED = "world-size-changed"
+WORLD_SIZE_TOLERANCE = "world-size-tolerance"
+WORLD_SIZE_REFUSED = "world-size-refused"
 NEVER_CHECKPOINTS = "never-checkpoints"
 TORN_CHECKPOINT = "torn-checkpoint"
 CRASHED = "crashed"

@@ -27,6 +27,8 @@ from crashdrill.drill.finding_codes import (
     STATE_MISSING,
     STEPS_RESTARTED,
     TORN_CHECKPOINT,
+    WORLD_SIZE_REFUSED,
+    WORLD_SIZE_TOLERANCE,
 )
 from crashdrill.drill.landing import Landing, judge_landing
 from crashdrill.drill.record_fields import field_verdict
@@ -46,6 +48,7 @@ from crashdrill.drill.verdicts import (
     stderr_tail,
     step_text,
 )
+from crashdrill.drill.world_size import reduced_points, refused
 from crashdrill.drill.write_evidence import incomplete_proof
 from crashdrill.trainer.resume_compare import (
     FieldComparison,
@@ -116,6 +119,8 @@ def _trial(
     kp = prev.kill_point
     if (kp is not None and kp.preempt) or prev.term_time is not None:
         return "preemption"
+    if prev.rank_kill is not None and prev.rank_kill.pid is not None:
+        return "rank-kill"
     if landing.in_write:
         return "inside-write"
     resumed_later = from_step is not None and from_step > 0
@@ -143,7 +148,7 @@ def check_resume(
     judge = _ResumeJudge(k, ev, spacing, findings, earlier, unrepeatable)
     torn_note = judge.note_the_landing()
     judge.note_incomplete_dcp()
-    verdict = judge.how_it_ended(torn_note)
+    verdict = judge.refused_world_size() or judge.how_it_ended(torn_note)
     verdict = judge.restart_from_start(verdict, torn_note, unrepeatable)
     verdict = judge.first_difference(verdict, torn_note, unrepeatable)
     verdict = judge.fields_and_verdict(verdict, precision)
@@ -192,7 +197,13 @@ class _ResumeJudge:
         if replay_of is not None and segs[replay_of].copy_step is not None:
             state = segs[replay_of].copy_snapshot
         self.saved = prev is not None and target.progress_saved(segs[0].snapshot_first_step, state)
-        self.inherited = _lineage_divergence(k, segs, earlier)
+        # On another world size every resume differs in its bits: each is judged against the
+        # reference, within the tolerance, never against a killed process's own losses.
+        self.inherited = (
+            None
+            if getattr(target, "resume_world_size", None) is not None
+            else _lineage_divergence(k, segs, earlier)
+        )
         if self.inherited is not None and prev is not None:
             # Past the earlier divergence the reference says nothing about this resume: its
             # recomputed steps against what the killed process printed is the resume check.
@@ -207,6 +218,14 @@ class _ResumeJudge:
         self.rank_fields = tuple(
             compare_losses(p, rank_field(r)) for r, p in self.rank_pairs.items()
         )
+        # --resume-world-size: the restarts ran at another number of ranks, so the reduced
+        # loss is compared, within the tolerance (drill/world_size.py); no rank by rank
+        self.tolerance: float | None = getattr(target, "tolerance", None)
+        self.within_tolerance: bool | None = None
+        if getattr(target, "resume_world_size", None) is not None:
+            self.pairs = pair(reduced_points(against), reduced_points(seg))
+            self.loss = compare_losses(self.pairs)
+            self.rank_pairs, self.rank_fields = {}, ()
         # It counted from the start again but loaded the weights: a fresh start prints the
         # reference's first loss, one that loaded them another (a deterministic script).
         self.loaded_weights = (
@@ -333,6 +352,48 @@ class _ResumeJudge:
                 more=(f"{folder}/ held {', '.join(shards[:4])} and no .metadata",),
             )
 
+    def refused_world_size(self) -> str:
+        """--resume-world-size: a restart that exited non-zero saying the world size
+        differs refused, as a per-rank checkpoint must ("" when it did not)."""
+        line = refused(self.seg) if self.tolerance is not None else None
+        if line is None:
+            return ""
+        world = getattr(self.target, "resume_world_size", None)
+        self.add(
+            WORLD_SIZE_REFUSED,
+            f"the restart at {world} rank(s) refused to resume (exit {self.seg.exit_code}): "
+            f"{line[:300]}. The script does not resume on another world size (its checkpoint "
+            "holds per-rank state that cannot be resharded): it says so instead of dropping a "
+            "rank's state, but it does not resume elastically",
+        )
+        self.outcome = ResumeOutcome.REFUSED
+        return "refused"
+
+    def within_tolerance_verdict(self, verdict: str) -> str:
+        """--resume-world-size: the reduced loss within the tolerance passes; beyond it is a
+        finding naming the step and the |Δ|."""
+        tol, worst = self.tolerance, self.loss.max_abs_delta
+        assert tol is not None
+        if verdict or not self.pairs or worst is None or self.loss.identical:
+            return verdict  # bit-identical: a fresh start at the reference's world size
+        if worst <= tol:
+            self.within_tolerance = True
+            self.outcome = ResumeOutcome.DIFFERENT  # the bits differ; the tolerance holds
+            return f"within {tol:g} (max |Δ| {delta_text(worst)})"
+        self.within_tolerance = False
+        beyond = next(a for a, b in self.pairs if a.delta(b) > tol)
+        world = getattr(self.target, "resume_world_size", None)
+        self.add(
+            WORLD_SIZE_TOLERANCE,
+            f"at {world} rank(s) the reduced loss leaves the reference's by more than the "
+            f"tolerance {tol:g} at step {beyond.step} (max |Δ| {delta_text(worst)} over "
+            f"{self.loss.points} steps): the resume on another world size does not continue "
+            "the same run (its data position or optimizer state was not mapped to the new "
+            "ranks, or the tolerance is too tight for this many steps)",
+        )
+        self.outcome = ResumeOutcome.DIFFERENT
+        return f"beyond {tol:g} from step {beyond.step}"
+
     def how_it_ended(self, torn_note: str) -> str:
         """The verdict of a restart that hung, diverged by itself or crashed ("" when it
         did none of these), with the finding that says so."""
@@ -423,6 +484,8 @@ class _ResumeJudge:
         if self.inherited is not None and not self.pairs and not verdict:
             verdict = f"not judged: the run had diverged at resume {self.inherited}"
             self.outcome = ResumeOutcome.NOT_COMPARED
+        if self.tolerance is not None:
+            return self.within_tolerance_verdict(verdict)
         i = self.loss.divergent_offset
         pairs, worst = self.pairs, self.loss.max_abs_delta or 0.0
         first_rank = first_rank_divergence(self.rank_fields)
@@ -573,4 +636,5 @@ class _ResumeJudge:
             kill_evidence=tuple(landing.evidence),
             replay_of=replay_of,
             compared_with="killed process" if self.inherited is not None else "reference",
+            within_tolerance=self.within_tolerance,
         )

@@ -74,7 +74,7 @@ def to_xml(result: DrillResult) -> ET.Element:
             for f in an.findings
             if f.resume == r.index and f.fails
         ]
-        ok = r.bit_identical and not texts
+        ok = (r.bit_identical or bool(r.within_tolerance)) and not texts
         seg = segs[r.index] if r.index < len(segs) else None
         seconds = seg.ended - seg.started if seg is not None and seg.ended else None
         case(name, None if ok else "\n".join([r.verdict, *texts]), r.verdict, seconds)

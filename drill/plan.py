@@ -48,7 +48,9 @@ TRIAL_KINDS = {
     "after-checkpoint": "a plain kill after a complete checkpoint",
     "inside-write": "a kill inside a checkpoint write",
     "preemption": "a preemption (SIGTERM, then SIGKILL after the grace)",
+    "rank-kill": "a SIGKILL to one rank's process, not the launcher",
 }
+ASKED_ONLY = ("preemption", "rank-kill")  # trial kinds a plan holds only when asked for
 SOAK_KILLS = 10  # from this many kills on, a plan is a soak:
 WRITES_EVERY = 5  # one kill in this many lands inside a checkpoint write
 EARLY_SHARE = 4  # the first kill lands in the first 1/EARLY_SHARE of the steps before a checkpoint
@@ -71,6 +73,8 @@ class KillPoint:
     # kill is aimed at; from the step line after it the dir stands as that write will find
     # it (the engine copies it from there). None: from the process's first step line.
     after_write: int | None = None
+    # --kill-rank: SIGKILL only this rank's process (drill/rank_kill.py), not the tree
+    rank: int | None = None
 
     @property
     def kind(self) -> str:
@@ -78,6 +82,8 @@ class KillPoint:
         judged from evidence afterwards (drill/landing.py, drill/judge.py)."""
         if self.preempt:
             return "preemption"
+        if self.rank is not None:
+            return "rank-kill"
         if self.during_write:
             return "inside-write"
         return "before-first-checkpoint" if self.before_first else "after-checkpoint"
@@ -87,6 +93,8 @@ class KillPoint:
             return f"a plain kill after the checkpoint write, at step {self.step}"
         if self.preempt:
             return f"a SIGTERM at step {self.step} ({self.grace_s:g} s grace)"
+        if self.rank is not None:
+            return f"rank {self.rank}'s process at step {self.step}"
         if self.during_write:
             return f"during the checkpoint write after step {self.step}"
         return f"at step {self.step}"
@@ -187,7 +195,7 @@ def plan_gaps(
     saw = _wrote(writes)
     gaps: dict[str, str] = {}
     if kills <= 0:
-        return {k: "no kill was asked for (--kills 0)" for k in TRIAL_KINDS if k != "preemption"}
+        return {k: "no kill was asked for (--kills 0)" for k in TRIAL_KINDS if k not in ASKED_ONLY}
     if not (kinds & {"before-first-checkpoint", "preemption"}):
         gaps["before-first-checkpoint"] = (
             f"{_NONE}: every kill lands before the first one"
@@ -268,3 +276,24 @@ def preempt_plan(
         KillPoint(k.step, preempt=True, grace_s=grace_s) if i in chosen else k
         for i, k in enumerate(plan)
     ]
+
+
+def rank_kill_point(
+    plan: Sequence[KillPoint], steps: Sequence[int], checkpoints: Sequence[int], rank: int
+) -> KillPoint | None:
+    """The `--kill-rank` trial, after every kill of the plan: a SIGKILL to `rank`'s process
+    at a step line after the first checkpoint and after the plan's last kill, not a
+    write's own line (so the restarted group has steps to recompute), the middle one of
+    those. None when no such step line is left."""
+    after = max([k.step for k in plan] + [checkpoints[0] if checkpoints else -1])
+    room = [s for s in steps if s > after and s not in set(checkpoints)]
+    if not room or not checkpoints:
+        return None
+    return KillPoint(room[len(room) // 2], rank=rank)
+
+
+def draw_rank(rng: random.Random, printed: Sequence[int] | dict[int, object]) -> int:
+    """`--kill-rank` without a rank: one of the ranks that printed step lines, rank 0
+    aside (its lines are the run's trace), drawn from the seed; rank 1 when none did."""
+    ranks = sorted(r for r in printed if r)
+    return rng.choice(ranks) if ranks else 1

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from crashdrill.drill.compare import executed_kills
-from crashdrill.drill.plan import TRIAL_KINDS
+from crashdrill.drill.plan import ASKED_ONLY, TRIAL_KINDS
 from crashdrill.drill.rank_output import ranks_read
 from crashdrill.drill.record_fields import fields_summary
 from crashdrill.drill.target import last_step_trained
@@ -64,6 +64,8 @@ def kills(result: DrillResult) -> list[dict[str, Any]]:
                 "where": r.kill_where if landed and r is not None else None,
                 "evidence": list(r.kill_evidence) if landed and r is not None else [],
                 "processes": seg.processes_killed if landed and seg else None,
+                "rank": kp.rank,  # --kill-rank: the rank whose process alone was killed
+                "launcher": seg.rank_kill.to_json() if seg and seg.rank_kill else None,
             }
         )
     return out
@@ -92,7 +94,8 @@ def unexercised(result: DrillResult) -> list[dict[str, str]]:
     if not result.analysis.resumes:
         return []  # no kill landed (the reference failed, the run ended first): findings say
     tested = {r.trial for r in result.analysis.resumes}
-    kinds = [k for k in TRIAL_KINDS if k != "preemption" or any(p.preempt for p in result.plan)]
+    asked = {p.kind for p in result.plan}
+    kinds = [k for k in TRIAL_KINDS if k not in ASKED_ONLY or k in asked]
     out = []
     for kind in kinds:
         if kind in tested:
@@ -153,6 +156,7 @@ def _resume(r: ResumeVerdict) -> dict[str, Any]:
             else None
         ),
         "bit_identical": r.bit_identical,
+        "within_tolerance": r.within_tolerance,
         "restarted_from_start": r.restarted_from_start,
         "checkpoint_existed": r.progress_saved,
         "latency_s": _num(r.latency_s, 3),
@@ -346,7 +350,10 @@ def table(result: DrillResult) -> str:
         lines.append(f"  loss lines: {what['loss_lines_text']}")
     lines.append(f"  losses: {an.precision.describe()}")
     if result.mode == "command" and (ref.rank_points or result.target.rank is not None):
-        lines.append(f"  ranks: {ranks_read(result.target.rank, sorted(ref.rank_points))['text']}")
+        ranks = ranks_read(result.target.rank, sorted(ref.rank_points))["text"]
+        if (world := what.get("resume_world_size")) is not None:
+            ranks = f"the reduced loss compared (the restarts ran at {world} rank(s))"
+        lines.append(f"  ranks: {ranks}")
     fp = ev.final_params
     if fp is not None:
         state = "equal" if fp.equal else "DIFFER"
@@ -445,7 +452,7 @@ def _replays(result: DrillResult) -> str:
 def _held(r: ResumeVerdict) -> bool:
     """The resume matched (to the precision printed: too few digits is a finding about
     the whole run, not about one trial) or had nothing left to train."""
-    return r.resume_outcome.held
+    return r.held
 
 
 _KIND_TEXT: dict[str, str] = {

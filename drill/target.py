@@ -21,6 +21,7 @@ from typing import IO, Protocol
 from crashdrill.drill.checkpoint_files import CheckpointFiles
 from crashdrill.drill.diverged import Divergence
 from crashdrill.drill.plan import KillPoint
+from crashdrill.drill.rank_kill import RankKill
 from crashdrill.drill.snapshot import Snapshot, final_names, scan
 from crashdrill.drill.trace import LossParser, StepPoint
 
@@ -180,6 +181,11 @@ class Target:
         when the target documents such an exit (drill/diverged.py)."""
         return None
 
+    def refused(self, segment: Segment) -> bool:
+        """The process exited saying it will not resume this way (a restart on another
+        world size: drill/world_size.py): a refusal ends the chain, it is never replayed."""
+        return False
+
     def failure_hint(self, segment: Segment) -> str | None:
         """A likely cause of a process that failed by itself, when the target sees one
         (a command run by another interpreter than crashdrill's: drill/command.py)."""
@@ -239,6 +245,11 @@ class Segment:
     restored_from: int | None = None
     snapshot_start: Snapshot | None = None  # the checkpoint dir when it started (crashed run)
     out_of_drill_time: bool = False  # stopped by the whole drill's deadline (also `hung`)
+    # --kill-rank: the rank whose process alone was SIGKILLed, and what the launcher did
+    rank_kill: RankKill | None = None
+    # The launcher restarted the group after the rank kill (time.monotonic()): the lines
+    # read from then on are the restarted group's, a resume of its own (engine.py splits)
+    group_restart_t: float | None = None
     # Why the drill started no restart after this segment although the run had not
     # finished: "no-progress", "same-failure", "restart-cap N", "deadline" (engine.py).
     chain_end: str | None = None

@@ -111,6 +111,14 @@ class ResumeVerdict:
     kill_evidence: tuple[str, ...] = ()  # what proves where the kill landed
     replay_of: int | None = None  # started from the copy of resume k's start state
     compared_with: str = "reference"  # or "killed process" once the run had diverged
+    # --resume-world-size: the reduced loss stayed within --tolerance (None: not asked)
+    within_tolerance: bool | None = None
+
+    @property
+    def held(self) -> bool:
+        """It matched (to the precision printed), had nothing left to train, or, on
+        another world size, stayed within the tolerance."""
+        return self.resume_outcome.held or bool(self.within_tolerance)
 
     @property
     def points(self) -> int:  # step pairs compared with the reference

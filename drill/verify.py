@@ -40,7 +40,15 @@ from crashdrill.drill.drill_end import (
 from crashdrill.drill.engine import kill_all, run_crashed, run_segment
 from crashdrill.drill.final_state import compare_final_params, compare_final_params_forked
 from crashdrill.drill.interrupt import DrillInterrupted, exit_code
-from crashdrill.drill.plan import KillPoint, draw_kills, plan_gaps, preempt_gaps, preempt_plan
+from crashdrill.drill.plan import (
+    KillPoint,
+    draw_kills,
+    draw_rank,
+    plan_gaps,
+    preempt_gaps,
+    preempt_plan,
+    rank_kill_point,
+)
 from crashdrill.drill.preempt import StopVerdict, judge_stops, stop_findings
 from crashdrill.drill.record_fields import RunRecords
 from crashdrill.drill.snapshot import Snapshot
@@ -275,10 +283,16 @@ def verify_command(
     checkpoint_globs: list[str] | None = None,
     max_restarts: int | None = None,
     deadline: float | None = None,
+    kill_rank: int | None = None,
+    resume_world_size: int | None = None,
+    tolerance: float | None = None,
 ) -> DrillResult:
     """The drill on any command. `deadline`: seconds for the whole drill (None: derived
     from the reference run's time, drill/drill_end.py); `max_restarts` (None:
-    drill_end.restart_cap); `checkpoint_globs`: only these files are checkpoints."""
+    drill_end.restart_cap); `checkpoint_globs`: only these files are checkpoints;
+    `kill_rank`: add the --kill-rank trial on that rank's process (-1: a rank drawn from
+    the seed among those that printed, rank 0 aside); `resume_world_size`: every restart
+    at that many ranks, judged within `tolerance` (drill/world_size.py)."""
     t0 = time.monotonic()
     target = CommandTarget(
         argv,
@@ -289,6 +303,8 @@ def verify_command(
         cwd=cwd,
         rank=rank,
         checkpoint_globs=checkpoint_globs,
+        resume_world_size=resume_world_size,
+        tolerance=tolerance,
     )
     limits = _limits(target, t0, kills, max_restarts, deadline, work_dir)
     with _work_dirs(work_dir) as (ref_dir, crash_dir):
@@ -313,11 +329,21 @@ def verify_command(
                 rng = random.Random(seed)
                 plan = draw_kills(rng, kills, steps, first, writes, checkpoints=done)
                 gaps = plan_gaps(plan, kills, first, done, writes)
+                if kill_rank is not None:  # --kill-rank: one more trial, after the plan's
+                    rank = kill_rank if kill_rank >= 0 else draw_rank(rng, ref.rank_points)
+                    extra = rank_kill_point(plan, steps, done, rank)
+                    if extra is not None:
+                        plan.append(extra)
+                    else:
+                        gaps["rank-kill"] = (
+                            "no step line after the first checkpoint and the plan's last kill "
+                            "is left for it"
+                        )
                 if preempt:
                     plan, gaps = preempt_gaps(plan, preempt_plan(rng, plan, preempt, grace), gaps)
                 if deadline is None:  # the default, from the reference's time
                     spent = time.monotonic() - t0
-                    limits.deadline_s = spent + default_deadline(ref.ended - ref.started, kills)
+                    limits.deadline_s = spent + default_deadline(ref.ended - ref.started, len(plan))
                     limits.deadline_default = True
                     target.deadline = t0 + limits.deadline_s
                 run_crashed(
@@ -391,7 +417,8 @@ def _finish(
     if segs and segs[-1].out_of_drill_time:  # cut short by the deadline: not judged
         cut = segs.pop()
         limits.running = describe_running(cut, f"process {cut.index} of the crashed run")
-    limits.restarts = max(0, len(segs) - 1)
+    # A group the launcher restarted itself (--kill-rank) is a segment, not a restart
+    limits.restarts = max(0, len(segs) - 1 - sum(1 for s in segs if s.group_restart_t))
     if limits.incomplete and not evidence.reference.points:  # nothing to judge against
         precision = classify_precision([])
         analysis = Analysis([], [], precision, "incomplete", EXIT_FAILED)

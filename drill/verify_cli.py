@@ -43,6 +43,9 @@ COMMAND_ONLY = (
     "resume_args_always",
     "compare_file",
     "rank",
+    "kill_rank",
+    "resume_world_size",
+    "tolerance",
     "checkpoint_glob",
 )
 PRESET_ONLY = ("run", "no_fork_server")
@@ -91,6 +94,30 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="a multi-process script (torchrun): read steps from this rank's lines only "
         "(default: every rank's lines that say their rank, each compared on its own; rank 0's "
         "are the run's trace)",
+    )
+    p.add_argument(
+        "--kill-rank",
+        type=int,
+        nargs="?",
+        const=-1,
+        metavar="R",
+        help="a multi-process script: one more trial, after the plan's kills: SIGKILL rank R's "
+        "process only (the launcher's descendant whose environment says RANK=R; R drawn from "
+        "the seed when omitted) and report what the launcher did: restarted the group, "
+        "exited, or hung until --timeout",
+    )
+    p.add_argument(
+        "--resume-world-size",
+        type=int,
+        metavar="M",
+        help="a torchrun command: every restart runs at M ranks (its --nproc_per_node value "
+        "replaced), judged by the reduced loss within --tolerance (bits cannot match)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        metavar="T",
+        help="with --resume-world-size: the largest |Δ| of the reduced loss a resume may show",
     )
     p.add_argument(
         "--timeout",
@@ -211,6 +238,20 @@ def run(args: argparse.Namespace) -> int:
         return _usage(f"--kills {args.kills}: a whole number in [0, {MAX_KILLS}]")
     if args.rank is not None and args.rank < 0:
         return _usage(f"--rank {args.rank}: a rank is a whole number >= 0")
+    if args.kill_rank is not None and args.kill_rank < -1:
+        return _usage(f"--kill-rank {args.kill_rank}: a rank is a whole number >= 0")
+    if args.kill_rank is not None and args.preempt:
+        return _usage("--kill-rank and --preempt: one kind of stop per drill")
+    if args.resume_world_size is not None:
+        if args.resume_world_size < 1:
+            return _usage(f"--resume-world-size {args.resume_world_size}: a number of ranks >= 1")
+        if args.tolerance is None or not args.tolerance >= 0:
+            return _usage(
+                "--resume-world-size needs --tolerance T (a |Δ| >= 0): on another world size "
+                "the bits cannot match, so the drill judges the reduced loss within T"
+            )
+    elif args.tolerance is not None:
+        return _usage("--tolerance applies to --resume-world-size M")
     if args.timeout <= 0:
         return _usage(f"--timeout {args.timeout:g}: a number of seconds > 0")
     if not args.grace > 0:
@@ -305,6 +346,9 @@ def _drill(
         checkpoint_globs=globs,
         max_restarts=args.max_restarts,
         deadline=args.deadline,
+        kill_rank=args.kill_rank,
+        resume_world_size=args.resume_world_size,
+        tolerance=args.tolerance,
     )
 
 

@@ -47,7 +47,7 @@ RESUME_KEYS = {
     "first_divergent_rank",
     "bit_identical", "restarted_from_start", "checkpoint_existed", "latency_s", "outcome",
     "verdict", "resume_args", "differing", "fields", "trial", "kill", "replay_of",
-    "compared_with", "resume_outcome",
+    "compared_with", "resume_outcome", "within_tolerance",
 }  # fmt: skip
 FIELD_KEYS = {
     "field", "equal", "points", "steps", "first_divergent_step", "max_abs_delta",
@@ -56,6 +56,7 @@ FIELD_KEYS = {
 KILL_KEYS = {
     "index", "planned_step", "during_write", "preempt", "landed", "t", "step",
     "in_checkpoint_write", "processes", "kind", "recovery", "where", "evidence", "planned",
+    "rank", "launcher",
 }  # fmt: skip
 TRIAL_KEYS = {"kind", "resumes", "passed", "codes"}
 UNEXERCISED_KEYS = {"kind", "reason"}
