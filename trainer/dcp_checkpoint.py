@@ -67,7 +67,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.utils.serialization.config  # torch.load imports it on first use: after the fork
 from torch.distributed.checkpoint._traverse import set_element
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
 from crashdrill.trainer import checkpoint_layout as layout
@@ -159,7 +159,12 @@ def save_group(
         print(writing_line(step), file=sys.stderr, flush=True)
     if write is None:
         write = lambda work: dcp.save(  # noqa: E731
-            state, storage_writer=dcp.FileSystemWriter(str(work), sync_files=True)
+            state,
+            storage_writer=dcp.FileSystemWriter(str(work), sync_files=True),
+            # One copy of what every rank holds, and it is rank 0's: DCP's default
+            # balances the copies by tensor size, and non-tensor values then land on
+            # whichever rank (rank 1's best_val is None: only rank 0 evaluates).
+            planner=DefaultSavePlanner(dedup_save_to_lowest_rank=True),
         )
     try:
         return _save_group(root, keep, group, step, write, meta)

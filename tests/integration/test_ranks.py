@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import time
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -65,6 +66,28 @@ def test_a_dcp_checkpoint_lists_every_rank_s_files_with_hashes_and_keeps_k(
     assert {dcp_shard_rank(n) for n in m["rank_files"]["1"]} == {1}
     assert ".metadata" in m["files"] and all(len(e["sha256"]) == 64 for e in m["files"].values())
     assert not list((reference / "ckpt").glob("*.tmp"))
+
+
+def test_rank_0_writes_the_replicated_state_so_its_best_val_is_the_one_resumed(
+    reference: Path,
+) -> None:
+    # Only rank 0 evaluates: rank 1's train_state holds best_val None. DCP keeps one copy of
+    # each item every rank holds; balanced by size, that copy can be rank 1's.
+    import torch.distributed.checkpoint as dcp
+
+    info = next(iter(checkpoints(reference)))
+    meta = dcp.FileSystemReader(str(info.path)).read_metadata()
+    shared = ("model.", "optimizer.", "train_state.")
+    writers = {i.fqn: s.relative_path for i, s in meta.storage_data.items()}
+    assert {dcp_shard_rank(w) for k, w in writers.items() if k.startswith(shared)} == {0}
+    assert {dcp_shard_rank(w) for k, w in writers.items() if k.startswith("rank1.")} == {1}
+    recs, _ = read_records(reference / "records.jsonl")
+    vals = [r["val_loss"] for r in recs if r["kind"] == "val"]
+    best = {"train_state.best_val": None}
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process"
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(best, storage_reader=dcp.FileSystemReader(str(info.path)), no_dist=True)
+    assert best["train_state.best_val"] == min(vals)
 
 
 def _live_in_group(pgid: int) -> list[int]:
