@@ -95,15 +95,18 @@ def test_killing_one_rank_under_torchrun_with_max_restarts_reports_the_group_res
     assert launcher["launcher"] == "restarted", launcher
     assert "the launcher restarted the group" in out
     # The restarted group's lines are the resume, judged like any other: the drill's first
-    # resume is the launcher's own restart, not a restart of the drill's.
+    # resume is the launcher's own restart, not a restart of the drill's. On this machine
+    # torchrun's restarted gloo group sometimes cannot connect (it dials the old group's
+    # ports: "Gloo connectFullMesh failed") and retries until it fails, or past the drill's
+    # deadline on a loaded machine (then the cut-short group is not judged).
+    if rep["drill"]["deadline_hit"]:
+        return
     resume = rep["resumes"][0]
     assert resume["trial"] == "rank-kill" and resume["kill"] == 1, out
-    # On this machine torchrun's restarted gloo group sometimes cannot connect (it dials the
-    # old group's ports: "Gloo connectFullMesh failed"); then the drill restarts it itself.
     if resume["verdict"] == "bit-identical":
         assert rc == 0 and rep["drill"]["restarts"] == 0, out
     else:
-        assert "connectFullMesh" in out or resume["outcome"].startswith("crashed"), out
+        assert resume["outcome"].startswith("crashed"), out
 
 
 def test_a_script_that_resumes_on_another_world_size_passes_within_the_tolerance(
