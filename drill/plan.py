@@ -36,7 +36,7 @@ ones, with at least one of each when there are two or more.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 # What a trial tests; the report names each (docs/verify.md, "Trials"). "The first
@@ -292,7 +292,7 @@ def rank_kill_point(
     return KillPoint(room[len(room) // 2], rank=rank)
 
 
-def draw_rank(rng: random.Random, printed: Sequence[int] | dict[int, object]) -> int:
+def draw_rank(rng: random.Random, printed: Sequence[int] | Mapping[int, object]) -> int:
     """`--kill-rank` without a rank: one of the ranks that printed step lines, rank 0
     aside (its lines are the run's trace), drawn from the seed; rank 1 when none did."""
     ranks = sorted(r for r in printed if r)

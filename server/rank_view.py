@@ -63,7 +63,8 @@ def ranks_view(
     readings = SAMPLER.read(pids) if pids else {}
     out = []
     for status in statuses:
-        reading = readings.get(status.pid) if status.state in _RUNNING else None
+        running = status.pid is not None and status.state in _RUNNING
+        reading = readings.get(status.pid) if running and status.pid is not None else None
         out.append(
             {
                 **status.to_dict(),

@@ -303,7 +303,8 @@ class _VerifiedIndexReader(dcp.FileSystemReader):
         if kwargs.get("rank") is not None:  # a per-rank index: DCP's fallback, not ours
             return super().read_metadata(*args, **kwargs)
         meta = _index(str(self.path), self._sha256)
-        if getattr(meta, "storage_meta", None) is None:
-            meta.storage_meta = StorageMeta()
-        meta.storage_meta.load_id = self.load_id  # as FileSystemReader.read_metadata does
+        storage = getattr(meta, "storage_meta", None)  # an index pickled by an older torch
+        if storage is None:
+            storage = meta.storage_meta = StorageMeta()
+        storage.load_id = self.load_id  # as FileSystemReader.read_metadata does
         return meta

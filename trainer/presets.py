@@ -349,8 +349,10 @@ def _parse_crash(value: Any, problems: list[str]) -> Crash:
         wall = 0
     window = parse_window(value.get("window"), problems)
     restart_ranks = value.get("restart_ranks", 0)
-    if not isinstance(restart_ranks, int) or isinstance(restart_ranks, bool) or not (
-        0 <= restart_ranks <= MAX_RANKS
+    if (
+        not isinstance(restart_ranks, int)
+        or isinstance(restart_ranks, bool)
+        or not (0 <= restart_ranks <= MAX_RANKS)
     ):
         problems.append(
             f"[crash] restart_ranks = {restart_ranks!r}: a world size in [1, {MAX_RANKS}] for the"

@@ -396,7 +396,7 @@ class RayExecutor:
         )
         with self._lock:
             self._groups[run_dir] = group
-        actor = None
+        actor: Any = None  # a Ray actor handle: its methods' .remote is not typed
         try:
             self._placed(group.ready(), run_dir, need)
             node = str(placement_group_table(group)["bundles_to_node_id"][0])

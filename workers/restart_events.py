@@ -133,10 +133,8 @@ def moved_event(
     if not mode_named(mode).moves_host:
         raise ValueError(f"crash mode {mode!r} does not move the run to another host")
     where = f"host {new.name}" if new is not None else "another host"
-    if ranks > 1:  # a group restarts whole, at the same world size
-        where = f"its {ranks} ranks on {where}"
-    else:
-        where = f"on {where}"
+    # a group restarts whole, at the same world size
+    where = f"its {ranks} ranks on {where}" if ranks > 1 else f"on {where}"
     at = f" at step {step}" if step is not None else ""
     lost_steps = None
     if step is not None:

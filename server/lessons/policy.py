@@ -100,6 +100,7 @@ def public_view(preset: Preset, limits: LabLimits = DEFAULT_LIMITS) -> dict[str,
     d.pop("source")
     d.pop("extra")
     d.pop("one_machine")
+    d["crash"]["offer"] = list(preset.crash.offer)  # JSON's form: asdict keeps the tuple
     d["locked"] = sorted(locked_names(preset, limits))
     d["student_adjustable"] = sorted(student_overrides_allowed(preset, limits))
     d["knob_text"] = preset.knob_text()

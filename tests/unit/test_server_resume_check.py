@@ -211,7 +211,7 @@ def test_a_resume_on_another_world_size_states_its_tolerance_and_compares_no_ran
     assert view["first_divergent_rank"] is None
     assert not [f for f in view["fields"] if f["field"].startswith("step.rank_loss_bits")]
     far = [
-        {**r, "data": json.dumps(ranked(1, r["step"], 1e-3))}
+        {**r, "data": json.dumps(ranked(1, int(str(r["step"])), 1e-3))}
         for r in step_rows
         if r["segment"] == 1
     ]

@@ -24,6 +24,7 @@ import os
 import shutil
 import sys
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -82,7 +83,7 @@ if done:
             "RNG state is its own, so this checkpoint cannot resume on another world size"
         )
     msd, osd = get_state_dict(model, opt)
-    state = {"model": msd, "optim": osd}
+    state: dict[str, Any] = {"model": msd, "optim": osd}
     dcp.load(state, checkpoint_id=path)
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
     step = meta["step"]
