@@ -4,7 +4,9 @@ restarted run trains from step 0 again.
 - `crash_mode(pair)`: the mode stored with the pair's preset ("kill" when none).
 - `chosen_mode(pair, asked)`: the mode a crash test uses: the lesson's, or one its
   `[crash] offer` lets a student pick (a lesson of several ranks offering "rank": kill
-  one rank instead of the whole group); BadInput naming what it offers otherwise.
+  one rank instead of the whole group); Conflict (409) naming what it offers for a
+  registered mode it does not offer (the request is valid, the lesson says no), BadInput
+  for a name no crash mode has.
 - `preemption(preset_ref, label)`: the grace the lab gives a run between SIGTERM and
   SIGKILL when it preempts it (its config's `stop_grace`), and the lesson's session wall
   (`[crash] wall_step`, 0: none) at which it does so by itself.
@@ -34,7 +36,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from crashdrill.server.errors import BadInput
+from crashdrill.server.errors import BadInput, Conflict
 from crashdrill.server.ingest import IngestBatch
 from crashdrill.server.lessons.policy import during_save_pause
 from crashdrill.server.storage.db import Row
@@ -80,10 +82,12 @@ def chosen_mode(pair: Mapping[str, Any] | None, asked: str | None) -> str:
     offered = offered_modes(pair)
     if asked is None or asked == offered[0]:
         return offered[0]
+    if asked not in NAMES:
+        raise BadInput(f"crash_mode {asked!r} is no crash mode: one of {', '.join(NAMES)}")
     if asked not in offered:
         others = ", ".join(repr(m) for m in offered[1:])
         what = f"{offered[0]!r} (its [crash] mode) or {others}" if others else f"{offered[0]!r}"
-        raise BadInput(
+        raise Conflict(
             f"crash_mode {asked!r} is not offered by this lesson: its Crash test kills with"
             f" {what}; a lesson offers more through its preset's [crash] offer"
         )

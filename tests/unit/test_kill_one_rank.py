@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from crashdrill.server.errors import BadInput
+from crashdrill.server.errors import BadInput, Conflict
 from crashdrill.server.lessons.crash_effects import chosen_mode, offered_modes
 from crashdrill.server.lessons.policy import public_view
 from crashdrill.trainer.presets import PresetError, dump_preset, get_preset, parse_preset_text
@@ -100,15 +100,17 @@ def test_a_mode_the_lesson_does_not_offer_is_refused_naming_what_it_does(tmp_pat
     _pair(store, tmp_path, {"mode": "kill"})
     trains(store, 0, 40)
     sup = FakeSupervisor()
-    with pytest.raises(BadInput, match=r"crash_mode 'rank' is not offered by this lesson.*'kill'"):
+    with pytest.raises(Conflict, match=r"crash_mode 'rank' is not offered by this lesson.*'kill'"):
         lab_on(store, sup).crash(RUN, "me", False, "rank")
+    with pytest.raises(BadInput, match=r"crash_mode 'meteor' is no crash mode: one of .*'?rank"):
+        lab_on(store, sup).crash(RUN, "me", False, "meteor")
     assert sup.asked == []  # nothing was killed
     pair = {"preset_json": '{"crash": {"mode": "kill", "offer": ["rank", "wipe"]}}'}
     assert offered_modes(pair) == ("kill", "rank", "wipe")
     assert chosen_mode(pair, "wipe") == "wipe"
 
 
-def test_the_crash_route_answers_422_to_a_mode_not_offered_or_not_registered(
+def test_the_crash_route_answers_409_to_a_mode_not_offered_and_422_to_one_not_registered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from crashdrill.server.app import create_app
@@ -119,7 +121,7 @@ def test_the_crash_route_answers_422_to_a_mode_not_offered_or_not_registered(
         pair = client.post("/api/pairs", json={"preset": "quick"}).json()
         run = pair["runs"][0]["id"]
         r = client.post(f"/api/runs/{run}/crash", json={"crash_mode": "rank"})
-        assert r.status_code == 422, r.text
+        assert r.status_code == 409, r.text  # a valid request this lesson says no to
         assert "crash_mode 'rank' is not offered by this lesson" in r.json()["detail"]
         r = client.post(f"/api/runs/{run}/crash", json={"crash_mode": "meteor"})
         assert r.status_code == 422, r.text
