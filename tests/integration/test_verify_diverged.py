@@ -41,9 +41,13 @@ b = 30
 """
 
 
-def drill(tmp_path: Path, seed: int) -> tuple[int, dict[str, Any], str, ET.Element]:
+def drill(
+    tmp_path: Path, seed: int, ckpt_every: int = 15
+) -> tuple[int, dict[str, Any], str, ET.Element]:
+    """The drill of run A, checkpointing every `ckpt_every` steps: the first kill lands in
+    the first quarter of the steps before its first checkpoint (drill/plan.py)."""
     preset = tmp_path / "diverge.toml"
-    preset.write_text(DIVERGING)
+    preset.write_text(DIVERGING.replace("a = 15", f"a = {ckpt_every}"))
     out, junit = tmp_path / "report.json", tmp_path / "junit.xml"
     args = ["--preset", str(preset), "--kills", "2", "--seed", str(seed)]
     proc = run_cli("verify", *args, "--json", str(out), "--junit", str(junit), timeout=110)
@@ -57,7 +61,8 @@ def _diverged_step(rep: dict[str, Any]) -> int:
 
 
 def test_a_reference_that_diverges_before_any_kill_is_bad_input(tmp_path: Path) -> None:
-    rc, rep, out, junit = drill(tmp_path, seed=2)  # seed 2: the first kill is planned at 14
+    # It diverges at step 9; with one checkpoint, at 60, seed 2's first kill is planned at 14
+    rc, rep, out, junit = drill(tmp_path, seed=2, ckpt_every=60)
     step = _diverged_step(rep)
     assert all(k["planned_step"] > step for k in rep["kills"]), "a kill landed before it"
     assert rc == 2 and rep["exit_code"] == 2 and rep["verdict"] == "fail", out
@@ -73,7 +78,7 @@ def test_a_reference_that_diverges_before_any_kill_is_bad_input(tmp_path: Path) 
 def test_a_resume_before_the_divergence_diverges_the_same_way_and_passes(
     tmp_path: Path,
 ) -> None:
-    rc, rep, out, junit = drill(tmp_path, seed=1)  # seed 1: the first kill is planned at 2
+    rc, rep, out, junit = drill(tmp_path, seed=1)  # seed 1: the first kill is planned at 1
     step = _diverged_step(rep)
     (resume,) = rep["resumes"]
     assert resume["killed_at_step"] < step, "the kill landed after the divergence"
