@@ -25,19 +25,14 @@ from tests.support.extras import require_extra
 from tests.support.lab import crash_costing_steps, free_port, serving, spawn_server, wait_for_pair
 
 require_extra("ray", module=True)
-import ray  # noqa: E402 (after the skip: without the ray extra there is none)
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    c = ray_cluster.start_cluster(nodes=2)
-    try:
+    with ray_cluster.running_cluster(nodes=2) as c:
         yield c
-    finally:
-        ray.shutdown()
-        c.shutdown()
 
 
 class TestRayExecutorContract(ExecutorContract):

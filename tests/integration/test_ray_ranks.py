@@ -25,12 +25,8 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    c = ray_cluster.start_cluster(nodes=3)
-    try:
+    with ray_cluster.running_cluster(nodes=3) as c:
         yield c
-    finally:
-        ray.shutdown()
-        c.shutdown()
 
 
 def group_nodes(run_dir: Path) -> set[str]:

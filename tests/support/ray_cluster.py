@@ -3,6 +3,7 @@ nodes that do, started in this process with ray.cluster_utils.Cluster, with the 
 node health check (workers/ray_placement.py NODE_HEALTH_CHECK: a lost node in ~1.5 s).
 
     cluster = start_cluster(nodes=2)      # ~15-25 s on a 2-core machine
+    with running_cluster(nodes=3) as cluster: ...   # the same, shut down (and ray too) after
     cluster.address                       # "127.0.0.1:PORT", for --ray / RayExecutor
     cluster.remove_node(node)             # a host that is lost
 
@@ -17,6 +18,8 @@ import os
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 OBJECT_STORE = 80 * 1024 * 1024
@@ -48,6 +51,20 @@ def start_cluster(nodes: int = 2) -> Any:
         cluster.add_node(**node_args())
     cluster.wait_for_nodes()
     return cluster
+
+
+@contextmanager
+def running_cluster(nodes: int = 2) -> Iterator[Any]:
+    """start_cluster, then this process's Ray connection and the cluster shut down after
+    (a module's fixture: `with running_cluster(nodes=3) as c: yield c`)."""
+    import ray
+
+    cluster = start_cluster(nodes)
+    try:
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
 
 
 def worker_nodes(cluster: Any) -> list[Any]:
