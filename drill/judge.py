@@ -36,6 +36,7 @@ from crashdrill.drill.snapshot import dcp_dirs
 from crashdrill.drill.target import Segment, last_step_trained
 from crashdrill.drill.trace import Precision
 from crashdrill.drill.verdicts import (
+    NOT_JUDGED,
     NOTHING_LEFT,
     Evidence,
     Finding,
@@ -482,7 +483,7 @@ class _ResumeJudge:
         the batch or the update (by what the checkpoint holds), a torn checkpoint, or
         nondeterminism."""
         if self.inherited is not None and not self.pairs and not verdict:
-            verdict = f"not judged: the run had diverged at resume {self.inherited}"
+            verdict = f"{NOT_JUDGED}: the run had diverged at resume {self.inherited}"
             self.outcome = ResumeOutcome.NOT_COMPARED
         if self.tolerance is not None:
             return self.within_tolerance_verdict(verdict)
@@ -597,7 +598,7 @@ class _ResumeJudge:
             verdict = "bit-identical" if exact else f"equal at {precision.digits} digits"
             self.outcome = ResumeOutcome.IDENTICAL if exact else ResumeOutcome.EQUAL_AS_PRINTED
         if not self.pairs and not verdict.startswith(
-            ("crashed", "hung", "refused", "not judged", "diverged")
+            ("crashed", "hung", "refused", NOT_JUDGED, "diverged")
         ):
             reached = last_step_trained(segs[:k])
             ended = seg.exit_code == 0 and not seg.killed and not seg.points

@@ -12,7 +12,7 @@ from crashdrill.drill.plan import ASKED_ONLY, TRIAL_KINDS
 from crashdrill.drill.rank_output import ranks_read
 from crashdrill.drill.record_fields import fields_summary
 from crashdrill.drill.target import last_step_trained
-from crashdrill.drill.verdicts import ResumeVerdict
+from crashdrill.drill.verdicts import NOT_JUDGED, ResumeVerdict
 from crashdrill.drill.verify import DrillResult
 from crashdrill.trainer.resume_compare import differing
 
@@ -73,7 +73,8 @@ def kills(result: DrillResult) -> list[dict[str, Any]]:
 
 def trials(result: DrillResult) -> list[dict[str, Any]]:
     """The resumes grouped by what they tested (TRIAL_KINDS, then replays), each group
-    with whether every resume in it passed and the codes of what failed."""
+    with whether every resume in it passed, whether any was judged at all (one after a
+    resume that diverged is not), and the codes of what failed."""
     an = result.analysis
     out = []
     for kind in [*TRIAL_KINDS, "restart-after-crash", "replay"]:
@@ -83,7 +84,9 @@ def trials(result: DrillResult) -> list[dict[str, Any]]:
         idx = {r.index for r in rs}
         codes = sorted({f.code for f in an.findings if f.fails and f.resume in idx})
         passed = all(_held(r) for r in rs) and not codes
-        out.append({"kind": kind, "resumes": sorted(idx), "passed": passed, "codes": codes})
+        judged = not all(r.verdict.startswith(NOT_JUDGED) for r in rs)
+        group = {"kind": kind, "resumes": sorted(idx), "passed": passed, "judged": judged}
+        out.append({**group, "codes": codes})
     return out
 
 
@@ -324,8 +327,7 @@ def table(result: DrillResult) -> str:
             + "; ".join(
                 f"{_group_text(g['kind'], [r for r in an.resumes if r.index in g['resumes']])}"
                 ": resume(s) "
-                f"{', '.join(map(str, g['resumes']))} "
-                + ("passed" if g["passed"] else f"FAILED ({', '.join(g['codes']) or 'differ'})")
+                f"{', '.join(map(str, g['resumes']))} " + _trial_verdict(g)
                 for g in groups
             )
         )
@@ -447,6 +449,14 @@ def _replays(result: DrillResult) -> str:
         "just after it (then it is judged like a plain kill), and a plain kill at its step "
         "or a little later"
     )
+
+
+def _trial_verdict(g: dict[str, Any]) -> str:
+    if g["passed"]:
+        return "passed"
+    if not g["judged"]:  # nothing to compare: the run had left the reference before them
+        return "not judged (an earlier resume had diverged)"
+    return f"FAILED ({', '.join(g['codes']) or 'differ'})"
 
 
 def _held(r: ResumeVerdict) -> bool:

@@ -202,3 +202,5 @@ def delta_text(x: float) -> str:
 # The verdict of a resume whose restart found the run already at its last step (a stop
 # saved it): nothing was recomputed or compared, and nothing failed.
 NOTHING_LEFT = "nothing left to train"
+# The verdict of a resume after one that diverged: nothing to compare it with.
+NOT_JUDGED = "not judged"

@@ -58,7 +58,7 @@ KILL_KEYS = {
     "in_checkpoint_write", "processes", "kind", "recovery", "where", "evidence", "planned",
     "rank", "launcher",
 }  # fmt: skip
-TRIAL_KEYS = {"kind", "resumes", "passed", "codes"}
+TRIAL_KEYS = {"kind", "resumes", "passed", "judged", "codes"}
 UNEXERCISED_KEYS = {"kind", "reason"}
 DIAGNOSIS_KEYS = {"code", "fails", "resume", "text", "evidence"}
 STOP_KEYS = {
@@ -110,6 +110,17 @@ def test_json_report_has_the_documented_fields(tmp_path: Path) -> None:
         ("before-first-checkpoint", [1], True),
         ("inside-write", [2], True),
     ]
+
+
+def test_a_trial_whose_resumes_came_after_a_divergence_reads_not_judged_not_failed() -> None:
+    from crashdrill.drill.report import _trial_verdict
+
+    group = {"passed": False, "judged": False, "codes": []}
+    assert _trial_verdict(group) == "not judged (an earlier resume had diverged)"
+    assert _trial_verdict({**group, "judged": True}) == "FAILED (differ)"
+    assert _trial_verdict({**group, "judged": True, "codes": ["rank-state"]}) == (
+        "FAILED (rank-state)"
+    )
 
 
 def test_every_json_field_is_documented() -> None:
