@@ -52,7 +52,7 @@ from crashdrill.server.run_control import RunControl
 from crashdrill.server.scheduler import Scheduler
 from crashdrill.server.settings import Settings, SettingsError, lock_data_dir
 from crashdrill.server.start_times import StartTimes
-from crashdrill.server.storage.db import Database, Row, open_database
+from crashdrill.server.storage.db import Database, DatabaseUnavailable, Row, open_database
 from crashdrill.server.storage.store import (
     ACTIVE_STATES,
     LIVE_STATES,
@@ -77,6 +77,10 @@ from crashdrill.workers.run_dir import RunDir
 from crashdrill.workers.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
+
+# A lab stopping its runs waits this long in all for starts on their way and the
+# supervisors' last reports; a run whose start has not ended by then is stored stopped.
+STOP_JOIN_S = 30.0
 
 
 def new_id() -> str:
@@ -184,6 +188,16 @@ class Lab(RunControl):
     async def stop(self) -> None:
         await self.housekeeping.stop()
         await self.scheduler.stop()  # no new starts from here on
+        # Runs a pass marked starting but never handed over (the stop came between):
+        # stopped with the others below, or resumed by the next server start.
+        unstarted: list[str] = []
+        if self.settings.stop_runs_on_exit:
+            handed = set(self.supervisors)
+            try:
+                starting = await asyncio.to_thread(self.store.runs_in, [RunState.STARTING])
+                unstarted = [r["id"] for r in starting if r["id"] not in handed]
+            except DatabaseUnavailable as e:
+                self.outage.failed(e)
         self.telemetry.stop()
         await self.ingest.stop()
         sups = list(self.supervisors.values())
@@ -194,13 +208,17 @@ class Lab(RunControl):
                 sup.detach()
         if self.settings.stop_runs_on_exit:
 
-            def join_all() -> None:
+            def join_all() -> list[str]:
+                # One deadline for all: a start under load (the warm process still
+                # importing) takes tens of seconds, and sees the stop flag when it ends.
+                deadline = time.monotonic() + STOP_JOIN_S
                 for t in list(self._starts.values()):
-                    t.join(15)  # a start that waited gives up on the stop flag
+                    t.join(max(0.0, deadline - time.monotonic()))
                 for s in sups:
-                    s.join(10)
+                    s.join(max(0.0, deadline - time.monotonic()))
+                return [run_id for run_id, t in list(self._starts.items()) if t.is_alive()]
 
-            await asyncio.to_thread(join_all)
+            unstarted += await asyncio.to_thread(join_all)
             for _ in range(3):
                 await asyncio.sleep(0)  # let the supervisors' last reports land
         await self.reports.stop()
@@ -208,6 +226,7 @@ class Lab(RunControl):
             # The runs' last states, in order; no waiting for the mirror, which stops.
             await self.reports.apply(last_copies=False)
             await self.ingest.last_pass()
+            self._stopped_unstarted(unstarted)
         elif sups:
             log.info("%d run(s) keep training; the next server start adopts them", len(sups))
         if self.mirror is not None:
@@ -217,6 +236,24 @@ class Lab(RunControl):
         self.fanout.close()
         await self.ingest.close()
         self.close()
+
+    def _stopped_unstarted(self, run_ids: list[str]) -> None:
+        """Runs marked starting whose start was never begun or had not ended when the lab
+        stopped (past STOP_JOIN_S): stored stopped, not left 'starting' for the next server
+        start to resume. A start that ends later finds the stop flag and the warm process
+        gone."""
+        message = "Stopped: the server shut down before its trainer started."
+        fields = {"state": RunState.STOPPED, "message": message}
+        for run_id in run_ids:
+            try:
+                stored = self.store.update_run_if(
+                    run_id, RunState.STARTING, ended_at=time.time(), **fields
+                )
+            except DatabaseUnavailable as e:
+                self.outage.failed(e)
+                return
+            if stored:
+                log.warning("run %s stopped: the server shut down before it started", run_id)
 
     def close(self) -> None:
         """Close the database and let go of the data dir (`stop` ends with this; a lab

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -90,6 +91,7 @@ class Scheduler:
         self._wanted = asyncio.Event()
         self._task = BackgroundTask("crashdrill-schedule", log)
         self._closing = False  # no new starts while stopping
+        self._planning = threading.Lock()  # held by a pass's database work (its thread)
         self._refresh: asyncio.TimerHandle | None = None  # the next pass while runs wait
 
     def start(self) -> None:
@@ -97,11 +99,15 @@ class Scheduler:
         self._task.start(on_signal(self._wanted, self._schedule_once))
 
     async def stop(self) -> None:
-        """No new starts from now on; the task ends."""
+        """No new starts from now on; the task ends, and a pass's database work still on
+        its thread (a cancelled task does not stop it) has ended too: runs it marked
+        starting and never handed to `started` are the caller's to stop or leave."""
         self._closing = True
         if self._refresh is not None:
             self._refresh.cancel()
         await self._task.stop()
+        await asyncio.to_thread(self._planning.acquire)
+        self._planning.release()
 
     def schedule(self) -> None:
         """Ask for a scheduling pass (from any thread); the scheduler task runs it soon."""
@@ -140,7 +146,13 @@ class Scheduler:
         """On a worker thread: which queued runs start now (marked 'starting', their
         supervisors built, not started), and the views to push (theirs, and every queued
         run's new place in the queue)."""
+        with self._planning:
+            return self._plan_starts_locked()
+
+    def _plan_starts_locked(self) -> StartPlan:
         plan = StartPlan()
+        if self._closing:
+            return plan
         queued = self.store.runs_in([RunState.QUEUED])
         if not queued:
             self.waits.set({}, time.time())
@@ -158,6 +170,8 @@ class Scheduler:
             if free < min(len(group), limit):
                 break
             for row in group[:free]:
+                if self._closing:  # the lab stops: it marks nothing starting from here on
+                    break
                 queued.remove(row)
                 fields = {
                     "state": RunState.STARTING,
