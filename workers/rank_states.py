@@ -109,12 +109,13 @@ def rank_states(
     pids: dict[str, Any] = (said or {}).get("pids") or {}
     if not current:
         # No group of this trainer yet: restarting (naming the rank the last group lost,
-        # if it said one) or starting.
+        # if it said one, until the new group writes its own file: the supervisor's
+        # restart is back to "running" well before the new group has forked) or starting.
         out = []
         for r in ranks:
-            if run_state == "restarting" and r == lost_rank:
+            if r == lost_rank and run_state in ("restarting", "running"):
                 out.append(RankStatus(r, RankState.LOST, at=lost.get("noticed_at")))
-            elif run_state == "restarting":
+            elif run_state == "restarting" or (lost_rank is not None and run_state == "running"):
                 out.append(RankStatus(r, RankState.RESTARTING))
             elif said is None and run_state == "running" and stage == Stage.TRAIN:
                 # It trains, and no ranks file is here to say more (a cluster node's run
