@@ -356,10 +356,17 @@ EVENT_CODES: tuple[EventCode, ...] = (
         "supervisor",
         ("warn",),
         "key",
-        "the run's machine vanished; it restarts on another from the mirror",
-        (*_RESTART, *_HOSTS, *_LOSS_TIMES),
+        "the run's machine vanished; it restarts on another from the mirror (a run of"
+        " several ranks on fewer where no node has room for its group any more)",
+        (
+            *_RESTART,
+            *_HOSTS,
+            *_LOSS_TIMES,
+            _f("ranks", "int", "the world size it restarts on, when fewer than it had"),
+            _f("from_ranks", "int", "the world size it had (with ranks)"),
+        ),
         restart="lost_host",
-        optional=("noticed_t", "placed_t"),
+        optional=("noticed_t", "placed_t", "ranks", "from_ranks"),
     ),
     EventCode(
         "failed",

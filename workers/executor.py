@@ -73,6 +73,16 @@ class ExecutorError(OSError):
     resources); the message says which and where."""
 
 
+class NoRoomForRanks(ExecutorError):
+    """A run of several ranks must move and no node left has room for its whole group;
+    `fits`: the most ranks a node has room for now (0: not one)."""
+
+    def __init__(self, message: str, *, ranks: int, fits: int) -> None:
+        super().__init__(message)
+        self.ranks = ranks
+        self.fits = fits
+
+
 class Trainer(Protocol):
     """One started (or adopted) trainer process, wherever it runs."""
 

@@ -60,6 +60,20 @@ class Launch:
             return self
         return replace(self, settings=(*self.settings, *self.crash_settings), crash_settings=())
 
+    def ranks(self) -> int | None:
+        """The world size its settings set (the last `ranks=N`); None: the preset's."""
+        for setting in reversed(self.settings):
+            key, _, value = setting.partition("=")
+            if key.strip() == "ranks" and value.strip().isdigit():
+                return int(value)
+        return None
+
+    def with_ranks(self, ranks: int) -> Launch:
+        """The launch of every start from now on on `ranks` ranks (a restart on fewer ranks
+        where no node has room for the group any more)."""
+        kept = tuple(s for s in self.settings if s.partition("=")[0].strip() != "ranks")
+        return replace(self, settings=(*kept, f"ranks={ranks}"))
+
 
 @dataclass(frozen=True)
 class Change:

@@ -57,7 +57,13 @@ from ray.util.scheduling_strategies import (
 
 from crashdrill.trainer.run_files import RUN_JSON
 from crashdrill.workers.cluster_health import ClusterNodes
-from crashdrill.workers.executor import ExecutorError, Host, StartCancelled, Trainer
+from crashdrill.workers.executor import (
+    ExecutorError,
+    Host,
+    NoRoomForRanks,
+    StartCancelled,
+    Trainer,
+)
 from crashdrill.workers.executor_registry import ExecutorConfigError
 from crashdrill.workers.mirror_restore import MirrorPull
 from crashdrill.workers.ray_node import SEEDED, SHIPPED, NodeRun
@@ -65,6 +71,9 @@ from crashdrill.workers.ray_placement import (
     TELL_S,
     Resources,
     alive_nodes,
+    held_by,
+    most_ranks_with_room,
+    nodes_with_room,
     place_s,
     read_placement,
     waiting_event,
@@ -294,12 +303,17 @@ class RayExecutor:
         if old is not None and not others:
             return None
         need = self._need(run_dir)
-        if need.ranks > 1 and not [n for n in alive_nodes(need) if old is None or n != old.node_id]:
-            raise ExecutorError(
-                f"no node left has {need.text()} for its {need.ranks} ranks. A restart on"
-                " fewer ranks would have to reshard its checkpoint onto the new world size,"
-                " which this version does not do yet, so the run stops here rather than drop"
-                " a rank's state (its checkpoints stay in the mirror)"
+        avoid = old.node_id if old is not None else None
+        own = held_by(self._group_of(run_dir)) if need.ranks > 1 else {}
+        if need.ranks > 1 and not nodes_with_room(need, avoid, own):
+            # Said now, not waited for: the supervisor restarts it on `fits` ranks where
+            # its checkpoint reshards, else the run ends saying why.
+            fits = most_ranks_with_room(need, avoid, own)
+            room = f"; one has room for {fits}" if fits else ""
+            raise NoRoomForRanks(
+                f"no node left has {need.text()} free for its {need.ranks} ranks{room}",
+                ranks=need.ranks,
+                fits=fits,
             )
         if actor is not None:
             with contextlib.suppress(Exception):  # already gone with its node
@@ -433,8 +447,7 @@ class RayExecutor:
     def _need(self, run_dir: Path) -> Resources:
         launch = self._launches.get(run_dir)
         gpus = ray.cluster_resources().get("GPU", 0) > 0
-        need = Resources.of_preset(launch.preset, launch.label, gpus=gpus) if launch else None
-        return need or Resources(1, 0)
+        return Resources.of_launch(launch, gpus=gpus) if launch else Resources(1, 0)
 
     def _placed(self, ref: Any, run_dir: Path, need: Resources) -> Any:
         """Wait for `ref` (the group placed, the actor up); past TELL_S the run's log says
@@ -482,14 +495,19 @@ class RayExecutor:
                 return True
             return False
 
-    def _remove_group(self, run_dir: Path) -> None:
-        """The run's placement group goes (a restarted server finds it by its kept name)."""
+    def _group_of(self, run_dir: Path, *, forget: bool = False) -> Any:
+        """The run's placement group (a restarted server finds it by its kept name)."""
         with self._lock:
-            group = self._groups.pop(run_dir, None)
+            group = self._groups.pop(run_dir, None) if forget else self._groups.get(run_dir)
         if group is None:
             name = read_placement(run_dir).get("placement_group")
             with contextlib.suppress(Exception):
                 group = get_placement_group(name) if name else None
+        return group
+
+    def _remove_group(self, run_dir: Path) -> None:
+        """The run's placement group goes."""
+        group = self._group_of(run_dir, forget=True)
         if group is not None:
             with contextlib.suppress(Exception):  # already removed
                 remove_placement_group(group)

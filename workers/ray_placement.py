@@ -6,7 +6,7 @@ file that remembers its actor, and the event while it waits for a node.
     write_placement(run_dir, {"actor": name, "attempt": 2, "node_id": ..., "name": ...})
 
 workers/ray_executor.py places the actors; this module holds its rules, and needs Ray only
-for `alive_nodes`.
+for `alive_nodes` and `nodes_with_room` (the resources each node has free now).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 
 from crashdrill.trainer.event_record import event as build_event
 from crashdrill.trainer.presets import PresetError, get_preset
+from crashdrill.workers.launch import Launch
 from crashdrill.workers.run_dir import RunDir
 
 PLACEMENT = "ray.json"  # in the server's copy of the run dir: the actor of its placement
@@ -60,6 +61,24 @@ class Resources:
             return cls(1, 1, cfg.ranks)
         return cls(max(1, cfg.threads), 0, cfg.ranks)
 
+    @classmethod
+    def of_launch(cls, launch: Launch, *, gpus: bool = False) -> Resources:
+        """What the launch's trainer takes: its preset's, at the world size of its last
+        `--set ranks=N` (a lesson's restart_ranks, a restart on fewer ranks)."""
+        need = cls.of_preset(launch.preset, launch.label, gpus=gpus)
+        ranks = launch.ranks()
+        return need.with_ranks(ranks) if ranks is not None else need
+
+    def with_ranks(self, ranks: int) -> Resources:
+        return Resources(self.num_cpus, self.num_gpus, ranks)
+
+    def fits(self, free: dict[str, float]) -> bool:
+        """A node with `free` resources takes the whole group (it is packed on one)."""
+        return (
+            free.get("CPU", 0) >= self.num_cpus * self.ranks
+            and free.get("GPU", 0) >= self.num_gpus * self.ranks
+        )
+
     def bundles(self) -> list[dict[str, float]]:
         """The run's placement group: one bundle per rank."""
         one = {"CPU": self.num_cpus, "GPU": self.num_gpus}
@@ -95,6 +114,55 @@ def waiting_event(run_dir: Path, need: Resources) -> dict[str, Any]:
         " The run starts as soon as one does (a node that joins the cluster counts)."
     )
     return build_event("waiting_for_node", text, segment=segment)
+
+
+def held_by(group: Any) -> dict[str, dict[str, float]]:
+    """What the placement group `group` holds on each node now. A lost node's group is
+    rescheduled by Ray at once, onto whichever node has room: what it holds there is the
+    run's own, free for its new placement (which replaces the group)."""
+    from ray.util.placement_group import placement_group_table
+
+    held: dict[str, dict[str, float]] = {}
+    if group is None:
+        return held
+    try:
+        table = placement_group_table(group)
+    except Exception:  # removed meanwhile
+        return held
+    for index, node in (table.get("bundles_to_node_id") or {}).items():
+        bundle = (table.get("bundles") or {}).get(index) or {}
+        mine = held.setdefault(str(node), {})
+        for name, amount in bundle.items():
+            mine[name] = mine.get(name, 0.0) + float(amount)
+    return held
+
+
+def nodes_with_room(
+    need: Resources, avoid: str | None = None, own: dict[str, dict[str, float]] | None = None
+) -> list[str]:
+    """Ids of the live nodes (not `avoid`) whose resources free now take the whole group,
+    counting what the run's own group holds there (`own`, held_by) as free. Other runs'
+    placement groups hold theirs; Ray's view may lag by a heartbeat."""
+    from ray._private.state import available_resources_per_node
+
+    out = []
+    for node, free in available_resources_per_node().items():
+        mine = (own or {}).get(node, {})
+        total = {k: free.get(k, 0.0) + mine.get(k, 0.0) for k in {*free, *mine}}
+        if node != avoid and need.fits(total):
+            out.append(node)
+    return out
+
+
+def most_ranks_with_room(
+    need: Resources, avoid: str | None = None, own: dict[str, dict[str, float]] | None = None
+) -> int:
+    """The largest world size up to need.ranks whose group a live node (not `avoid`)
+    has free room for now; 0: none, not even one rank."""
+    for ranks in range(need.ranks, 0, -1):
+        if nodes_with_room(need.with_ranks(ranks), avoid, own):
+            return ranks
+    return 0
 
 
 def alive_nodes(need: Resources | None = None) -> list[str]:

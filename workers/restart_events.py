@@ -124,17 +124,25 @@ def moved_event(
     mode: str = HOST_LOSS,
     times: dict[str, float] | None = None,
     ranks: int = 1,
+    fewer: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """The event of a restart on another machine: "Lost host NODE at step N; restarting on
     host OTHER from the mirror's checkpoint at step M, K steps back" (`moved`: a crash test of
     crash mode `mode`, one that moves_host, took the host away; else it vanished by itself,
     told as HOST_LOSS). `times`: a lost host's noticed_t and placed_t (unix times); `ranks`:
-    a run of several restarts them all, at the same world size ("restarting its 2 ranks")."""
+    a run of several restarts them all, at the same world size ("restarting its 2 ranks");
+    `fewer`: (N, M), no node left had room for its N ranks, so it restarts on M ("restarting
+    on 1 rank instead of 2, on host …")."""
     if not mode_named(mode).moves_host:
         raise ValueError(f"crash mode {mode!r} does not move the run to another host")
     where = f"host {new.name}" if new is not None else "another host"
-    # a group restarts whole, at the same world size
-    where = f"its {ranks} ranks on {where}" if ranks > 1 else f"on {where}"
+    if fewer is not None:
+        had, now = fewer
+        where = f"on {_ranks(now)} instead of {had} (no node left has room for {had}) on {where}"
+    elif ranks > 1:  # a group restarts whole, at the same world size
+        where = f"its {ranks} ranks on {where}"
+    else:
+        where = f"on {where}"
     at = f" at step {step}" if step is not None else ""
     lost_steps = None
     if step is not None:
@@ -145,6 +153,11 @@ def moved_event(
         if lost_steps:
             text += f", {_steps(lost_steps)} back"
         text += "."
+        if fewer is not None:
+            text += (
+                f" Its checkpoint must reshard onto {_ranks(fewer[1])} (DCP, global data"
+                " positions), or the trainer refuses it rather than drop a rank's state."
+            )
     else:
         text = (
             f"{lead}{at}; restarted {where}, but the mirror holds no checkpoint of this"
@@ -162,7 +175,12 @@ def moved_event(
         lost_host=old.to_dict(),
         host=new.to_dict() if new is not None else None,
         **(times or {}),
+        **({"ranks": fewer[1], "from_ranks": fewer[0]} if fewer is not None else {}),
     )
+
+
+def _ranks(n: int) -> str:
+    return f"{n} rank{'' if n == 1 else 's'}"
 
 
 def _steps(n: int) -> str:

@@ -89,7 +89,7 @@ from crashdrill.trainer.crash_modes import HOST_LOSS, mode_named
 from crashdrill.trainer.event_record import event as build_event
 from crashdrill.trainer.exit_codes import EXIT_DIVERGED, EXIT_OK
 from crashdrill.trainer.stages import Stage
-from crashdrill.workers.executor import Executor, ExecutorError, Host, Trainer
+from crashdrill.workers.executor import Executor, ExecutorError, Host, NoRoomForRanks, Trainer
 from crashdrill.workers.graceful_stop import (
     PREEMPT_GRACE_S,
     Preemption,
@@ -536,10 +536,11 @@ class Supervisor:
         that moves_host): restart it on another one, from the newest verified checkpoint
         in the mirror."""
         times: dict[str, float] = {}
+        fewer: tuple[int, int] | None = None  # (ranks it had, ranks it restarts on)
         if moved is None:
             times["noticed_t"] = time.time()
             try:
-                self.executor.relocate(self.launch.run_dir)
+                fewer = self._relocate()
             except ExecutorError as e:  # no node could take its ranks: said, not waited for
                 at = f" at step {step}" if step is not None else ""
                 self._fail(f"{lead}{at}: {e}", exit_code=None, segment=segment)
@@ -562,10 +563,27 @@ class Supervisor:
             mode=moved or HOST_LOSS,
             times=times,
             ranks=int((self.run_dir.run_json().get("config") or {}).get("ranks") or 1),
+            fewer=fewer,
         )
         self._append([event])
         self._notify(Change("restarting", text=event["text"]))
         return self._spawn(require_checkpoint=True)
+
+    def _relocate(self) -> tuple[int, int] | None:
+        """Move the run to another node at its world size; where no node has room for the
+        whole group any more, on the most ranks one has room for, for good (its trainer
+        reshards a DCP checkpoint of global data positions, and refuses any other, saying
+        why). Returns (ranks it had, ranks it restarts on) for a restart on fewer."""
+        try:
+            self.executor.relocate(self.launch.run_dir)
+            return None
+        except NoRoomForRanks as e:
+            if e.fits < 1:
+                raise
+            self.launch = self.launch.with_ranks(e.fits)
+            self.executor.prepare(self.launch)
+            self.executor.relocate(self.launch.run_dir)
+            return (e.ranks, e.fits)
 
     def _pull_from_mirror(self, segment: int) -> Restored | None:
         """No checkpoint on disk (a wiped disk, a new machine): the newest mirrored one

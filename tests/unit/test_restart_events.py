@@ -118,3 +118,38 @@ def test_a_trainer_that_refused_to_start_fails_saying_it_refused_not_that_it_cra
     assert text.startswith("The trainer refused to start (exit status 2)")
     assert "a checkpoint it cannot resume without losing state" in text
     assert failure_text(1).startswith("The trainer failed (exit status 1)")
+
+
+def test_a_group_with_no_node_left_that_has_room_restarts_on_fewer_ranks_and_says_so() -> None:
+    old, new = Host("n1", "node-one"), Host("n3", "node-three")
+    same = moved_event("Lost host node-one", old, new, 1, 112, 100, None, moved=False, ranks=2)
+    assert "; restarting its 2 ranks on host node-three from its disk's checkpoint" in same["text"]
+    assert "ranks" not in same and "from_ranks" not in same
+    fewer = moved_event(
+        "Lost host node-one", old, new, 1, 112, 100, None, moved=False, ranks=2, fewer=(2, 1)
+    )
+    assert fewer["text"].startswith(
+        "Lost host node-one at step 112; restarting on 1 rank instead of 2 (no node left has"
+        " room for 2) on host node-three from its disk's checkpoint at step 100, 12 steps back."
+        " Its checkpoint must reshard onto 1 rank"
+    ), fewer["text"]
+    assert (fewer["from_ranks"], fewer["ranks"]) == (2, 1)
+
+
+def test_a_launch_s_world_size_is_its_last_ranks_setting_and_with_ranks_replaces_it() -> None:
+    from pathlib import Path
+
+    from crashdrill.workers.launch import Launch
+    from crashdrill.workers.ray_placement import Resources
+
+    launch = Launch(Path("/tmp/r"), "lesson-1.18", "A", settings=("steps=600", "ranks=4"))
+    assert launch.ranks() == 4
+    assert Launch(Path("/tmp/r"), "lesson-1.18", "A").ranks() is None
+    two = launch.with_ranks(2)
+    assert two.settings == ("steps=600", "ranks=2") and two.ranks() == 2
+    assert "--set" in two.argv(require_checkpoint=True) and "ranks=2" in two.argv(
+        require_checkpoint=True
+    )
+    assert Resources.of_launch(Launch(Path("/tmp/r"), "lesson-1.18", "A")).ranks == 2
+    need = Resources.of_launch(two.with_ranks(1))
+    assert need.ranks == 1 and need.fits({"CPU": 1.0}) and not need.with_ranks(2).fits({"CPU": 1.0})
