@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from crashdrill.server.storage.db import Row
+from crashdrill.trainer.ranks import read_ranks_file
+from crashdrill.trainer.run_files import RANKS_FILE
+from crashdrill.workers.rank_crash import pids_are_here
 from crashdrill.workers.rank_states import RankState, rank_states
 from crashdrill.workers.telemetry import ProcessSampler
 
@@ -59,7 +62,9 @@ def ranks_view(
         trainer_pid=row.get("pid"),
         world=world,
     )
-    pids = [s.pid for s in statuses if s.pid is not None and s.state in _RUNNING]
+    said = read_ranks_file(Path(run_dir) / RANKS_FILE) if run_dir else None
+    here = said is None or pids_are_here(said)  # a cluster node's pids are not read here
+    pids = [s.pid for s in statuses if s.pid is not None and s.state in _RUNNING and here]
     readings = SAMPLER.read(pids) if pids else {}
     out = []
     for status in statuses:

@@ -26,7 +26,8 @@ below it (init_process_group, DDP, DCP) sees what torchrun would give it.
 - The launcher forks before any tensor work and holds no thread: a fork is as safe here
   as the fork server's (crashdrill/processes/forkserver.py).
 - It writes the run dir's ranks file (run_files.RANKS_FILE) once every rank is forked:
-  its own pid, each rank's, and the rank a `[crash] mode = "rank"` test kills
+  its own pid, each rank's, the machine's hostname (whose pids they are), and the rank a
+  `[crash] mode = "rank"` test kills
   (`crash_rank`, or one chosen by the seed); when it loses a rank it adds which one, its
   status and when it noticed (`lost`). The supervisor's rank crash reads it.
 - With CRASHDRILL_RANK_PHASES=1 in its environment the launcher and every rank print one
@@ -41,6 +42,7 @@ import json
 import os
 import re
 import signal
+import socket
 import sys
 import time
 import warnings
@@ -292,8 +294,13 @@ def run_group(
         _kill_all(pids)
         raise
     phase(LAUNCHER, "forked")
-    said = {"launcher": os.getpid(), "world": world, "crash_rank": crash_rank,
-            "pids": {str(r): pid for pid, r in pids.items()}}  # fmt: skip
+    said = {
+        "launcher": os.getpid(),
+        "world": world,
+        "crash_rank": crash_rank,
+        "pids": {str(r): pid for pid, r in pids.items()},
+        "hostname": socket.gethostname(),
+    }  # fmt: skip  (whose pids: a cluster node's)
     _write_ranks_file(ranks_file, said)
 
     def on_lost(lost: dict[str, Any]) -> None:

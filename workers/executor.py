@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from crashdrill.workers.cluster_health import ClusterHealth
     from crashdrill.workers.launch import Launch
     from crashdrill.workers.mirror_restore import MirrorPull
+    from crashdrill.workers.rank_crash import RankTarget
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,11 @@ class RunFiles(Protocol):
 
     def stderr_tail(self, since: int) -> str:
         """Its last non-blank stderr lines after byte `since` (a failure's detail)."""
+        ...
+
+    def kill_rank(self, launcher: int) -> RankTarget:
+        """SIGKILL the rank a rank crash kills in the group of `launcher` (the trainer's
+        pid there), where the group runs; RankCrashRefused says why it cannot."""
         ...
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from crashdrill.trainer.checkpoint_layout import ckpt_root
 from crashdrill.workers.executor import ClusterView, Host, Trainer, this_host
 from crashdrill.workers.mirror_restore import MirrorPull, pull_for_restart
+from crashdrill.workers.rank_crash import RankTarget, kill_rank
 from crashdrill.workers.run_dir import RunDir
 from crashdrill.workers.trainer_process import TrainerProcess, adopt_trainer
 from crashdrill.workers.warm import NONE, WarmTrainers, forkable
@@ -70,6 +71,9 @@ class LocalRunFiles:
 
     def stderr_tail(self, since: int) -> str:
         return self.run_dir.stderr_tail(since=since)
+
+    def kill_rank(self, launcher: int) -> RankTarget:
+        return kill_rank(self.run_dir, launcher)
 
 
 class LocalExecutor:

@@ -3,6 +3,7 @@ of a run's group is the rank to kill, and what its launcher said of the loss.
 
     target = rank_target(run_dir, launcher_pid)   # RankTarget(rank=1, pid=…, world=2)
     target.kill()                                 # SIGKILL of that rank alone; when it was sent
+    kill_rank(run_dir, launcher_pid)              # both, where the group runs (RunFiles)
     lost_rank_fields(run_dir, target)             # {"lost_rank": 1, "noticed_s": 0.004}
     rank_lead(target, fields, step)               # "Crash test: killed rank 1 of 2 (pid …) …"
 
@@ -16,6 +17,7 @@ is refused with RankCrashRefused, which says which and what to do.
 from __future__ import annotations
 
 import signal
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -37,14 +39,30 @@ class RankTarget:
     rank: int
     pid: int
     world: int
-    proc: psutil.Process
+    proc: psutil.Process | None = None  # None: killed where it ran (a cluster node)
     killed_at: float | None = None  # time.time() of the SIGKILL
+
+    def to_dict(self) -> dict[str, Any]:
+        """What a node answers for the rank it killed (RankTarget.from_dict on the server)."""
+        return {
+            "rank": self.rank,
+            "pid": self.pid,
+            "world": self.world,
+            "killed_at": self.killed_at,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RankTarget:
+        killed = d.get("killed_at")
+        return cls(int(d["rank"]), int(d["pid"]), int(d["world"]), None, killed)
 
     def kill(self, settle_s: float = 0.2) -> None:
         """SIGKILL this rank (psutil checks the pid is still the same process), and wait
         until it is dead (gone, or a zombie its launcher has not reaped), at most
         `settle_s`: what the lab says of the run right after the kill (its view's `ranks`)
         then sees the rank lost, not a process the signal has not reached yet."""
+        if self.proc is None:
+            raise RankCrashRefused(f"rank {self.rank} runs on another machine")
         sent = time.time()  # before: its launcher may notice before this returns
         try:
             self.proc.send_signal(signal.SIGKILL)
@@ -83,6 +101,21 @@ def rank_target(run_dir: RunDir, launcher: int) -> RankTarget:
     if not alive:
         raise RankCrashRefused(f"rank {rank} (pid {pid}) has already exited")
     return RankTarget(rank, pid, int(said["world"]), proc)
+
+
+def kill_rank(run_dir: RunDir, launcher: int) -> RankTarget:
+    """Kill the rank a rank crash kills in `launcher`'s group, on the machine the group
+    runs on (RunFiles.kill_rank: the server's, or a cluster node's through its actor)."""
+    target = rank_target(run_dir, launcher)
+    target.kill()
+    return target
+
+
+def pids_are_here(said: dict[str, Any]) -> bool:
+    """The ranks file's pids are this machine's (its launcher wrote its hostname, or is
+    older than the field): only then may they be read or signalled here."""
+    host = said.get("hostname")
+    return host is None or host == socket.gethostname()
 
 
 def lost_rank_fields(run_dir: RunDir, target: RankTarget) -> dict[str, Any]:

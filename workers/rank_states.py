@@ -18,7 +18,9 @@ Nothing new is written for it: the state is read from what the workers already k
   that group lost, shown until the restarted group writes its own. A run that trains with
   no ranks file here (its run dir is on a cluster's node) shows every rank training.
 - Process liveness: a rank whose process is gone (or a zombie, or no longer the launcher's
-  child) before its launcher wrote so is `lost` already, without the time.
+  child) before its launcher wrote so is `lost` already, without the time. Only where the
+  pids are this machine's: a cluster node's file (shipped by workers/ray_executor.py, its
+  `hostname` another) is taken as it says.
 
 The restart event a lost rank causes names it too (workers/rank_crash.py's fields, in the
 run's log); this is the state of the moment.
@@ -36,6 +38,7 @@ import psutil
 from crashdrill.trainer.ranks import read_ranks_file
 from crashdrill.trainer.run_files import RANKS_FILE
 from crashdrill.trainer.stages import Stage
+from crashdrill.workers.rank_crash import pids_are_here
 
 
 class RankState(StrEnum):
@@ -125,6 +128,7 @@ def rank_states(
                 out.append(RankStatus(r, RankState.STARTING))
         return out
     launcher = int(said["launcher"])  # type: ignore[index]
+    here = pids_are_here(said or {})
     waiting = lost.get("launcher") == "blind" and "timed_out" not in lost
     out = []
     for r in ranks:
@@ -132,7 +136,7 @@ def rank_states(
         pid = int(pid) if pid is not None else None
         if r == lost_rank:
             out.append(RankStatus(r, RankState.LOST, pid, at=lost.get("noticed_at")))
-        elif pid is None or not _child_alive(pid, launcher):
+        elif pid is None or (here and not _child_alive(pid, launcher)):
             # Gone before its launcher said so: lost; after it lost another: taken down.
             gone = RankState.LOST if lost_rank is None else RankState.RESTARTING
             out.append(RankStatus(r, gone, pid))

@@ -55,7 +55,7 @@ from ray.util.scheduling_strategies import (
     PlacementGroupSchedulingStrategy,
 )
 
-from crashdrill.trainer.run_files import RUN_JSON
+from crashdrill.trainer.run_files import RANKS_FILE, RUN_JSON
 from crashdrill.workers.cluster_health import ClusterNodes
 from crashdrill.workers.executor import (
     ExecutorError,
@@ -66,6 +66,7 @@ from crashdrill.workers.executor import (
 )
 from crashdrill.workers.executor_registry import ExecutorConfigError
 from crashdrill.workers.mirror_restore import MirrorPull
+from crashdrill.workers.rank_crash import RankCrashRefused, RankTarget
 from crashdrill.workers.ray_node import SEEDED, SHIPPED, NodeRun
 from crashdrill.workers.ray_placement import (
     TELL_S,
@@ -192,6 +193,16 @@ class RayRunFiles:
 
     def stderr_tail(self, since: int) -> str:
         return str(self._executor.call(self._run_dir, "stderr_tail", since))
+
+    def kill_rank(self, launcher: int) -> RankTarget:
+        """On the node, by its actor (which knows its trainer: `launcher` is its pid)."""
+        try:
+            answer: dict[str, Any] = self._executor.call(self._run_dir, "kill_rank")
+        except (RayActorError, GetTimeoutError):
+            raise RankCrashRefused("the run's node does not answer") from None
+        if "refused" in answer:
+            raise RankCrashRefused(str(answer["refused"]))
+        return RankTarget.from_dict(answer)
 
 
 class RayExecutor:
@@ -354,6 +365,8 @@ class RayExecutor:
                 got = False
                 if answer.get("run_json"):
                     _replace_bytes(run_dir / RUN_JSON, answer["run_json"])
+                if answer.get("ranks_json"):  # the page's rank states, a rank crash's event
+                    _replace_bytes(run_dir / RANKS_FILE, answer["ranks_json"])
                 for name, chunk in answer["chunks"].items():
                     if chunk:
                         _append_bytes(run_dir / name, chunk)

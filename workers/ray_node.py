@@ -47,6 +47,7 @@ from crashdrill.trainer.checkpoint_layout import ckpt_root
 from crashdrill.trainer.run_files import (
     FROZEN_PRESET,
     MIRROR_LOG,
+    RANKS_FILE,
     RECORDS_FILE,
     RUN_JSON,
     read_complete_lines,
@@ -54,6 +55,7 @@ from crashdrill.trainer.run_files import (
 from crashdrill.workers.executor import Host
 from crashdrill.workers.mirror_restore import MirrorPull, pull_for_restart
 from crashdrill.workers.node_telemetry import NodeTelemetry
+from crashdrill.workers.rank_crash import RankCrashRefused, kill_rank
 from crashdrill.workers.run_dir import RunDir
 from crashdrill.workers.trainer_env import GCS_ENV_NAMES, writes_gcs_mirror
 from crashdrill.workers.trainer_process import TrainerProcess
@@ -161,12 +163,17 @@ class NodeRun:
             run_json: bytes | None = (self.run_dir.path / RUN_JSON).read_bytes()
         except OSError:
             run_json = None
+        try:  # a group's launcher's ranks file (trainer/ranks.py), rewritten whole
+            ranks_json: bytes | None = (self.run_dir.path / RANKS_FILE).read_bytes()
+        except OSError:
+            ranks_json = None
         sample = self.telemetry.due(**telemetry) if telemetry else None
         return {
             "running": running,
             "code": self.code,
             "chunks": chunks,
             "run_json": run_json,
+            "ranks_json": ranks_json,
             "telemetry": sample,
         }
 
@@ -180,6 +187,16 @@ class NodeRun:
         except (ProcessLookupError, OSError):
             return False
         return True
+
+    def kill_rank(self) -> dict[str, Any]:
+        """A rank crash of this node's group: the rank killed (RankTarget.to_dict), or
+        {"refused": why}."""
+        if self.proc is None or self.code is not None:
+            return {"refused": "the trainer is not running"}
+        try:
+            return kill_rank(self.run_dir, self.proc.pid).to_dict()
+        except RankCrashRefused as e:
+            return {"refused": str(e)}
 
     def wipe(self) -> None:
         import shutil

@@ -108,7 +108,6 @@ from crashdrill.workers.rank_crash import (
     blind_wait,
     lost_rank_fields,
     rank_lead,
-    rank_target,
 )
 from crashdrill.workers.restart_events import (
     diverged_text,
@@ -216,7 +215,7 @@ class Supervisor:
                 raise NotRunning("the trainer is not running")
             if self._crash_requested or self._preempt is not None:
                 raise NotRunning("a crash test or a preemption is already on its way")
-            target = rank_target(self.run_dir, proc.pid) if spec.one_rank else None
+            target: RankTarget | None = None
             self._crash_requested = True
             self._crash_mode = mode
             self._crash_save_step = None
@@ -231,8 +230,8 @@ class Supervisor:
                 self._hold.release()  # it trains on to its next checkpoint write
                 return proc.pid
             try:
-                if target is not None:  # one rank: its launcher takes the group down
-                    target.kill()
+                if spec.one_rank:  # one rank, where it runs: its launcher takes the group down
+                    target = self.files.kill_rank(proc.pid)
                     self._crash_rank = target
                 else:
                     proc.signal(signal.SIGKILL)  # held or not: killed at the step it is at

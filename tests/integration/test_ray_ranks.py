@@ -97,6 +97,48 @@ def test_a_lost_node_moves_a_two_rank_run_to_another_at_the_same_world_size(
         assert {"step.rank_loss_bits.0", "step.rank_loss_bits.1"} <= compared  # every rank's
 
 
+def test_kill_one_rank_on_a_node_kills_it_there_and_the_crash_event_names_it(
+    tmp_path: Path, cluster: Any
+) -> None:
+    """Crash mode `rank` (lesson 1.16's A) on a run whose group trains on a node: the card
+    shows both ranks training (the launcher's ranks file, shipped to the server's copy),
+    the node's actor kills the rank, the crash event says which and how fast its launcher
+    noticed (from the shipped file), and the group restarts bit-identically."""
+    from tests.integration.test_ray_lab import lab_on
+
+    settings = lab_on(cluster, tmp_path)
+    with serving(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
+        created = client.post(
+            "/api/pairs", json={"preset": "lesson-1.16", "overrides": {"steps": 300}}
+        ).json()
+        pair = created["pair"]
+        run_a, run_b = (r["id"] for r in created["runs"])
+        client.post(f"/api/runs/{run_b}/stop")
+        wait_for_pair(
+            client,
+            pair,
+            lambda rs: rs[0]["can_crash"] and (rs[0]["step"] or 0) >= 60,
+            "A past step 60",
+        )
+        shown = client.get(f"/api/pairs/{pair}").json()["runs"][0]["ranks"]
+        assert [r["state"] for r in shown] == ["training", "training"], shown
+        r = client.post(f"/api/runs/{run_a}/crash", json={"crash_mode": "rank"})
+        assert r.status_code == 202, r.text
+        runs = wait_for_pair(client, pair, lambda rs: rs[0]["state"] == "finished", "A's end")
+        assert runs[0]["segment"] == 1
+        crash = next(
+            e
+            for e in client.get(f"/api/runs/{run_a}/events").json()["events"]
+            if e["code"] == "crash"
+        )
+        killed = crash["fields"]["lost_rank"]
+        assert crash["fields"]["crash_mode"] == "rank", crash
+        assert f"Crash test: killed rank {killed} of 2 (pid " in crash["text"], crash["text"]
+        assert "its launcher noticed in" in crash["text"], crash["text"]  # the shipped file's
+        [check] = client.get(f"/api/runs/{run_a}/resume-checks").json()["checks"]
+        assert check["bit_identical"] is True and check["complete"], check
+
+
 def test_with_no_node_left_that_has_room_for_two_ranks_dcp_reshards_onto_one_and_rank_files_refuse(
     tmp_path: Path, cluster: Any
 ) -> None:
