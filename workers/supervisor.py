@@ -437,9 +437,17 @@ class Supervisor:
                 lead += self._wipe_checkpoints()
             if spec.moves_host:
                 host = self.executor.host(self.launch.run_dir)
-                if host is not None and self.executor.relocate(self.launch.run_dir) is not None:
-                    lead = f"Crash test: lost host {host.name}"
-                    return self._restart_elsewhere(lead, host, segment, step, moved=mode)
+                if host is not None:
+                    try:
+                        new, fewer = self._relocate()
+                    except ExecutorError as e:  # no node could take its ranks: said
+                        self._fail(f"{lead}: {e}", exit_code=None, segment=segment)
+                        return False
+                    if new is not None:
+                        lead = f"Crash test: lost host {host.name}"
+                        return self._restart_elsewhere(
+                            lead, host, segment, step, moved=mode, fewer=fewer
+                        )
                 lead += (
                     ". There is no other machine to move to (the lab runs without a Ray"
                     " cluster), so the run restarts here, as in the wipe mode"
@@ -529,17 +537,24 @@ class Supervisor:
         return self._spawn(require_checkpoint=require)
 
     def _restart_elsewhere(
-        self, lead: str, old: Host, segment: int, step: int | None, *, moved: str | None = None
+        self,
+        lead: str,
+        old: Host,
+        segment: int,
+        step: int | None,
+        *,
+        moved: str | None = None,
+        fewer: tuple[int, int] | None = None,
     ) -> bool:
         """The run's machine is gone (or taken away by a crash test of the mode `moved`, one
         that moves_host): restart it on another one, from the newest verified checkpoint
-        in the mirror."""
+        in the mirror. `fewer`: (ranks it had, ranks it restarts on), where the move found
+        no node with room for the whole group."""
         times: dict[str, float] = {}
-        fewer: tuple[int, int] | None = None  # (ranks it had, ranks it restarts on)
         if moved is None:
             times["noticed_t"] = time.time()
             try:
-                fewer = self._relocate()
+                _, fewer = self._relocate()
             except ExecutorError as e:  # no node could take its ranks: said, not waited for
                 at = f" at step {step}" if step is not None else ""
                 self._fail(f"{lead}{at}: {e}", exit_code=None, segment=segment)
@@ -568,21 +583,20 @@ class Supervisor:
         self._notify(Change("restarting", text=event["text"]))
         return self._spawn(require_checkpoint=True)
 
-    def _relocate(self) -> tuple[int, int] | None:
+    def _relocate(self) -> tuple[Host | None, tuple[int, int] | None]:
         """Move the run to another node at its world size; where no node has room for the
         whole group any more, on the most ranks one has room for, for good (its trainer
         reshards a DCP checkpoint of global data positions, and refuses any other, saying
-        why). Returns (ranks it had, ranks it restarts on) for a restart on fewer."""
+        why). Returns its new host (None: no other node is alive) and, for a restart on
+        fewer ranks, (ranks it had, ranks it restarts on)."""
         try:
-            self.executor.relocate(self.launch.run_dir)
-            return None
+            return self.executor.relocate(self.launch.run_dir), None
         except NoRoomForRanks as e:
             if e.fits < 1:
                 raise
             self.launch = self.launch.with_ranks(e.fits)
             self.executor.prepare(self.launch)
-            self.executor.relocate(self.launch.run_dir)
-            return (e.ranks, e.fits)
+            return self.executor.relocate(self.launch.run_dir), (e.ranks, e.fits)
 
     def _pull_from_mirror(self, segment: int) -> Restored | None:
         """No checkpoint on disk (a wiped disk, a new machine): the newest mirrored one

@@ -173,6 +173,7 @@ def test_with_no_node_left_that_has_room_for_two_ranks_dcp_reshards_onto_one_and
         for node in ray_cluster.worker_nodes(cluster):
             if node.node_id not in {a_node, b_node, small.node_id}:
                 cluster.remove_node(node)
+        cluster.wait_for_nodes()  # the head has them dead before A's node goes
         cluster.remove_node(ray_cluster.node_of(cluster, a_node))
         moved = wait_for_pair(
             client,
