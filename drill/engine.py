@@ -463,12 +463,18 @@ def run_crashed(
 def _copy_before_write(target: Target, ckpt_dir: Path, dest: Path, seg: Segment, step: int) -> None:
     """Copy the checkpoint dir of a running process at step line `step`, as the write a
     kill is aimed at will find it, unless the last copy holds it already. A copy during
-    which the dir changed (a write under way) is dropped: the last good one stays, and the
-    next line before the write tries again."""
+    which the dir changed (a write under way: a file changed, or renamed or removed while it
+    was copied) is dropped: the last good one stays, and the next line before the write
+    tries again."""
     now = target.snapshot(ckpt_dir)
     if seg.state_copy is not None and now == seg.copy_snapshot:
         return
-    fresh = copy_state(target, ckpt_dir, dest.with_name(dest.name + "-taking"))
+    taking = dest.with_name(dest.name + "-taking")
+    try:
+        fresh = copy_state(target, ckpt_dir, taking)
+    except OSError:  # shutil.Error too: a file renamed or removed under it (a write)
+        shutil.rmtree(taking, ignore_errors=True)
+        return
     if target.snapshot(ckpt_dir) != now:
         shutil.rmtree(fresh, ignore_errors=True)
         return
