@@ -53,6 +53,7 @@ class Hold:
         self._lock = threading.Lock()
         self._proc: Trainer | None = None
         self._timer: threading.Timer | None = None
+        self._closed = False  # the run is stopping, or its supervisor let it go: no new hold
 
     @property
     def held(self) -> bool:
@@ -64,6 +65,8 @@ class Hold:
         second start while held only moves the release time."""
         seconds = max(0.0, min(float(seconds), MAX_HOLD_S))
         with self._lock:
+            if self._closed:  # a SIGSTOP now would outlive whoever could release it
+                return False
             if self._proc is not None and self._proc is not proc:
                 self._release_locked()
             if not self._stop_outside_write(proc):
@@ -101,6 +104,15 @@ class Hold:
     def release(self) -> bool:
         """Let the trainer go on (SIGCONT); False when it was not held."""
         with self._lock:
+            return self._release_locked()
+
+    def close(self) -> bool:
+        """Release it for good: a hold asked for after this (a question answered while the
+        run stops, or after a server let it go) is refused, so no SIGSTOP lands after the
+        SIGCONT and leaves the trainer stopped with nobody to release it (its release timer
+        dies with the server). False when it was not held."""
+        with self._lock:
+            self._closed = True
             return self._release_locked()
 
     def _release_locked(self) -> bool:

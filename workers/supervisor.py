@@ -319,13 +319,14 @@ class Supervisor:
             self._stop_requested = who
             proc = self._proc
         if proc is None:
+            self._hold.close()
             # Starting (maybe waiting for a node) or between a death and a restart: a
             # start that waits gives up, and the next one sees the flag.
             self.executor.cancel(self.launch.run_dir)
             return
         with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
             proc.signal(signal.SIGTERM)
-        self._hold.release()  # a held trainer hears the SIGTERM once it runs again
+        self._hold.close()  # a held trainer hears the SIGTERM once it runs again; no new hold
 
         def _kill() -> None:
             with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
@@ -338,7 +339,7 @@ class Supervisor:
     def detach(self) -> None:
         """Stop watching and leave the trainer running (a server shutting down)."""
         self._detached = True
-        self._hold.release()  # never left stopped with nobody to release it
+        self._hold.close()  # never left stopped with nobody to release it
 
     def join(self, timeout: float | None = None) -> None:
         with self._lock:

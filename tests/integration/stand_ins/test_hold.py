@@ -51,6 +51,18 @@ def test_a_hold_whose_write_does_not_end_in_time_leaves_the_trainer_running(monk
     assert proc.signals[-1] == signal.SIGCONT
 
 
+def test_a_closed_hold_releases_the_trainer_and_refuses_a_hold_asked_for_after_it():
+    proc = SignalRecorder()
+    hold = Hold("run")
+    assert hold.start(proc, 30)
+    assert hold.close() and proc.signals == [signal.SIGSTOP, signal.SIGCONT]
+    # A question answered while the run stops: no SIGSTOP after the SIGCONT, which would
+    # leave it stopped once the server (and the hold's release timer) is gone.
+    assert not hold.start(proc, 30) and not hold.held
+    assert proc.signals == [signal.SIGSTOP, signal.SIGCONT]
+    assert not hold.close()
+
+
 def test_a_hold_outside_any_write_stops_the_trainer_once():
     proc = SignalRecorder()
     hold = Hold("run")
