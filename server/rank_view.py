@@ -22,7 +22,7 @@ from crashdrill.server.storage.db import Row
 from crashdrill.trainer.ranks import read_ranks_file
 from crashdrill.trainer.run_files import RANKS_FILE
 from crashdrill.workers.rank_crash import pids_are_here
-from crashdrill.workers.rank_states import RankState, rank_states
+from crashdrill.workers.rank_states import RankState, states_said
 from crashdrill.workers.telemetry import ProcessSampler
 
 # The lab's one sampler of rank processes (its readings are the same for every view).
@@ -55,14 +55,10 @@ def ranks_view(
     if world <= 1:
         return None
     run_dir = row.get("run_dir")
-    statuses = rank_states(
-        Path(run_dir) if run_dir else None,
-        str(row["state"]),
-        row.get("stage"),
-        trainer_pid=row.get("pid"),
-        world=world,
+    said = read_ranks_file(Path(run_dir) / RANKS_FILE) if run_dir else None  # read once
+    statuses = states_said(
+        said, str(row["state"]), row.get("stage"), trainer_pid=row.get("pid"), world=world
     )
-    said = read_ranks_file(Path(run_dir) / RANKS_FILE) if run_dir else None
     here = said is None or pids_are_here(said)  # a cluster node's pids are not read here
     pids = [s.pid for s in statuses if s.pid is not None and s.state in _RUNNING and here]
     readings = SAMPLER.read(pids) if pids else {}

@@ -44,12 +44,7 @@ class RankTarget:
 
     def to_dict(self) -> dict[str, Any]:
         """What a node answers for the rank it killed (RankTarget.from_dict on the server)."""
-        return {
-            "rank": self.rank,
-            "pid": self.pid,
-            "world": self.world,
-            "killed_at": self.killed_at,
-        }
+        return {k: v for k, v in vars(self).items() if k != "proc"}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RankTarget:

@@ -101,6 +101,18 @@ def rank_states(
 ) -> list[RankStatus]:
     """Every rank's state now (see the module's docstring for where each comes from)."""
     said = read_ranks_file(run_dir / RANKS_FILE) if run_dir is not None else None
+    return states_said(said, run_state, stage, trainer_pid=trainer_pid, world=world)
+
+
+def states_said(
+    said: dict[str, Any] | None,
+    run_state: str,
+    stage: str | None,
+    *,
+    trainer_pid: int | None,
+    world: int,
+) -> list[RankStatus]:
+    """rank_states from the ranks file as read already (`said`; None: none)."""
     current = said is not None and trainer_pid is not None and said.get("launcher") == trainer_pid
     if current:  # an earlier group's file may be of another world size (a resharded resume)
         world = int(said.get("world") or world)  # type: ignore[union-attr]
