@@ -273,22 +273,11 @@ def load_model_state(run_dir: str | Path) -> dict[str, torch.Tensor]:
     info = find_latest(run_dir)
     if info is None:
         raise FileNotFoundError(f"no complete checkpoint under {ckpt_root(run_dir)}")
-    if info.manifest.get("layout") == "dcp":  # several ranks' shards (trainer/dcp_checkpoint.py)
-        return _dcp_model_state(info.path)
+    if info.manifest.get("layout") == "dcp":  # several ranks' shards
+        from crashdrill.trainer.dcp_checkpoint import model_weights
+
+        return model_weights(info)
     if info.manifest.get("layout") == "rank_files":  # trainer/rank_files_checkpoint.py
         whole = torch.load(info.path / rank_file_name(0), map_location="cpu", weights_only=True)
         return dict(whole["model"])  # every rank's file holds the same weights
     return dict(torch.load(info.path / "model.pt", map_location="cpu", weights_only=True))
-
-
-def _dcp_model_state(path: Path) -> dict[str, torch.Tensor]:
-    """The weights of a DCP checkpoint, read in this one process: only the `model` key's
-    tensors (no pickled value of another key is loaded)."""
-    import warnings
-
-    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
-
-    with warnings.catch_warnings():  # "assuming the intent is to load in a single process"
-        warnings.simplefilter("ignore", UserWarning)
-        state = _load_state_dict_from_keys(keys={"model"}, checkpoint_id=str(path))
-    return dict(state["model"])

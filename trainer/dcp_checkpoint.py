@@ -39,23 +39,33 @@ with weights_only=True. Its `.metadata` index is a pickle, read only after the m
 sha256 of it matched (the trainer's own write, or a mirror copy the manifest vouches for),
 and once per process (cached by that sha256: held_ranks and dcp.load share it).
 
-What a restart costs is mostly DCP's reading: one torch.load per item, 143 per rank for
-the quick preset, 117 of them tensors (model 29, AdamW 84). Each value that is not a tensor
-stays an item of its own, under its own name, because `crashdrill inspect` reads those names
-from the index (train_state.step, optimizer.param_groups…): packing them into one item per
-key saved 23 loads (about 7 ms of CPU per rank) and left inspect saying "optimizer state:
-missing". A checkpoint written that way (`<key>._values` in its index: by commits 858e7fd
-to da3c461, half an hour of 2026-12-06) is refused, naming a fresh run dir.
+What a restart costs was mostly DCP's reading: with FileSystemWriter's default format every
+tensor is its own torch.save item and FileSystemReader torch.loads each one back (117 of the
+quick preset's 143 items per rank: model 29, AdamW 84; about 0.4 ms apiece in the weights-only
+unpickler). Shards are now written in DCP's own safetensors format (FileSystemWriter's
+`serialization_format=SAFETENSORS`: a shard's values that are not tensors first, each its own
+torch.save item as before, then all its tensors in one safetensors blob), and read by
+`_VerifiedIndexReader`: one read of each shard file, one safetensors parse of its blob, the
+values through the weights-only planner. The manifest's `tensor_format` says which format a
+checkpoint's tensors are in; one without it (written before) is read by DCP's reader as
+before. Each value that is not a tensor stays an item of its own, under its own name,
+because `crashdrill inspect` reads those names from the index (train_state.step,
+optimizer.param_groups…): packing them into one item per key saved 23 loads (about 7 ms of
+CPU per rank) and left inspect saying "optimizer state: missing". A checkpoint written that
+way (`<key>._values` in its index: by commits 858e7fd to da3c461, half an hour of
+2026-12-06) is refused, naming a fresh run dir.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
 import shutil
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -65,10 +75,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+import torch.distributed.checkpoint.filesystem as dcp_filesystem
 import torch.utils.serialization.config  # torch.load imports it on first use: after the fork
+from torch.distributed._shard._utils import narrow_tensor_by_index
 from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem
+from torch.futures import Future
 
 from crashdrill.trainer import checkpoint_layout as layout
 from crashdrill.trainer.checkpoint_pause import (
@@ -88,6 +103,22 @@ DCP_LAYOUT = "dcp"
 # written by commits 858e7fd to da3c461 (2026-12-06); refused since (load_group).
 PACKED_VALUES = "._values"
 DCP_INDEX = ".metadata"  # DCP's index of every shard (a pickle), named by FileSystemWriter
+# The manifest's key for the format of a checkpoint's tensors (DCP's SerializationFormat
+# values); a manifest without it was written in TORCH_SAVE, FileSystemWriter's default.
+TENSOR_FORMAT = "tensor_format"
+SAFETENSORS = "safetensors"
+TORCH_SAVE = "torch_save"
+
+
+def shard_writer(work: Path) -> tuple[dcp.FileSystemWriter, str]:
+    """DCP's file writer for the shards in `work`, and the manifest's `tensor_format` of
+    what it writes: DCP's SAFETENSORS format where this torch has it (2.8+) and the
+    safetensors package is installed (DCP's writer imports it), else its default."""
+    fmt = getattr(dcp_filesystem, "SerializationFormat", None)
+    if fmt is None or importlib.util.find_spec("safetensors") is None:
+        return dcp.FileSystemWriter(str(work), sync_files=True), TORCH_SAVE
+    writer = dcp.FileSystemWriter(str(work), sync_files=True, serialization_format=fmt.SAFETENSORS)
+    return writer, SAFETENSORS
 
 
 class WorldSizeMismatch(CheckpointMismatch):
@@ -109,6 +140,26 @@ class GroupSave:
     path: Path
     bytes: int
     seconds: float
+
+
+class _OneStoragePerNameSavePlanner(DefaultSavePlanner):
+    """DCP's save planner, but a tensor whose storage an earlier item of this save already
+    wrote is written as a copy: safetensors refuses two names for one storage, and a model
+    with tied weights (the quick GPT's embedding and head) has them. Loading puts the same
+    values into both names, which share their storage again in the model."""
+
+    def set_up_planner(self, *args: Any, **kwargs: Any) -> None:
+        super().set_up_planner(*args, **kwargs)
+        self._storages: set[int] = set()
+
+    def resolve_data(self, write_item: Any) -> Any:
+        data = super().resolve_data(write_item)
+        if isinstance(data, torch.Tensor):
+            storage = data.untyped_storage().data_ptr()
+            if storage in self._storages:
+                return data.clone()
+            self._storages.add(storage)
+        return data
 
 
 class _WeightsOnlyLoadPlanner(DefaultLoadPlanner):
@@ -158,13 +209,14 @@ def save_group(
     if say:
         print(writing_line(step), file=sys.stderr, flush=True)
     if write is None:
+        meta = {**meta, TENSOR_FORMAT: shard_writer(root)[1]}
         write = lambda work: dcp.save(  # noqa: E731
             state,
-            storage_writer=dcp.FileSystemWriter(str(work), sync_files=True),
+            storage_writer=shard_writer(work)[0],
             # One copy of what every rank holds, and it is rank 0's: DCP's default
             # balances the copies by tensor size, and non-tensor values then land on
             # whichever rank (rank 1's best_val is None: only rank 0 evaluates).
-            planner=DefaultSavePlanner(dedup_save_to_lowest_rank=True),
+            planner=_OneStoragePerNameSavePlanner(dedup_save_to_lowest_rank=True),
         )
     try:
         return _save_group(root, keep, group, step, write, meta)
@@ -276,7 +328,34 @@ def load_group(info: layout.CheckpointInfo, group: RankGroup, state: dict[str, A
             "(a layout written for half an hour on 2026-12-06, since dropped); this trainer "
             "cannot resume it: start again with a fresh --run-dir"
         )
-    dcp.load(state, storage_reader=reader, planner=_WeightsOnlyLoadPlanner())
+    try:
+        # no_dist: each rank plans and reads its own keys without DCP's collectives (a
+        # gather and a scatter of the plans, and a gather of the results, over gloo); every
+        # rank already agreed on this checkpoint (rank_loop._find), and reads the same
+        # verified files. DCP warns that it "assumes the intent" of one process: it is ours.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "torch.distributed is ", UserWarning)
+            dcp.load(state, storage_reader=reader, planner=_WeightsOnlyLoadPlanner(), no_dist=True)
+    except CheckpointException as e:  # DCP wraps what its reader raised, per rank
+        for failure in e.failures.values():  # (exception, its traceback) per rank
+            first = failure[0] if isinstance(failure, tuple) else failure
+            if isinstance(first, CheckpointMismatch):
+                raise CheckpointMismatch(str(first)) from e
+        raise
+
+
+def model_weights(info: layout.CheckpointInfo) -> dict[str, torch.Tensor]:
+    """The weights of the verified DCP checkpoint `info`, read in this one process (no
+    group): only the `model` key's tensors, in either tensor format (the drill's
+    comparison of final weights)."""
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
+
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process"
+        warnings.filterwarnings("ignore", "torch.distributed is ", UserWarning)
+        state = _load_state_dict_from_keys(
+            keys={"model"}, storage_reader=_VerifiedIndexReader(info)
+        )
+    return dict(state["model"])
 
 
 def _index_sha256(info: layout.CheckpointInfo) -> str:
@@ -293,11 +372,32 @@ def _index(path: str, sha256: str) -> Metadata:
 
 class _VerifiedIndexReader(dcp.FileSystemReader):
     """DCP's file reader, given the index this process already read (after the manifest's
-    sha256 of it matched): a restart unpickles it once, not again inside dcp.load."""
+    sha256 of it matched): a restart unpickles it once, not again inside dcp.load. Shards
+    written in DCP's safetensors format (the manifest's `tensor_format`) are read by
+    `_read_safetensors_shards`; others by FileSystemReader itself."""
 
     def __init__(self, info: layout.CheckpointInfo) -> None:
         super().__init__(str(info.path))
         self._sha256 = _index_sha256(info)
+        self._format = info.manifest.get(TENSOR_FORMAT, TORCH_SAVE)
+        if self._format not in (TORCH_SAVE, SAFETENSORS):
+            raise CheckpointMismatch(
+                f"{info.path} keeps its tensors in {self._format!r}; this trainer reads "
+                f"{TORCH_SAVE!r} and {SAFETENSORS!r}"
+            )
+        if self._format == SAFETENSORS and importlib.util.find_spec("safetensors") is None:
+            raise CheckpointMismatch(
+                f"{info.path} keeps its tensors in safetensors, and the safetensors package "
+                "is not installed: pip install safetensors"
+            )
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
+        if self._format != SAFETENSORS:
+            return super().read_data(plan, planner)
+        _read_safetensors_shards(self, plan, planner)
+        done: Future[None] = Future()
+        done.set_result(None)
+        return done
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         if kwargs.get("rank") is not None:  # a per-rank index: DCP's fallback, not ours
@@ -308,3 +408,50 @@ class _VerifiedIndexReader(dcp.FileSystemReader):
             storage = meta.storage_meta = StorageMeta()
         storage.load_id = self.load_id  # as FileSystemReader.read_metadata does
         return meta
+
+
+def _read_safetensors_shards(
+    reader: dcp.FileSystemReader, plan: LoadPlan, planner: LoadPlanner
+) -> None:
+    """Read `plan`'s items from shards FileSystemWriter wrote in its SAFETENSORS format:
+    each file read once; a value that is not a tensor from its own byte range (a torch.save
+    the planner loads weights-only); the tensors from the one safetensors blob that follows
+    them, parsed once per file (every tensor item's recorded offset is the blob's start)."""
+    from safetensors.torch import load as load_safetensors
+
+    per_file: dict[str, list[ReadItem]] = {}
+    for item in plan.items:
+        per_file.setdefault(reader.storage_data[item.storage_index].relative_path, []).append(item)
+    for name, items in per_file.items():
+        with open(Path(reader.path) / name, "rb") as f:
+            data = f.read()
+        tensors: dict[str, torch.Tensor] | None = None
+        for item in items:
+            where = reader.storage_data[item.storage_index]
+            if item.type == LoadItemType.BYTE_IO:
+                value = data[where.offset : where.offset + where.length]
+                planner.load_bytes(item, io.BytesIO(value))
+                continue
+            if tensors is None:
+                try:
+                    tensors = load_safetensors(data[where.offset :])
+                except Exception as e:  # safetensors raises its own SafetensorError
+                    raise CheckpointMismatch(
+                        f"{Path(reader.path) / name}: its tensors are not a readable "
+                        f"safetensors blob at byte {where.offset}: {e}"
+                    ) from e
+            fqn = item.storage_index.fqn
+            if fqn not in tensors:
+                raise CheckpointMismatch(
+                    f"{Path(reader.path) / name}: DCP's index names tensor {fqn!r} in this "
+                    "shard, and its safetensors blob has no such tensor"
+                )
+            tensor = narrow_tensor_by_index(tensors[fqn], item.storage_offsets, item.lengths)
+            target = planner.resolve_tensor(item).detach()
+            if target.size() != tensor.size():
+                raise CheckpointMismatch(
+                    f"{Path(reader.path) / name}: tensor {fqn!r} is {tuple(tensor.size())} "
+                    f"in the shard, {tuple(target.size())} in this run"
+                )
+            target.copy_(tensor)
+            planner.commit_tensor(item, target)

@@ -41,15 +41,26 @@ def _state(step: int) -> dict[str, Any]:
     }
 
 
-def _save(where: Path, state: dict[str, Any], planner: Any) -> CheckpointInfo:
+def _save(
+    where: Path, state: dict[str, Any], planner: Any, tensors: str = dc.TORCH_SAVE
+) -> CheckpointInfo:
+    """Saved as the trainer's writer does (`tensors` = safetensors), or as FileSystemWriter's
+    default did before, with a manifest that names no tensor format."""
+    writer, fmt = dc.shard_writer(where)
+    if tensors == dc.TORCH_SAVE:
+        writer = dcp.FileSystemWriter(str(where))
+    else:
+        assert fmt == tensors
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # no process group: one process
-        dcp.save(state, storage_writer=dcp.FileSystemWriter(str(where)), planner=planner)
+        dcp.save(state, storage_writer=writer, planner=planner)
     files = {}
     for p in where.iterdir():
         with open(p, "rb") as f:
             files[p.name] = {"sha256": sha256_of(f), "bytes": p.stat().st_size}
     manifest = {"layout": dc.DCP_LAYOUT, "world_size": 2, "files": files}
+    if tensors != dc.TORCH_SAVE:
+        manifest[dc.TENSOR_FORMAT] = tensors
     return CheckpointInfo(step=0, path=where, manifest=manifest)
 
 
@@ -73,8 +84,11 @@ def _assert_same(got: dict[str, Any], want: dict[str, Any]) -> None:
     assert got["optimizer"]["param_groups"][0]["betas"] == (0.9, 0.95)  # a tuple stays one
 
 
-def test_every_value_is_an_item_under_its_own_name_and_loads_back(tmp_path: Path) -> None:
-    info = _save(tmp_path / "ck", _state(7), None)
+@pytest.mark.parametrize("tensors", [dc.SAFETENSORS, dc.TORCH_SAVE])
+def test_every_value_is_an_item_under_its_own_name_and_loads_back(
+    tmp_path: Path, tensors: str
+) -> None:
+    info = _save(tmp_path / "ck", _state(7), None, tensors)
     keys = _index_keys(info)
     assert {"train_state.step", "optimizer.param_groups.0.lr", "rank0.data.world"} <= keys
     assert dc.held_ranks(info) == {0}
@@ -107,3 +121,66 @@ def test_dcp_s_index_is_unpickled_once_for_held_ranks_and_the_load(
     dc.held_ranks(info)
     _load(info, _state(1))
     assert len(reads) == 1
+
+
+def test_safetensors_shards_are_read_once_each_and_never_through_torch_load_per_tensor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The point of the format: a tensor is not a torch.load of its own (0.4 ms apiece)."""
+    state = _state(7)
+    state["model"].update({f"layer{i}": torch.randn(4, 4) for i in range(20)})
+    info = _save(tmp_path / "ck", state, None, dc.SAFETENSORS)
+    loads: list[int] = []
+    real = torch.load
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        loads.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", counted)
+    into = _state(1)
+    into["model"].update({f"layer{i}": torch.zeros(4, 4) for i in range(20)})
+    got = _load(info, into)
+    for i in range(20):
+        assert torch.equal(got["model"][f"layer{i}"], state["model"][f"layer{i}"])
+    _assert_same(got, state)
+    values = [k for k in _index_keys(info) if not k.startswith("model.")]
+    assert len(loads) < len(values)  # the values that are not tensors; no tensor's
+
+
+def test_a_tensor_the_index_names_but_the_blob_lacks_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    info = _save(tmp_path / "ck", _state(7), None, dc.SAFETENSORS)
+    import safetensors.torch
+
+    real = safetensors.torch.load
+    monkeypatch.setattr(
+        safetensors.torch,
+        "load",
+        lambda data: {k: v for k, v in real(data).items() if k != "model.w"},
+    )
+    with pytest.raises(CheckpointMismatch, match=r"'model\.w'.*no such tensor"):
+        _load(info, _state(1))
+
+
+def test_an_unknown_tensor_format_is_refused_naming_the_ones_read(tmp_path: Path) -> None:
+    info = _save(tmp_path / "ck", _state(7), None, dc.SAFETENSORS)
+    info.manifest[dc.TENSOR_FORMAT] = "gguf"
+    with pytest.raises(CheckpointMismatch, match=r"'gguf'.*'torch_save' and 'safetensors'"):
+        _load(info, _state(1))
+
+
+def test_tied_weights_save_in_safetensors_and_load_back_into_both_names(tmp_path: Path) -> None:
+    """safetensors refuses two names for one storage; the quick GPT ties its embedding and
+    head, and the trainer's planner writes the second name as a copy."""
+    state = _state(7)
+    shared = torch.randn(5, 3)
+    state["model"]["emb"], state["model"]["head"] = shared, shared
+    info = _save(tmp_path / "ck", state, dc._OneStoragePerNameSavePlanner(), dc.SAFETENSORS)
+    into = _state(1)
+    tied = torch.zeros(5, 3)
+    into["model"]["emb"], into["model"]["head"] = tied, tied
+    got = _load(info, into)
+    assert torch.equal(got["model"]["emb"], shared) and got["model"]["head"] is tied
+    _assert_same(got, state)
