@@ -24,6 +24,7 @@ import socket
 import sys
 import threading
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -227,6 +228,24 @@ def run_as_main(module: str) -> int:
     return 0
 
 
+def _skip_op_deregistration() -> None:
+    """torch.library deregisters each operator library it made (~170 once torch._dynamo is
+    imported, as a trainer of several ranks has it) from a weakref finalizer run at exit:
+    ~35 ms of CPU in a launcher whose lost rank ended its group, between the group's end
+    and the supervisor's restart. The dispatcher they clean goes with the process a moment
+    later (os._exit), so those finalizers are told not to run at exit; every other one
+    (a temporary dir's removal…) still does. weakref.finalize's registry is private: where
+    it is missing, nothing is skipped."""
+    library = sys.modules.get("torch.library")
+    deregister = getattr(library, "_del_library", None)
+    registry = getattr(weakref.finalize, "_registry", None)
+    if deregister is None or not isinstance(registry, dict):
+        return
+    for finalizer, info in list(registry.items()):
+        if getattr(info, "func", None) is deregister:
+            finalizer.atexit = False
+
+
 def exit_without_teardown(code: int) -> NoReturn:
     """End the process as the interpreter would at its end, minus freeing every object:
     non-daemon threads joined, atexit handlers run, stdout and stderr flushed (a failed
@@ -237,6 +256,7 @@ def exit_without_teardown(code: int) -> NoReturn:
     for thread in threading.enumerate():
         if thread is not threading.main_thread() and not thread.daemon:
             thread.join()
+    _skip_op_deregistration()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
