@@ -19,8 +19,8 @@ Prints:
   3. where a restarted group's seconds go, from the phase lines its launcher and ranks
      print with CRASHDRILL_RANK_PHASES=1 (trainer/ranks.py), medians over the restarts:
      the kill → the supervisor's restart event → the trainer's launcher running →
-     rank 0's TCPStore open → every rank forked → init_process_group → model and DDP
-     built → checkpoint found and loaded (DCP) → first update → its step record.
+     every rank forked → model built → checkpoint found and loaded (DCP, each rank
+     alone) → init_process_group → DDP built → first update → its step record.
 
 Timings only: no target is asserted. The machine is shared (2 cores here): it prints the
 load average and the CPU count; read the figures against them. A variant that timed no
@@ -57,14 +57,13 @@ OFF = {"eval_every": 10**6, "probe_every": 10**6, "sample_every": 10**6, "sample
 # (the launcher's or the slowest rank's phase, what the time up to it was spent on).
 PHASES = (
     ((LAUNCHER, "group"), "trainer started → launcher (fork, CLI, run dir, dataset)"),
-    ((LAUNCHER, "store_open"), "rank 0 forked, its TCPStore open"),
-    ((LAUNCHER, "forked"), "the other ranks forked"),
-    ((None, "joined"), "init_process_group (gloo rendezvous)"),
+    ((LAUNCHER, "forked"), "every rank forked (rank 0 opens the TCPStore)"),
     ((None, "data"), "dataset (the launcher's, inherited through the fork)"),
     ((None, "model"), "model and optimizer built"),
-    ((None, "ddp"), "DistributedDataParallel built (broadcast of the weights)"),
-    ((None, "found"), "checkpoint found and verified (sha256), all ranks agree"),
-    ((None, "loaded"), "checkpoint loaded (DCP), RNG and data cursor restored"),
+    ((None, "found"), "checkpoint found and verified (sha256)"),
+    ((None, "loaded"), "checkpoint loaded (DCP, each rank alone), RNG and data cursor restored"),
+    ((None, "joined"), "init_process_group (gloo rendezvous)"),
+    ((None, "ddp"), "all ranks agree on the checkpoint; DistributedDataParallel built"),
     ((None, "first_step"), "first update (forward, all_gather, backward)"),
 )
 

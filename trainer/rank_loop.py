@@ -223,10 +223,9 @@ class _RankRun:
         self.group, self.rec = group, rec
         self.device = _device(cfg, group)
         determinism.configure(cfg.threads, self.device)
-        join_group(group, rank_store(group), self.device.type, cfg.collective_timeout_s)
-        if cfg.launcher == "blind":
-            keep_connections()  # its peers wait for a lost rank until the timeout
-        phase(group.rank, "joined")
+        # What needs no peer comes before the group's rendezvous (run: _join): the model,
+        # the checkpoint found, verified and loaded, while the other ranks are forked and
+        # do the same; on 2 cores a restarted group waited for each step in turn.
         self.data = data  # loaded by the launcher before the fork (_load_data)
         phase(group.rank, "data")
         self.vocab = cfg.vocab or self.data.vocab_size
@@ -236,9 +235,6 @@ class _RankRun:
         self.model = GPT(cfg, self.vocab).to(self.device)
         self.opt: AdamW = self.model.configure_optimizer(cfg)
         phase(group.rank, "model")
-        ids = [self.device.index] if self.device.type == "cuda" else None
-        self.ddp = DistributedDataParallel(self.model, device_ids=ids)  # GPT has no buffers
-        phase(group.rank, "ddp")
         # From here each rank's global streams (dropout) are its own.
         determinism.seed_all(rank_stream_seed(cfg.seed, group.rank, group.world) % 2**63)
         self.sampler: RankBatchSampler | GlobalBatchSampler = (
@@ -359,15 +355,23 @@ class _RankRun:
 
     # ------------------------------------------------------------ start
 
-    def _find(self) -> CheckpointInfo | None:
-        """The checkpoint every rank resumes from: each verifies it, all must agree."""
-        info = run_start.find_checkpoint(self.run_dir, self.rec)
+    def _join(self, info: CheckpointInfo | None) -> None:
+        """The group's rendezvous, once this rank has its state: every rank must have
+        resumed the same checkpoint (each found and verified it alone), then DDP, whose
+        constructor broadcasts rank 0's weights (the same ones, loaded on every rank)."""
+        group, cfg = self.group, self.cfg
+        join_group(group, rank_store(group), self.device.type, cfg.collective_timeout_s)
+        if cfg.launcher == "blind":
+            keep_connections()  # its peers wait for a lost rank until the timeout
+        phase(group.rank, "joined")
         mine = torch.tensor([info.step if info is not None else -1])
-        steps = [torch.zeros_like(mine) for _ in range(self.group.world)]
+        steps = [torch.zeros_like(mine) for _ in range(group.world)]
         dist.all_gather(steps, mine)
         if len({int(s) for s in steps}) != 1:
             raise RuntimeError(f"ranks found different checkpoints: {[int(s) for s in steps]}")
-        return info
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        self.ddp = DistributedDataParallel(self.model, device_ids=ids)  # GPT has no buffers
+        phase(group.rank, "ddp")
 
     def _start(self, info: CheckpointInfo | None) -> None:
         rec, st = self.rec, self.st
@@ -420,12 +424,13 @@ class _RankRun:
 
     def run(self) -> int:
         cfg, st = self.cfg, self.st
-        info = self._find()
+        info = run_start.find_checkpoint(self.run_dir, self.rec)  # verified: sha256 of each file
         phase(self.group.rank, "found")
         if info is None and self.opts.require_checkpoint and cfg.on_missing_checkpoint != "fresh":
             return run_start.refuse_to_start(self.run_dir, self.rec)
         self._start(info)
         phase(self.group.rank, "loaded")
+        self._join(info)
         self._run_record()
         if info is None and cfg.ckpt_policy == "every":
             self._save()

@@ -10,8 +10,9 @@ them, and exits with the group's status. Each rank gets torch's launcher environ
 below it (init_process_group, DDP, DCP) sees what torchrun would give it.
 
 - The rendezvous is per run: rank 0 opens the TCPStore on port 0 (the kernel picks a free
-  port) and tells the launcher which one, and only then are the other ranks forked with
-  it. Thirty runs started at once never race for one port.
+  port) and writes which one into a pipe the launcher forked every rank with, once for
+  each other rank; they read it when they join, after building and loading what needs
+  no peer (trainer/rank_loop.py). Thirty runs started at once never race for one port.
 - Collectives time out after COLLECTIVE_TIMEOUT_S: a rank whose peer vanished without
   the launcher noticing fails within that, instead of hanging for torch's 10 minutes.
 - The launcher watches (`launcher = "watch"`): when one rank ends with a failure, it
@@ -190,7 +191,7 @@ def open_store(group: RankGroup) -> object:
     return TCPStore(os.environ[ENV_ADDR], port, group.world, False, timeout)
 
 
-def _rank_env(rank: int, world: int, port: int | None) -> None:
+def _rank_env(rank: int, world: int) -> None:
     os.environ.update(
         {
             ENV_RANK: str(rank),
@@ -200,12 +201,15 @@ def _rank_env(rank: int, world: int, port: int | None) -> None:
             ENV_ADDR: MASTER_ADDR,
         }
     )
-    if port is not None:
-        os.environ[ENV_PORT] = str(port)
+    os.environ.pop(ENV_PORT, None)  # rank 0's, from the pipe (rank_store); never inherited
 
 
-def _fork_rank(rank: int, world: int, port_w: int | None, body: Callable[[RankGroup], int]) -> int:
-    """Fork rank `rank`; the child runs `body` and exits with its code (never returns)."""
+def _fork_rank(
+    rank: int, world: int, port_pipe: tuple[int, int], body: Callable[[RankGroup], int]
+) -> int:
+    """Fork rank `rank`; the child runs `body` and exits with its code (never returns).
+    `port_pipe`: rank 0 writes the store's port into it for each other rank, which keep
+    its read end to read it when they join (rank_store)."""
     pid = os.fork()
     if pid:
         return pid
@@ -215,12 +219,18 @@ def _fork_rank(rank: int, world: int, port_w: int | None, body: Callable[[RankGr
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         group = RankGroup(rank, world)
-        if port_w is not None:  # rank 0: open the store, then say its port
+        read_fd, write_fd = port_pipe
+        if group.leader:  # open the store, then say its port, once for each other rank
+            os.close(read_fd)
             store = open_store(group)
-            os.write(port_w, f"{store.port}\n".encode())  # type: ignore[attr-defined]
-            os.close(port_w)
-            os.environ[ENV_PORT] = str(store.port)  # type: ignore[attr-defined]
+            port = store.port  # type: ignore[attr-defined]
+            os.write(write_fd, _port_record(port) * (world - 1))  # one write: atomic
+            os.close(write_fd)
+            os.environ[ENV_PORT] = str(port)
             _STORES[0] = store
+        else:
+            os.close(write_fd)  # rank 0 ending before it wrote reads as the pipe's end
+            _PORT_FD[0] = read_fd
         code = body(group)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
@@ -237,17 +247,31 @@ def _fork_rank(rank: int, world: int, port_w: int | None, body: Callable[[RankGr
 
 # Rank 0's store, kept alive for the body (a store that is collected closes the rendezvous).
 _STORES: dict[int, object] = {}
+# Another rank's read end of the pipe its launcher forked it with: rank 0's port comes there.
+_PORT_FD: dict[int, int] = {}
+_PORT_BYTES = 6  # "NNNNN\n": a port, fixed width, so that every rank reads exactly its own
+
+
+def _port_record(port: int) -> bytes:
+    return f"{port:05d}\n".encode()
 
 
 def rank_store(group: RankGroup) -> object:
-    """The group's store as this rank holds it: rank 0's own server, a client elsewhere."""
-    return _STORES[0] if group.leader else open_store(group)
+    """The group's store as this rank holds it: rank 0's own server, a client elsewhere
+    (at the port rank 0 wrote into the launcher's pipe, read once)."""
+    if group.leader:
+        return _STORES[0]
+    if ENV_PORT not in os.environ:
+        os.environ[ENV_PORT] = str(_read_port(_PORT_FD.pop(0)))
+    return open_store(group)
 
 
 def _read_port(fd: int) -> int:
+    """One port record from rank 0 (its one write put them all in the pipe at once, and a
+    pipe's reads are serialized, so each rank reads a whole record of its own)."""
     data = b""
-    while not data.endswith(b"\n"):
-        chunk = os.read(fd, 64)
+    while len(data) < _PORT_BYTES:
+        chunk = os.read(fd, _PORT_BYTES - len(data))
         if not chunk:
             raise RuntimeError("rank 0 ended before it opened the group's rendezvous")
         data += chunk
@@ -279,20 +303,23 @@ def run_group(
     (`timeout_s`); `on_event(code, fields)` is told of the loss (LOST_WAITING_CODE) and
     of the timeout that ended the group (TIMED_OUT_CODE)."""
     phase(LAUNCHER, "group")
+    # Every rank forked at once: rank 0 opens the store and writes its port once for each
+    # other rank into this pipe, which they read when they join (after building and
+    # loading what needs no peer), instead of the launcher waiting for the port to fork
+    # them.
     read_fd, write_fd = os.pipe()
     pids: dict[int, int] = {}
-    _rank_env(0, world, None)
-    pids[_fork_rank(0, world, write_fd, body)] = 0
-    os.close(write_fd)
     try:
-        port = _read_port(read_fd)
-        phase(LAUNCHER, "store_open")
-        for rank in range(1, world):
-            _rank_env(rank, world, port)
-            pids[_fork_rank(rank, world, None, body)] = rank
+        for rank in range(world):
+            _rank_env(rank, world)
+            pid = _fork_rank(rank, world, (read_fd, write_fd), body)
+            pids[pid] = rank
     except BaseException:
         _kill_all(pids)
         raise
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
     phase(LAUNCHER, "forked")
     said = {
         "launcher": os.getpid(),
