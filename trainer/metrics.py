@@ -3,6 +3,7 @@ known GPUs, and on CPU a matmul peak measured once on this machine and cached.""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -37,6 +38,14 @@ def gpu_peak(device_name: str, precision: str) -> tuple[float | None, str]:
     return None, f"{device_name}: not in the peak table, MFU not computed"
 
 
+@functools.cache
+def cpu_name() -> str:
+    """The CPU's name as the peak's cache keys it. platform.processor() runs `uname -p` in
+    a subprocess (8 ms) the first time in a process: a warm process calls this once
+    (trainer/warm_caches.py), so a trainer forked from it starts without the subprocess."""
+    return platform.processor() or platform.machine()
+
+
 def cpu_peak(threads: int) -> tuple[float, str]:
     """FLOP/s that `threads` cores of this CPU can do: one core's fp32 matmul rate, measured
     once and cached per (cpu, torch version), times `threads`.
@@ -46,8 +55,7 @@ def cpu_peak(threads: int) -> tuple[float, str]:
     trains, and a wall-clock measurement on a busy machine came out at a third of the
     truth (MFU over 100 % for the rest of the run, and for every later run that read the
     cache)."""
-    cpu = platform.processor() or platform.machine()
-    key = f"{cpu}-{os.cpu_count()}-core-{torch.__version__}"
+    key = f"{cpu_name()}-{os.cpu_count()}-core-{torch.__version__}"
     path = cache_dir() / "cpu_peak.json"
     try:
         cached = json.loads(path.read_text())

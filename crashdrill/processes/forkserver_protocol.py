@@ -25,6 +25,7 @@ TRAINER_PRELOAD = [
     "crashdrill.cli",
     "crashdrill.trainer.presets",
     "crashdrill.trainer.loop",
+    "crashdrill.trainer.warm_caches",
     "numpy.random",
 ]
 # What a trainer of several ranks imports besides (torch.distributed, DCP, DDP, and the
