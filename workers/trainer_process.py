@@ -79,6 +79,9 @@ class TrainerProcess:
             argv = (str(a) for a in popen.args)
         if argv is not None:
             self.marker = _run_dir_of(argv)
+        # What a SIGSTOP stopped (pid → start time), continued by the next SIGCONT whatever
+        # happened to the tree in between (signal).
+        self._stopped: dict[int, float] = {}
         self._pidfd: int | None = None
         with contextlib.suppress(AttributeError, OSError):  # not Linux ≥ 5.3: polled waits
             self._pidfd = os.pidfd_open(pid)
@@ -195,12 +198,21 @@ class TrainerProcess:
             return self.popen.returncode is not None
         return self.ps is None or not self.ps.is_running()
 
+    def _continue_stopped(self) -> None:
+        stopped, self._stopped = self._stopped, {}
+        _continue_stopped_pids(stopped)
+
     def signal(self, sig: int) -> None:
         """SIGKILL: the trainer's whole process tree, whatever session or group each
         process made (see process_tree.kill_tree); SIGSTOP and SIGCONT (a hold,
         workers/hold.py) to every process of that tree too, so no rank trains on while the
-        rest is held. Any other signal: its process group (it leads its own session).
-        ProcessLookupError when it has ended."""
+        rest is held. A SIGCONT also continues every process the last SIGSTOP stopped that
+        has left the tree since (a blind rank's keeper whose rank a crash test killed while
+        held, re-parented away from the launcher), even when the trainer itself has ended:
+        nothing this stopped is left stopped. Any other signal: its process group (it leads
+        its own session). ProcessLookupError when it has ended."""
+        if sig == signal.SIGCONT:
+            self._continue_stopped()
         if self._exited():
             raise ProcessLookupError(self.pid)
         if sig == signal.SIGKILL:
@@ -209,7 +221,9 @@ class TrainerProcess:
             return
         if sig in (signal.SIGSTOP, signal.SIGCONT):
             for p in members(self.pid, marker=self.marker):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
+                with contextlib.suppress(ProcessLookupError, PermissionError, psutil.Error):
+                    if sig == signal.SIGSTOP:
+                        self._stopped.setdefault(p, psutil.Process(p).create_time())
                     os.kill(p, sig)
             return
         pgid = os.getpgid(self.pid)
@@ -217,6 +231,14 @@ class TrainerProcess:
             os.killpg(pgid, sig)
         else:
             os.kill(self.pid, sig)
+
+
+def _continue_stopped_pids(stopped: dict[int, float]) -> None:
+    """SIGCONT each of `stopped` (pid → start time) that is still the process it was."""
+    for pid, started in stopped.items():
+        with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
+            if psutil.Process(pid).create_time() == started:
+                os.kill(pid, signal.SIGCONT)
 
 
 def find_live_trainer(
