@@ -18,9 +18,10 @@ Prints:
      long the launcher took to notice;
   3. where a restarted group's seconds go, from the phase lines its launcher and ranks
      print with CRASHDRILL_RANK_PHASES=1 (trainer/ranks.py), medians over the restarts:
-     the kill → the supervisor's restart event → the trainer's launcher running →
-     every rank forked → model built → checkpoint found and loaded (DCP, each rank
-     alone) → init_process_group → DDP built → first update → its step record.
+     the kill → the supervisor's restart event → the trainer's launcher running, the
+     checkpoint found, verified and read once by it → every rank forked → model built →
+     the checkpoint's state copied in → init_process_group → DDP built → first update →
+     its step record.
 
 Timings only: no target is asserted. The machine is shared (2 cores here): it prints the
 load average and the CPU count; read the figures against them. A variant that timed no
@@ -56,12 +57,13 @@ OFF = {"eval_every": 10**6, "probe_every": 10**6, "sample_every": 10**6, "sample
 # The phases of a group's start (trainer/ranks.py, trainer/rank_loop.py), in order:
 # (the launcher's or the slowest rank's phase, what the time up to it was spent on).
 PHASES = (
-    ((LAUNCHER, "group"), "trainer started → launcher (fork, CLI, run dir, dataset)"),
+    ((LAUNCHER, "read"), "trainer started → launcher (CLI, run dir, dataset, checkpoint read)"),
+    ((LAUNCHER, "group"), "launcher ready to fork"),
     ((LAUNCHER, "forked"), "every rank forked (rank 0 opens the TCPStore)"),
     ((None, "data"), "dataset (the launcher's, inherited through the fork)"),
     ((None, "model"), "model and optimizer built"),
-    ((None, "found"), "checkpoint found and verified (sha256)"),
-    ((None, "loaded"), "checkpoint loaded (DCP, each rank alone), RNG and data cursor restored"),
+    ((None, "found"), "checkpoint found and verified (the launcher's, or by each rank)"),
+    ((None, "loaded"), "checkpoint's state restored (from the launcher's read), RNG, cursor"),
     ((None, "joined"), "init_process_group (gloo rendezvous)"),
     ((None, "ddp"), "all ranks agree on the checkpoint; DistributedDataParallel built"),
     ((None, "first_step"), "first update (forward, all_gather, backward)"),

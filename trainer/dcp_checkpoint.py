@@ -78,10 +78,11 @@ import torch.distributed.checkpoint as dcp
 import torch.distributed.checkpoint.filesystem as dcp_filesystem
 import torch.utils.serialization.config  # torch.load imports it on first use: after the fork
 from torch.distributed._shard._utils import narrow_tensor_by_index
+from torch.distributed.checkpoint._nested_dict import flatten_state_dict
 from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
-from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem
 from torch.futures import Future
 
@@ -317,10 +318,11 @@ def held_ranks(info: layout.CheckpointInfo) -> set[int]:
     return held
 
 
-def load_group(info: layout.CheckpointInfo, group: RankGroup, state: dict[str, Any]) -> None:
-    """Load the verified checkpoint `info` into `state` in place (a collective); `state`
-    asks for the keys to read (on another world size: the replicated ones and rank 0's
-    global cursor, check_world having allowed it)."""
+def load_group(info: layout.CheckpointInfo, group: RankGroup | None, state: dict[str, Any]) -> None:
+    """Load the verified checkpoint `info` into `state` in place, in this process alone (no
+    collective: every rank calls it after all agreed on `info`, or a launcher before it
+    forks them, read_whole); `state` asks for the keys to read (on another world size: the
+    replicated ones and rank 0's global cursor, check_world having allowed it)."""
     reader = _VerifiedIndexReader(info)
     if any(k.endswith(PACKED_VALUES) for k in reader.read_metadata().state_dict_metadata):
         raise CheckpointMismatch(
@@ -342,6 +344,54 @@ def load_group(info: layout.CheckpointInfo, group: RankGroup, state: dict[str, A
             if isinstance(first, CheckpointMismatch):
                 raise CheckpointMismatch(str(first)) from e
         raise
+
+
+def read_whole(info: layout.CheckpointInfo) -> dict[str, Any]:
+    """Every key of the verified DCP checkpoint `info`, read in this one process into new
+    tensors (their shapes and dtypes from DCP's index, nested as they were saved) and its
+    values weights-only: what a launcher reads once for the ranks it forks next, instead of
+    each rank reading it (trainer/rank_loop.py)."""
+    index = _index(str(info.path), _index_sha256(info))
+    paths = index.planner_data or {}
+    state: dict[str, Any] = {}
+    for key, item in index.state_dict_metadata.items():
+        value = (
+            torch.empty(item.size, dtype=item.properties.dtype)
+            if isinstance(item, TensorStorageMetadata)
+            else None  # a value that is not a tensor: DCP replaces it
+        )
+        if key in paths:
+            set_element(state, paths[key], value)
+        else:
+            state[key] = value
+    load_group(info, None, state)
+    return state
+
+
+def fill_from(info: layout.CheckpointInfo, state: dict[str, Any], read: dict[str, Any]) -> None:
+    """Put into `state` what read_whole read of `info`, as load_group would have loaded it:
+    every name `state` asks for, by DCP's flattened names (so `state`'s own key types stay:
+    AdamW's per-parameter ids are ints, DCP's index holds them as text), a tensor copied
+    into `state`'s own, a value put in its place. A name `read` lacks, or a tensor of
+    another shape or dtype, is refused as DCP's own load refuses it."""
+    wanted, paths = flatten_state_dict(state)
+    have, _ = flatten_state_dict(read)
+    for name, target in wanted.items():
+        if name not in have:
+            raise CheckpointMismatch(f"{info.path} holds no {name!r}; this run's state has it")
+        value = have[name]
+        if isinstance(target, torch.Tensor):
+            if not isinstance(value, torch.Tensor) or (value.shape, value.dtype) != (
+                target.shape,
+                target.dtype,
+            ):
+                raise CheckpointMismatch(
+                    f"{info.path}: {name!r} is not a {target.dtype} tensor of shape "
+                    f"{tuple(target.shape)}, as this run's is"
+                )
+            target.detach().copy_(value)
+        else:
+            set_element(state, paths[name], value)
 
 
 def model_weights(info: layout.CheckpointInfo) -> dict[str, torch.Tensor]:

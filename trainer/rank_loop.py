@@ -45,6 +45,7 @@ from crashdrill.trainer.config import ConfigError, TrainConfig
 from crashdrill.trainer.data import BatchSampler, Dataset, load_dataset
 from crashdrill.trainer.dcp_checkpoint import (
     check_world,
+    fill_from,
     held_ranks,
     load_group,
     rank_key,
@@ -61,7 +62,9 @@ from crashdrill.trainer.rank_files_checkpoint import (
     load_rank_file,
     save_rank_files,
 )
+from crashdrill.trainer.rank_read_ahead import ReadAhead, read_ahead
 from crashdrill.trainer.ranks import (
+    LAUNCHER,
     LOST_WAITING_CODE,
     RankGroup,
     crash_rank_of,
@@ -113,9 +116,11 @@ def train_ranks(cfg: TrainConfig, run_dir: Path, opts: one_rank.RunOptions) -> i
     _check_supported(cfg)
     segment = run_start.start_run_dir(run_dir, opts.label, opts.preset, cfg)
     data = _load_data(cfg, run_dir, segment)
+    ahead = read_ahead(cfg, run_dir)  # the checkpoint the ranks resume, read once for all
+    phase(LAUNCHER, "read")
     return run_group(
         cfg.ranks,
-        lambda group: _rank_main(cfg, run_dir, opts, segment, group, data),
+        lambda group: _rank_main(cfg, run_dir, opts, segment, group, data, ahead),
         ranks_file=Path(run_dir) / RANKS_FILE,
         crash_rank=crash_rank_of(cfg.crash_rank, cfg.seed, cfg.ranks),
         blind=cfg.launcher == "blind",
@@ -167,10 +172,11 @@ def _rank_main(
     segment: int,
     group: RankGroup,
     data: Dataset,
+    ahead: ReadAhead | None = None,
 ) -> int:
     rec: Any = RecordWriter(run_dir, segment) if group.leader else _NoRecords()
     try:
-        return _RankRun(cfg, run_dir, opts, segment, group, rec, data).run()
+        return _RankRun(cfg, run_dir, opts, segment, group, rec, data, ahead).run()
     except CheckpointMismatch as e:  # what `crashdrill run` says of a one-rank run's too
         if group.leader:
             print(f"crashdrill run: {e}", file=sys.stderr)
@@ -218,9 +224,11 @@ class _RankRun:
         group: RankGroup,
         rec: Any,
         data: Dataset,
+        ahead: ReadAhead | None = None,
     ) -> None:
         self.cfg, self.run_dir, self.opts, self.segment = cfg, run_dir, opts, segment
         self.group, self.rec = group, rec
+        self.ahead = ahead  # the checkpoint its launcher read for every rank (or None)
         self.device = _device(cfg, group)
         determinism.configure(cfg.threads, self.device)
         # What needs no peer comes before the group's rendezvous (run: _join): the model,
@@ -281,6 +289,11 @@ class _RankRun:
                 for p in RANK_OWN_PARTS]  # fmt: skip
 
     def _restore(self, info: CheckpointInfo) -> None:
+        if self.ahead is not None and info is self.ahead.info:  # read by the launcher
+            state = self._state()
+            fill_from(info, state, self.ahead.state)
+            self._restore_state(info, state, resharded=False)
+            return
         if info.manifest.get("layout") == RANK_FILES_LAYOUT:
             state = load_rank_file(info, self.group)  # refuses another world size
             self._restore_state(info, state, resharded=False)
@@ -424,7 +437,11 @@ class _RankRun:
 
     def run(self) -> int:
         cfg, st = self.cfg, self.st
-        info = run_start.find_checkpoint(self.run_dir, self.rec)  # verified: sha256 of each file
+        info = (  # verified: sha256 of each file, here or by the launcher
+            self.ahead.info
+            if self.ahead is not None
+            else run_start.find_checkpoint(self.run_dir, self.rec)
+        )
         phase(self.group.rank, "found")
         if info is None and self.opts.require_checkpoint and cfg.on_missing_checkpoint != "fresh":
             return run_start.refuse_to_start(self.run_dir, self.rec)

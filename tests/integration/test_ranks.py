@@ -324,3 +324,20 @@ def test_a_blind_launcher_leaves_the_survivor_waiting_until_its_collective_times
     )
     assert "its launcher does not watch its ranks, so the others waited" in crash["text"]
     print(f"launcher B: the survivor waited {timed_out['waited_s']:.2f} s (timeout 5 s)")
+
+
+def test_the_launcher_reads_ahead_only_a_checkpoint_every_rank_resumes_as_it_is(
+    reference: Path,
+) -> None:
+    """read_ahead: the newest verified DCP checkpoint of this world size, every rank's own
+    state in it; anything the ranks must decide (another world size, the teaching modes)
+    is left to them."""
+    from crashdrill.trainer.rank_read_ahead import read_ahead
+
+    cfg = replace(get_preset("quick").config_for("A"), ranks=2)
+    ahead = read_ahead(cfg, reference)
+    assert ahead is not None and ahead.info.step == 30
+    assert sorted(ahead.state) == ["model", "optimizer", "rank0", "rank1", "train_state"]
+    assert ahead.state["train_state"]["step"] == 30
+    assert read_ahead(replace(cfg, ranks=4), reference) is None  # a reshard or a refusal
+    assert read_ahead(replace(cfg, rank_state="rank0"), reference) is None

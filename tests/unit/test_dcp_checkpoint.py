@@ -184,3 +184,35 @@ def test_tied_weights_save_in_safetensors_and_load_back_into_both_names(tmp_path
     got = _load(info, into)
     assert torch.equal(got["model"]["emb"], shared) and got["model"]["head"] is tied
     _assert_same(got, state)
+
+
+def test_what_read_whole_reads_fills_a_rank_s_state_as_the_load_does_int_keys_kept(
+    tmp_path: Path,
+) -> None:
+    """A launcher reads the checkpoint once (read_whole) and each rank fills its own state
+    from it (fill_from): the same values as load_group's in-place load, and AdamW's
+    per-parameter ids stay ints (DCP's index holds them as text: "optimizer.state.0")."""
+    info = _save(tmp_path / "ck", _state(7), None, dc.SAFETENSORS)
+    read = dc.read_whole(info)
+    assert list(read["optimizer"]["state"]) == ["0"]  # as the index names it
+    into = _state(1)
+    weights = into["model"]["w"]
+    dc.fill_from(info, into, read)
+    _assert_same(into, _state(7))
+    assert list(into["optimizer"]["state"]) == [0]
+    assert into["model"]["w"] is weights  # copied into the rank's own tensor
+
+
+def test_filling_a_state_the_checkpoint_lacks_or_shapes_otherwise_is_refused(
+    tmp_path: Path,
+) -> None:
+    info = _save(tmp_path / "ck", _state(7), None, dc.SAFETENSORS)
+    read = dc.read_whole(info)
+    more = _state(1)
+    more["model"]["extra"] = torch.zeros(2)
+    with pytest.raises(CheckpointMismatch, match=r"holds no 'model\.extra'"):
+        dc.fill_from(info, more, read)
+    other = _state(1)
+    other["model"]["w"] = torch.zeros(2, 3)
+    with pytest.raises(CheckpointMismatch, match=r"'model\.w' is not a torch.float32 tensor"):
+        dc.fill_from(info, other, read)
