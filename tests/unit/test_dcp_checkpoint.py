@@ -67,7 +67,7 @@ def _save(
 def _load(info: CheckpointInfo, into: dict[str, Any]) -> dict[str, Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        dc.load_group(info, None, into)  # type: ignore[arg-type]  # no group: one process
+        dc.load_group(info, None, into)  # no group: one process
     return into
 
 
