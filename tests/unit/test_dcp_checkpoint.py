@@ -216,3 +216,21 @@ def test_filling_a_state_the_checkpoint_lacks_or_shapes_otherwise_is_refused(
     other["model"]["w"] = torch.zeros(2, 3)
     with pytest.raises(CheckpointMismatch, match=r"'model\.w' is not a torch.float32 tensor"):
         dc.fill_from(info, other, read)
+
+
+def test_without_the_safetensors_package_shards_are_torch_save_and_safetensors_ones_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """safetensors comes with the lab's extra, not the base install (the drill alone needs
+    none of it): a base install writes torch_save shards, and says what to install to read
+    a checkpoint the lab wrote."""
+    info = _save(tmp_path / "ck", _state(7), None, dc.SAFETENSORS)
+    real = dc.importlib.util.find_spec
+    monkeypatch.setattr(
+        dc.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "safetensors" else real(name, *a),
+    )
+    assert dc.shard_writer(tmp_path / "other")[1] == dc.TORCH_SAVE
+    with pytest.raises(CheckpointMismatch, match="pip install safetensors"):
+        _load(info, _state(1))
