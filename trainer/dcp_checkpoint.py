@@ -149,8 +149,8 @@ class _OneStoragePerNameSavePlanner(DefaultSavePlanner):
     with tied weights (the quick GPT's embedding and head) has them. Loading puts the same
     values into both names, which share their storage again in the model."""
 
-    def set_up_planner(self, *args: Any, **kwargs: Any) -> None:
-        super().set_up_planner(*args, **kwargs)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # one planner per save
+        super().__init__(*args, **kwargs)
         self._storages: set[int] = set()
 
     def resolve_data(self, write_item: Any) -> Any:

@@ -52,7 +52,7 @@ def _save(
     else:
         assert fmt == tensors
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # no process group: one process
+        warnings.filterwarnings("ignore", "torch.distributed is ", UserWarning)  # one process
         dcp.save(state, storage_writer=writer, planner=planner)
     files = {}
     for p in where.iterdir():
@@ -66,7 +66,7 @@ def _save(
 
 def _load(info: CheckpointInfo, into: dict[str, Any]) -> dict[str, Any]:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
+        warnings.filterwarnings("ignore", "torch.distributed is ", UserWarning)
         dc.load_group(info, None, into)  # no group: one process
     return into
 
