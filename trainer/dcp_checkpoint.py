@@ -210,10 +210,11 @@ def save_group(
     if say:
         print(writing_line(step), file=sys.stderr, flush=True)
     if write is None:
-        meta = {**meta, TENSOR_FORMAT: shard_writer(root)[1]}
+        writer, tensors = shard_writer(root / layout.temp_dir_name(step))  # _save_group's work
+        meta = {**meta, TENSOR_FORMAT: tensors}
         write = lambda work: dcp.save(  # noqa: E731
             state,
-            storage_writer=shard_writer(work)[0],
+            storage_writer=writer,
             # One copy of what every rank holds, and it is rank 0's: DCP's default
             # balances the copies by tensor size, and non-tensor values then land on
             # whichever rank (rank 1's best_val is None: only rank 0 evaluates).
