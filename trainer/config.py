@@ -42,6 +42,10 @@ RANK_STATES = ("own", "rank0")
 # group down at once; "blind", a teaching mode, leaves the survivors waiting in their next
 # collective until collective_timeout_s runs out (the launcher that only waits on rank 0).
 LAUNCHERS = ("watch", "blind")
+# Where a run's ranks go on a cluster of several nodes (workers/ray_executor.py): "pack",
+# every rank on one node (wired over loopback); "spread", one rank per node, the process
+# group wired across the nodes, as a real multi-node job is. One machine: always packed.
+PLACEMENTS = ("pack", "spread")
 # Which batches the ranks of a run draw (trainer/rank_batches.py, trainer/global_batches.py):
 # "per_rank", each rank its own private stream (its cursor cannot move to another world
 # size); "global", one stream of the whole group per step (`batch` windows: the global
@@ -180,6 +184,8 @@ class RuntimeConfig(Section):
     is what the group's launcher does when a rank dies ("watch" or the teaching mode
     "blind", LAUNCHERS) and `collective_timeout_s` how long a collective waits for a missing
     peer: neither changes the math, only how long a lost rank takes to end the group.
+    `placement` is where the ranks go on a cluster (PLACEMENTS: "pack" on one node,
+    "spread" one per node); it changes where the state lives, not the math.
     `data_layout` is which batches the ranks draw (DATA_LAYOUTS): it changes the math, but
     a checkpoint's data cursor says which layout wrote it and another layout refuses it on
     load, so it is not fingerprinted either (as `ranks`, which "global" lets change on a
@@ -193,10 +199,12 @@ class RuntimeConfig(Section):
     launcher: str = "watch"
     collective_timeout_s: float = 60.0
     data_layout: str = "per_rank"
+    placement: str = "pack"
 
     def _check(self) -> None:
         _choice("device", self.device, DEVICES)
         _choice("data_layout", self.data_layout, DATA_LAYOUTS)
+        _choice("placement", self.placement, PLACEMENTS)
         if not isinstance(self.ranks, int) or not 1 <= self.ranks <= MAX_RANKS:
             raise ConfigError("ranks", self.ranks, f"a whole number in [1, {MAX_RANKS}]")
         if not isinstance(self.crash_rank, int) or not -1 <= self.crash_rank < self.ranks:

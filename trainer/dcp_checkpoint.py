@@ -232,13 +232,16 @@ def _save_group(
 ) -> GroupSave:
     t0 = time.perf_counter()
     work, final = root / layout.temp_dir_name(step), root / layout.step_dir_name(step)
-    if group.leader:
+    if group.node_leader:  # each node's disk gets its temp dir (one machine: rank 0's)
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
     dist.barrier()
     write(work)
     dist.barrier()  # every rank's files are in (dcp.save is a collective; a plain write not)
+    if group.spread:
+        _share_files(work, group)
     total = 0
+    manifest: dict[str, Any] | None = None
     if group.leader:
         # The test/drill hook that holds a write open (trainer/checkpoint_pause.py): every
         # shard is written, the manifest not yet; the other ranks wait at the barrier below.
@@ -259,21 +262,55 @@ def _save_group(
             "rank_files": _rank_files(entries, group.world),
             **meta,
         }
-        tmp = work / (layout.MANIFEST + ".tmp")
-        tmp.write_text(json.dumps(manifest, indent=1))
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, work / layout.MANIFEST)
-        fsync_dir(work)
-        if final.exists():  # re-saving a step after a resume: replace it whole
-            shutil.rmtree(final)
-        os.replace(work, final)
-        fsync_dir(root)
-        done = [c.path for c in layout.checkpoints(root.parent, check="manifest", slot=False)]
-        for old in done[keep:]:
-            shutil.rmtree(old, ignore_errors=True)
+    if group.spread:  # rank 0's manifest, committed on every node's disk
+        sent = [manifest]
+        dist.broadcast_object_list(sent, src=0)
+        manifest = sent[0]
+        total = sum(e["bytes"] for e in manifest["files"].values())
+    if group.node_leader:
+        assert manifest is not None
+        _commit(root, work, final, manifest, keep)
     dist.barrier()  # the step counts as saved on every rank only once it is in place
     return GroupSave(step, final, total, time.perf_counter() - t0)
+
+
+def _commit(root: Path, work: Path, final: Path, manifest: dict[str, Any], keep: int) -> None:
+    """The manifest written last into the temp dir, the rename, the prune to `keep`."""
+    tmp = work / (layout.MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1))
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, work / layout.MANIFEST)
+    fsync_dir(work)
+    if final.exists():  # re-saving a step after a resume: replace it whole
+        shutil.rmtree(final)
+    os.replace(work, final)
+    fsync_dir(root)
+    done = [c.path for c in layout.checkpoints(root.parent, check="manifest", slot=False)]
+    for old in done[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _share_files(work: Path, group: RankGroup) -> None:
+    """A group spread over nodes: every node's disk gets every file of the checkpoint.
+    DCP writes each rank's shard on its own node and the index on rank 0's, and reads a
+    replicated tensor from the one shard that holds it; a node that has only its own
+    shard could not load alone. Each node's leader sends what its ranks wrote (over the
+    group's process group, the lab's models being megabytes) and writes what the other
+    nodes wrote, so a restart on the same nodes resumes from local disk and any node's
+    copy is complete for the mirror. What a lost node took with it is on the others."""
+    mine: dict[str, bytes] = {}
+    if group.node_leader:
+        mine = {p.name: p.read_bytes() for p in sorted(work.iterdir())}
+    every: list[Any] = [None] * group.world
+    dist.all_gather_object(every, mine)
+    if not group.node_leader:
+        return
+    for files in every:
+        for name, data in (files or {}).items():
+            if not (work / name).exists():
+                with open(work / name, "wb") as f:
+                    f.write(data)
 
 
 def check_world(info: layout.CheckpointInfo, world: int, data_layout: str = "per_rank") -> bool:

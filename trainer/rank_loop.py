@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -66,6 +67,7 @@ from crashdrill.trainer.rank_read_ahead import ReadAhead, read_ahead
 from crashdrill.trainer.ranks import (
     LAUNCHER,
     LOST_WAITING_CODE,
+    NodeSpec,
     RankGroup,
     crash_rank_of,
     join_group,
@@ -114,6 +116,11 @@ def _check_supported(cfg: TrainConfig) -> None:
 def train_ranks(cfg: TrainConfig, run_dir: Path, opts: one_rank.RunOptions) -> int:
     """Train (or resume) `run_dir` on cfg.ranks ranks; returns the group's exit code."""
     _check_supported(cfg)
+    try:  # a node's launcher of a group spread over nodes (torchrun's PET_* names)
+        node = NodeSpec.from_env(os.environ, cfg.ranks)
+    except ValueError as e:
+        print(f"crashdrill run: {e}", file=sys.stderr)
+        return EXIT_USAGE
     segment = run_start.start_run_dir(run_dir, opts.label, opts.preset, cfg)
     data = _load_data(cfg, run_dir, segment)
     ahead = read_ahead(cfg, run_dir)  # the checkpoint the ranks resume, read once for all
@@ -126,6 +133,7 @@ def train_ranks(cfg: TrainConfig, run_dir: Path, opts: one_rank.RunOptions) -> i
         blind=cfg.launcher == "blind",
         timeout_s=cfg.collective_timeout_s,
         on_event=lambda code, fields: _launcher_event(run_dir, segment, code, fields),
+        node=node,
     )
 
 
@@ -196,11 +204,13 @@ def _rank_main(
 
 
 def _device(cfg: TrainConfig, group: RankGroup) -> torch.device:
-    """One GPU per rank where there are enough of them, else the CPU (gloo)."""
+    """One GPU per rank where its node has enough of them, else the CPU (gloo)."""
     device = one_rank._pick_device(cfg)
-    if device.type == "cuda" and torch.cuda.device_count() >= group.world:
-        torch.cuda.set_device(group.rank)
-        return torch.device("cuda", group.rank)
+    local = group.rank if group.local_rank is None else group.local_rank
+    here = group.world // group.nodes  # ranks on this node
+    if device.type == "cuda" and torch.cuda.device_count() >= here:
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
     return torch.device("cpu")
 
 

@@ -31,6 +31,14 @@ below it (init_process_group, DDP, DCP) sees what torchrun would give it.
   `[crash] mode = "rank"` test kills
   (`crash_rank`, or one chosen by the seed); when it loses a rank it adds which one, its
   status and when it noticed (`lost`). The supervisor's rank crash reads it.
+- Across nodes (a run spread over a cluster's nodes, workers/ray_executor.py), every node
+  runs a launcher of its own for its ranks, as torchrun's agent runs one per node, told
+  where it stands by torchrun's own environment (PET_NNODES, PET_NODE_RANK,
+  PET_MASTER_ADDR, PET_MASTER_PORT: `NodeSpec.from_env`): node K forks global ranks
+  K·L … K·L+L−1 (L = world / nodes), rank 0 opens the store at the master's port and every
+  other rank joins it there. Each launcher watches its own ranks; a rank lost on another
+  node ends the group through its peers' failed collective (gloo sees the closed
+  connection), and the executor, which watches every node's launcher, ends the rest.
 - With CRASHDRILL_RANK_PHASES=1 in its environment the launcher and every rank print one
   stderr line per phase of the group's start (`phase_line`; benchmarks/ranks.py reads
   them with `parse_phases`): where a restart's seconds go.
@@ -65,6 +73,11 @@ ENV_RANK, ENV_WORLD, ENV_LOCAL_RANK, ENV_LOCAL_WORLD = (
     "LOCAL_WORLD_SIZE",
 )
 ENV_ADDR, ENV_PORT = "MASTER_ADDR", "MASTER_PORT"
+ENV_GROUP_RANK = "GROUP_RANK"  # torchrun's name for the node's rank, in each rank's env
+# torchrun's agent options as its environment carries them (torch.distributed.run reads
+# every option from PET_<NAME>): what a node's launcher of a spread group is told.
+PET_NNODES, PET_NODE_RANK = "PET_NNODES", "PET_NODE_RANK"
+PET_MASTER_ADDR, PET_MASTER_PORT = "PET_MASTER_ADDR", "PET_MASTER_PORT"
 # Set to 1 in a trainer's environment: its launcher and ranks print their start's phases.
 PHASES_ENV = "CRASHDRILL_RANK_PHASES"
 LAUNCHER = -1  # the launcher's "rank" in a phase line
@@ -116,16 +129,73 @@ def _write_ranks_file(path: Path | None, data: dict[str, Any]) -> None:
 
 
 @dataclass(frozen=True)
+class NodeSpec:
+    """Where one node's launcher stands in a group spread over `nodes` nodes."""
+
+    nodes: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | os._Environ[str], world: int) -> NodeSpec | None:
+        """The node's place from torchrun's PET_* names (None: one machine, no PET_NNODES
+        or 1); ValueError naming the variable and what is allowed."""
+        raw = env.get(PET_NNODES)
+        if raw in (None, "", "1"):
+            return None
+
+        def whole(name: str, low: int, high: int) -> int:
+            try:
+                value = int(env.get(name, ""))
+            except ValueError:
+                value = -1
+            if not low <= value <= high:
+                raise ValueError(
+                    f"{name} = {env.get(name)!r}: a whole number in [{low}, {high}]"
+                    f" for a group of {world} ranks"
+                )
+            return value
+
+        nodes = whole(PET_NNODES, 1, world)
+        if world % nodes:
+            raise ValueError(f"{PET_NNODES} = {nodes}: it must divide ranks = {world}")
+        node_rank = whole(PET_NODE_RANK, 0, nodes - 1)
+        addr = env.get(PET_MASTER_ADDR, "")
+        if not addr:
+            raise ValueError(f"{PET_MASTER_ADDR} is not set: the address of node 0")
+        return cls(nodes, node_rank, addr, whole(PET_MASTER_PORT, 1, 65535))
+
+    def local_ranks(self, world: int) -> range:
+        """The global ranks this node's launcher starts."""
+        per = world // self.nodes
+        return range(self.node_rank * per, (self.node_rank + 1) * per)
+
+
+@dataclass(frozen=True)
 class RankGroup:
-    """Where this process stands in its group."""
+    """Where this process stands in its group (`nodes` > 1: spread over several nodes,
+    `local_rank` its place on its own)."""
 
     rank: int
     world: int
+    local_rank: int | None = None
+    nodes: int = 1
 
     @property
     def leader(self) -> bool:
         """Rank 0 writes the group's records and manifests."""
         return self.rank == 0
+
+    @property
+    def node_leader(self) -> bool:
+        """The lowest rank on its node: it does the node's file-system part of a save."""
+        return (self.rank if self.local_rank is None else self.local_rank) == 0
+
+    @property
+    def spread(self) -> bool:
+        """Its ranks live on several nodes, each with a disk of its own."""
+        return self.nodes > 1
 
 
 def join_group(
@@ -185,42 +255,55 @@ def open_store(group: RankGroup) -> object:
     from torch.distributed import TCPStore
 
     timeout = timedelta(seconds=COLLECTIVE_TIMEOUT_S)
-    if group.leader:
-        return TCPStore(MASTER_ADDR, 0, group.world, True, timeout, wait_for_workers=False)
+    if group.leader:  # at the master's port across nodes; any free one on one machine
+        port = int(os.environ[ENV_PORT]) if group.spread else 0
+        return TCPStore(os.environ.get(ENV_ADDR, MASTER_ADDR), port, group.world, True,
+                        timeout, wait_for_workers=False)  # fmt: skip
     port = int(os.environ[ENV_PORT])
     return TCPStore(os.environ[ENV_ADDR], port, group.world, False, timeout)
 
 
-def _rank_env(rank: int, world: int) -> None:
+def _rank_env(rank: int, world: int, node: NodeSpec | None = None) -> None:
+    local = rank if node is None else rank - node.local_ranks(world).start
     os.environ.update(
         {
             ENV_RANK: str(rank),
             ENV_WORLD: str(world),
-            ENV_LOCAL_RANK: str(rank),
-            ENV_LOCAL_WORLD: str(world),
-            ENV_ADDR: MASTER_ADDR,
+            ENV_LOCAL_RANK: str(local),
+            ENV_LOCAL_WORLD: str(world if node is None else world // node.nodes),
+            ENV_ADDR: MASTER_ADDR if node is None else node.master_addr,
+            ENV_GROUP_RANK: str(0 if node is None else node.node_rank),
         }
     )
-    os.environ.pop(ENV_PORT, None)  # rank 0's, from the pipe (rank_store); never inherited
+    if node is not None:  # the master's, known before any rank starts
+        os.environ[ENV_PORT] = str(node.master_port)
+    else:  # rank 0's, from the pipe (rank_store); never inherited
+        os.environ.pop(ENV_PORT, None)
 
 
 def _fork_rank(
-    rank: int, world: int, port_pipe: tuple[int, int], body: Callable[[RankGroup], int]
+    group: RankGroup, port_pipe: tuple[int, int], body: Callable[[RankGroup], int]
 ) -> int:
-    """Fork rank `rank`; the child runs `body` and exits with its code (never returns).
-    `port_pipe`: rank 0 writes the store's port into it for each other rank, which keep
-    its read end to read it when they join (rank_store)."""
+    """Fork rank `group.rank`; the child runs `body` and exits with its code (never
+    returns). `port_pipe`: on one machine rank 0 writes the store's port into it for each
+    other rank, which keep its read end to read it when they join (rank_store); a spread
+    group's ranks know the master's port from their environment."""
     pid = os.fork()
     if pid:
         return pid
     code = 1
+    rank, world = group.rank, group.world
     try:
         phase(rank, "started")
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        group = RankGroup(rank, world)
         read_fd, write_fd = port_pipe
-        if group.leader:  # open the store, then say its port, once for each other rank
+        if group.spread:
+            os.close(read_fd)
+            os.close(write_fd)
+            if group.leader:
+                _STORES[0] = open_store(group)
+        elif group.leader:  # open the store, then say its port, once for each other rank
             os.close(read_fd)
             store = open_store(group)
             port = store.port  # type: ignore[attr-defined]
@@ -295,13 +378,16 @@ def run_group(
     blind: bool = False,
     timeout_s: float = COLLECTIVE_TIMEOUT_S,
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    node: NodeSpec | None = None,
 ) -> int:
     """Fork `world` ranks running `body`, watch them, return the group's exit status:
     rank 0's when every rank succeeded, else the first failed rank's. `ranks_file`: where
     to say the group's pids (and `crash_rank`, the rank a rank crash kills). `blind`: the
     teaching mode that leaves the survivors of a lost rank to their collective's timeout
     (`timeout_s`); `on_event(code, fields)` is told of the loss (LOST_WAITING_CODE) and
-    of the timeout that ended the group (TIMED_OUT_CODE)."""
+    of the timeout that ended the group (TIMED_OUT_CODE). `node`: this launcher is one
+    node's of a group spread over several; it forks and watches this node's ranks only
+    (its status: its ranks', rank 0's where it has it)."""
     phase(LAUNCHER, "group")
     # Every rank forked at once: rank 0 opens the store and writes its port once for each
     # other rank into this pipe, which they read when they join (after building and
@@ -309,10 +395,16 @@ def run_group(
     # them.
     read_fd, write_fd = os.pipe()
     pids: dict[int, int] = {}
+    here = range(world) if node is None else node.local_ranks(world)
     try:
-        for rank in range(world):
-            _rank_env(rank, world)
-            pid = _fork_rank(rank, world, (read_fd, write_fd), body)
+        for rank in here:
+            _rank_env(rank, world, node)
+            group = (
+                RankGroup(rank, world)
+                if node is None
+                else RankGroup(rank, world, rank - here.start, node.nodes)
+            )
+            pid = _fork_rank(group, (read_fd, write_fd), body)
             pids[pid] = rank
     except BaseException:
         _kill_all(pids)
@@ -327,6 +419,7 @@ def run_group(
         "crash_rank": crash_rank,
         "pids": {str(r): pid for pid, r in pids.items()},
         "hostname": socket.gethostname(),
+        **({"node_rank": node.node_rank, "nodes": node.nodes} if node is not None else {}),
     }  # fmt: skip  (whose pids: a cluster node's)
     _write_ranks_file(ranks_file, said)
 
@@ -379,7 +472,7 @@ def _watch(pids: dict[int, int], on_lost: Callable[[dict[str, Any]], None]) -> i
                 file=sys.stderr,
                 flush=True,
             )
-    return codes[0] if failed is None else failed
+    return codes[min(codes)] if failed is None else failed  # rank 0, or the node's lowest
 
 
 def _watch_blind(
@@ -433,4 +526,4 @@ def _watch_blind(
                 file=sys.stderr,
                 flush=True,
             )
-    return codes[0] if lost is None else int(lost["status"])
+    return codes[min(codes)] if lost is None else int(lost["status"])

@@ -47,6 +47,7 @@ from crashdrill.trainer.config import (
     LAUNCHERS,
     MIRROR_CHOICES,
     ON_MISSING_CHECKPOINT,
+    PLACEMENTS,
     PRECISIONS,
     RANK_STATES,
     TrainConfig,
@@ -286,6 +287,7 @@ def _choices(name: str, limits: LabLimits, own: list[Any]) -> tuple[str, ...]:
         "launcher": LAUNCHERS,
         "data_layout": DATA_LAYOUTS,
         "ckpt_layout": CKPT_LAYOUTS,
+        "placement": PLACEMENTS,
     }.get(name, ())
     return tuple(dict.fromkeys([*choices, *(str(v) for v in own)]))
 
