@@ -266,6 +266,7 @@ def _save_group(
         sent = [manifest]
         dist.broadcast_object_list(sent, src=0)
         manifest = sent[0]
+        assert manifest is not None
         total = sum(e["bytes"] for e in manifest["files"].values())
     if group.node_leader:
         assert manifest is not None

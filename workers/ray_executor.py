@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import sys
 import threading
@@ -72,9 +73,9 @@ from crashdrill.workers.ray_placement import (
     TELL_S,
     Resources,
     alive_nodes,
+    has_room,
     held_by,
     most_ranks_with_room,
-    nodes_with_room,
     place_s,
     read_placement,
     waiting_event,
@@ -121,14 +122,22 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
 
 
 class RayTrainer:
-    """A trainer on a node, seen through its actor; `wait` also ships its records."""
+    """A trainer on a node, seen through its actor; `wait` also ships its records. A group
+    spread over nodes is one trainer too: rank 0's node's launcher (whose records are the
+    run's) and its `peers`, the other nodes' launchers, watched and signalled with it."""
 
     def __init__(
-        self, executor: RayExecutor, run_dir: Path, actor: Any, where: dict[str, Any]
+        self,
+        executor: RayExecutor,
+        run_dir: Path,
+        actor: Any,
+        where: dict[str, Any],
+        peers: list[tuple[Any, Host]] | None = None,
     ) -> None:
         self._executor = executor
         self._run_dir = run_dir
         self._actor = actor  # this trainer's own: a signal never places a new one
+        self._peers = list(peers or [])
         self.pid = int(where.get("pid") or 0)
         self.started = float(where.get("started") or 0.0)
         self.host = Host(**where["host"])
@@ -138,6 +147,7 @@ class RayTrainer:
         deadline = time.monotonic() + timeout
         try:
             answer = self._executor.ship(self._run_dir, self._actor)
+            lost = self._lost_peer()
         except (GetTimeoutError, ActorUnavailableError):
             # The cluster is slow or unreachable for now (`_call` told `health`, which the
             # page shows): the trainer keeps training on its node, and its records catch
@@ -145,18 +155,49 @@ class RayTrainer:
             time.sleep(max(0.0, deadline - time.monotonic()))
             raise TimeoutError from None
         except RayActorError:
-            self.lost_host = self.host
+            self._lost(self.host)
+            return None
+        if lost is not None:
+            self._lost(lost)
             return None
         if not answer["running"]:
+            self._end_peers()  # the group ends whole, as a launcher ends its ranks
             return answer["code"] if isinstance(answer["code"], int) else None
         time.sleep(max(0.0, deadline - time.monotonic()))
         raise TimeoutError
+
+    def _lost_peer(self) -> Host | None:
+        """The host of a peer whose actor died with its node (None: all answer). A peer
+        whose launcher ended with a failure (its rank refused its checkpoint, say) ends
+        the group, as a launcher ends its ranks: rank 0's node is killed, and the
+        supervisor sees the group end."""
+        for actor, host in self._peers:
+            try:
+                answer = self._executor._call(actor, "poll", {})
+            except RayActorError:
+                return host
+            if not answer["running"] and answer["code"] not in (None, 0):
+                with contextlib.suppress(RayActorError, GetTimeoutError, ActorUnavailableError):
+                    self._executor._call(self._actor, "signal", signal.SIGKILL)
+        return None
+
+    def _lost(self, host: Host) -> None:
+        self.lost_host = host
+        self._executor.lost(self._run_dir, host)
+
+    def _end_peers(self) -> None:
+        for actor, _ in self._peers:
+            with contextlib.suppress(RayActorError, GetTimeoutError, ActorUnavailableError):
+                self._executor._call(actor, "signal", signal.SIGKILL)
 
     def signal(self, sig: int) -> None:
         try:
             sent = self._executor._call(self._actor, "signal", sig)
         except (RayActorError, GetTimeoutError):
             raise ProcessLookupError(self.pid) from None
+        for actor, _ in self._peers:  # every node's launcher of a spread group
+            with contextlib.suppress(RayActorError, GetTimeoutError, ActorUnavailableError):
+                self._executor._call(actor, "signal", sig)
         if not sent:
             raise ProcessLookupError(self.pid)
 
@@ -169,14 +210,30 @@ class RayRunFiles:
         self._run_dir = run_dir
 
     def checkpoint_step(self) -> int | None:
+        """The newest checkpoint on the run's node; for a group spread over nodes, the one
+        every node holds (None where they differ: a node new to the group holds none)."""
         step = self._executor.call(self._run_dir, "checkpoint_step")
+        for actor in self._executor.peers(self._run_dir):
+            if self._executor._call(actor, "checkpoint_step") != step:
+                return None
         return int(step) if step is not None else None
 
     def wipe(self) -> None:
         self._executor.call(self._run_dir, "wipe")
+        for actor in self._executor.peers(self._run_dir):  # every node's disk of the group
+            self._executor._call(actor, "wipe")
 
     def pull_from_mirror(self, url: str, segment: int) -> MirrorPull:
+        """The mirror's newest verified checkpoint; for a spread group onto every node,
+        each node's own copies wiped first (a node that kept its disk may hold a newer
+        step than the mirror, which the new nodes cannot have: every rank must resume the
+        same one). Rank 0's answer: its events are the run's."""
+        peers = self._executor.peers(self._run_dir)
+        if peers:
+            self.wipe()
         pull: MirrorPull = self._executor.call(self._run_dir, "pull", url, segment)
+        for actor in peers:
+            self._executor._call(actor, "pull", url, segment)
         return pull
 
     def append_records(self, records: list[dict[str, Any]]) -> None:
@@ -220,6 +277,10 @@ class RayExecutor:
         self._cancelled: set[Path] = set()  # runs stopped while their start waits (cancel)
         self._ship_locks: dict[Path, threading.Lock] = {}
         self._groups: dict[Path, Any] = {}  # run dir -> placement group of its ranks
+        # A group spread over nodes: the actors of its other nodes (rank 0's is _actors'),
+        # in node rank order, and the host whose loss a trainer saw (relocate avoids it).
+        self._peers: dict[Path, list[tuple[Any, Host]]] = {}
+        self._lost: dict[Path, Host] = {}
         self._remote = ray.remote(NodeRun)
         self._standbys = NodeStandbys(self._remote, NAMESPACE)
 
@@ -256,11 +317,63 @@ class RayExecutor:
         )
         if tuple(launch.command[:1]) == (sys.executable,):
             argv[0] = None  # the node's own Python
-        argv += ["--mirror", self.mirror]
         env = {**env, "PYTHONUNBUFFERED": "1"}
-        where = self._call(actor, "start", argv, env, timeout=START_CALL_S)
+        peers = self.peers_with_hosts(launch.run_dir)
+        if not peers:
+            argv += ["--mirror", self.mirror]
+            where = self._call(actor, "start", argv, env, timeout=START_CALL_S)
+        else:
+            where = self._start_spread(actor, peers, launch, argv, env, require_checkpoint)
         self._standbys.top_up()  # the node's next spare warms once this trainer has started
-        return RayTrainer(self, launch.run_dir, actor, where)
+        return RayTrainer(self, launch.run_dir, actor, where, peers)
+
+    def _start_spread(
+        self,
+        actor: Any,
+        peers: list[tuple[Any, Host]],
+        launch: Launch,
+        argv: list[str | None],
+        env: dict[str, str],
+        require_checkpoint: bool,
+    ) -> dict[str, Any]:
+        """A group spread over nodes: a launcher on each node, told its place by torchrun's
+        PET_* names (trainer/ranks.py NodeSpec), all started at once. Rank 0's node (this
+        run's actor) copies the checkpoints to the mirror; every node's disk holds each
+        whole checkpoint (dcp_checkpoint._share_files), so one copy is the group's."""
+        where0 = self._call(actor, "where")
+        port = int(self._call(actor, "free_port"))
+        nodes = 1 + len(peers)
+
+        def node_env(k: int) -> dict[str, str]:
+            return {**env, "PET_NNODES": str(nodes), "PET_NODE_RANK": str(k),
+                    "PET_MASTER_ADDR": str(where0["ip"]), "PET_MASTER_PORT": str(port)}  # fmt: skip
+
+        refs = []
+        for k, (peer, _) in enumerate(peers, start=1):
+            node_dir = Path(self._call(peer, "where")["run_dir"])
+            peer_argv: list[str | None] = [
+                *launch.argv(require_checkpoint=require_checkpoint, run_dir=node_dir)
+            ]
+            if argv[0] is None:
+                peer_argv[0] = None
+            refs.append(peer.start.remote(peer_argv, node_env(k)))
+        where = self._call(actor, "start", [*argv, "--mirror", self.mirror], node_env(0),
+                           timeout=START_CALL_S)  # fmt: skip
+        ray.get(refs, timeout=START_CALL_S)
+        return dict(where)
+
+    def peers(self, run_dir: Path) -> list[Any]:
+        """The actors of a spread group's other nodes (none for a packed run)."""
+        return [a for a, _ in self.peers_with_hosts(run_dir)]
+
+    def peers_with_hosts(self, run_dir: Path) -> list[tuple[Any, Host]]:
+        with self._lock:
+            return list(self._peers.get(run_dir, []))
+
+    def lost(self, run_dir: Path, host: Host) -> None:
+        """A trainer saw `host` lost: the next relocate avoids that node."""
+        with self._lock:
+            self._lost[run_dir] = host
 
     def adopt(self, run_dir: Path, pids: Iterable[int | None]) -> Trainer | None:
         """The run's actor, found by the name the server kept (None: it is gone)."""
@@ -272,10 +385,18 @@ class RayExecutor:
             where = self._call(actor, "where")
         except (ValueError, RayActorError, GetTimeoutError):
             return None
+        peers: list[tuple[Any, Host]] = []
+        for peer_name in read_placement(run_dir).get("peers") or []:
+            try:
+                peer = ray.get_actor(peer_name, namespace=NAMESPACE)
+                peers.append((peer, Host(**self._call(peer, "where")["host"])))
+            except (ValueError, RayActorError, GetTimeoutError):
+                return None  # a node of its group is gone: resumed as a dead trainer
         with self._lock:
             self._actors[run_dir] = actor
             self._hosts[run_dir] = Host(**where["host"])
-        return RayTrainer(self, run_dir, actor, where)
+            self._peers[run_dir] = peers
+        return RayTrainer(self, run_dir, actor, where, peers)
 
     def host(self, run_dir: Path) -> Host | None:
         """Where the run trains, or last trained (kept in ray.json)."""
@@ -307,16 +428,19 @@ class RayExecutor:
     def relocate(self, run_dir: Path) -> Host | None:
         """Move the run to another node (its trainer is dead): the old actor goes, a new
         one is placed elsewhere and seeded; None when no other node is alive."""
-        old = self.host(run_dir)
         with self._lock:
             actor = self._actors.get(run_dir)
+            lost = self._lost.get(run_dir)  # kept until placed: a retry on fewer ranks
+        # The node to move off: the one a trainer saw lost (a spread group's may be any of
+        # its nodes), else rank 0's (a crash test that takes its host away).
+        old = lost or self.host(run_dir)
         others = [n for n in alive_nodes() if old is None or n != old.node_id]
         if old is not None and not others:
             return None
         need = self._need(run_dir)
         avoid = old.node_id if old is not None else None
         own = held_by(self._group_of(run_dir)) if need.ranks > 1 else {}
-        if need.ranks > 1 and not nodes_with_room(need, avoid, own):
+        if need.ranks > 1 and not has_room(need, avoid, own):
             # Said now, not waited for: the supervisor restarts it on `fits` ranks where
             # its checkpoint reshards, else the run ends saying why.
             fits = most_ranks_with_room(need, avoid, own)
@@ -326,12 +450,21 @@ class RayExecutor:
                 ranks=need.ranks,
                 fits=fits,
             )
-        if actor is not None:
+        for gone in [actor, *self.peers(run_dir)]:
+            if gone is None:
+                continue
+            # Its trainer killed now, not when Ray gets to the actor: a spread group's new
+            # placement may take the same node (and its run dir) while the old rank 0,
+            # its peer's loss not yet seen, still writes checkpoints there.
             with contextlib.suppress(Exception):  # already gone with its node
-                ray.kill(actor)
+                self._call(gone, "signal", signal.SIGKILL, timeout=5.0)
+            with contextlib.suppress(Exception):
+                ray.kill(gone)
         self._remove_group(run_dir)  # else Ray would reschedule its bundles by itself
         self._forget(run_dir)
-        self._actor(run_dir, avoid=old.node_id if old is not None else None)
+        self._actor(run_dir, avoid=avoid)
+        with self._lock:
+            self._lost.pop(run_dir, None)
         return self.host(run_dir)
 
     def release(self, run_dir: Path) -> None:
@@ -344,8 +477,12 @@ class RayExecutor:
         with contextlib.suppress(RayActorError, GetTimeoutError):
             self.ship(run_dir, actor)
             self._call(actor, "close")
-        with contextlib.suppress(Exception):
-            ray.kill(actor)
+        for peer in self.peers(run_dir):
+            with contextlib.suppress(RayActorError, GetTimeoutError):
+                self._call(peer, "close")
+        for gone in [actor, *self.peers(run_dir)]:
+            with contextlib.suppress(Exception):
+                ray.kill(gone)
         self._remove_group(run_dir)
         self._forget(run_dir)
         self._launches.pop(run_dir, None)
@@ -414,7 +551,7 @@ class RayExecutor:
         kept = {"actor": name, "placement_group": f"{name}-ranks", "attempt": attempt}
         group = placement_group(
             need.bundles(),
-            strategy="STRICT_PACK",
+            strategy=need.strategy,
             name=kept["placement_group"],
             lifetime="detached",
             bundle_label_selector=[{NODE_ID_LABEL_KEY: f"!{avoid}"}] * need.ranks
@@ -423,39 +560,63 @@ class RayExecutor:
         )
         with self._lock:
             self._groups[run_dir] = group
-        actor: Any = None  # a Ray actor handle: its methods' .remote is not typed
+        placed: list[tuple[Any, dict[str, Any]]] = []  # (actor, where) per node of the group
         try:
             self._placed(group.ready(), run_dir, need)
-            node = str(placement_group_table(group)["bundles_to_node_id"][0])
-            taken = None if need.num_gpus else self._standbys.take(node, run_dir.name)
-            if taken is not None:
-                actor, kept["actor"], where = taken
-            else:
-                actor = self._remote.options(
-                    name=name,
-                    namespace=NAMESPACE,
-                    lifetime="detached",
-                    num_cpus=need.num_cpus,
-                    num_gpus=need.num_gpus,
-                    max_restarts=0,
-                    scheduling_strategy=PlacementGroupSchedulingStrategy(
-                        group, placement_group_bundle_index=0
-                    ),
-                ).remote(run_dir.name)
-                where = self._placed(actor.where.remote(), run_dir, need)
+            nodes = placement_group_table(group)["bundles_to_node_id"]
+            for k in range(need.nodes):  # rank 0's node first: bundle k holds node k's ranks
+                bundle = k * need.per_node
+                actor_name = name if k == 0 else f"{name}-node{k}"
+                placed.append(self._node_actor(group, bundle, str(nodes[bundle]), actor_name,
+                                               run_dir, need))  # fmt: skip
         except BaseException:
-            if actor is not None:
+            for actor, _ in placed:
                 with contextlib.suppress(Exception):
                     ray.kill(actor)
             self._remove_group(run_dir)
             raise
         seed = {n: (run_dir / n).read_bytes() for n in SEEDED if (run_dir / n).exists()}
-        self._call(actor, "seed", seed)  # after any waiting event: the copies agree
+        for actor, _ in placed:  # after any waiting event: the copies agree
+            self._call(actor, "seed", seed)
+        (actor, where), peers = placed[0], placed[1:]
+        kept["actor"] = where["actor"]
+        if peers:
+            kept["peers"] = [w["actor"] for _, w in peers]
         write_placement(run_dir, {**kept, **where["host"]})
         with self._lock:
             self._actors[run_dir] = actor
             self._hosts[run_dir] = Host(**where["host"])
+            self._peers[run_dir] = [(a, Host(**w["host"])) for a, w in peers]
         return actor
+
+    def _node_actor(
+        self, group: Any, bundle: int, node: str, name: str, run_dir: Path, need: Resources
+    ) -> tuple[Any, dict[str, Any]]:
+        """The run's actor on one node of its group: the node's standby, whose warm process
+        is ready, or an actor of its own in `bundle` (a GPU run always: Ray tells GPU ids
+        only to an actor placed in the bundle). Its `where`, with the actor's name."""
+        taken = None if need.num_gpus else self._standbys.take(node, run_dir.name)
+        if taken is not None:
+            actor, taken_name, where = taken
+            return actor, {**where, "actor": taken_name}
+        actor: Any = self._remote.options(  # a Ray actor handle: its .remote is not typed
+            name=name,
+            namespace=NAMESPACE,
+            lifetime="detached",
+            num_cpus=need.num_cpus,
+            num_gpus=need.num_gpus,
+            max_restarts=0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                group, placement_group_bundle_index=bundle
+            ),
+        ).remote(run_dir.name)
+        try:
+            where = self._placed(actor.where.remote(), run_dir, need)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+            raise
+        return actor, {**where, "actor": name}
 
     def _need(self, run_dir: Path) -> Resources:
         launch = self._launches.get(run_dir)
@@ -529,6 +690,7 @@ class RayExecutor:
         with self._lock:
             self._actors.pop(run_dir, None)
             self._hosts.pop(run_dir, None)
+            self._peers.pop(run_dir, None)
 
 
 class RaySettings(Protocol):

@@ -93,6 +93,7 @@ class NodeRun:
         if run_id is not None:
             self.run_dir.path.mkdir(parents=True, exist_ok=True)
         self.host = Host(self.node_id, f"{socket.gethostname()}/{self.node_id[:8]}")
+        self.ip = ray.util.get_node_ip_address()  # where a spread group's peers reach rank 0
         self.telemetry = NodeTelemetry(node_root(self.node_id), self.host)
         self.proc: TrainerProcess | None = None
         self.code: int | None = None
@@ -129,7 +130,17 @@ class NodeRun:
         pid = self.proc.pid if self.proc is not None else None
         started = self.proc.started if self.proc is not None else None
         host = self.host.to_dict()
-        return {"host": host, "run_dir": str(self.run_dir.path), "pid": pid, "started": started}
+        return {"host": host, "run_dir": str(self.run_dir.path), "pid": pid, "started": started,
+                "ip": self.ip}  # fmt: skip
+
+    def free_port(self) -> int:
+        """A port free on this node now, for the store of a group whose rank 0 runs here
+        (the peers on other nodes must know it before rank 0 opens it), as torch's
+        elastic agent picks one (bind port 0, close): taken meanwhile, rank 0 fails to
+        open its store and the group restarts."""
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return int(s.getsockname()[1])
 
     def start(self, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
         """Start the trainer (argv[0] None: this node's Python) in its own session."""

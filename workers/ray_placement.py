@@ -47,6 +47,7 @@ class Resources:
     num_cpus: float
     num_gpus: float
     ranks: int = 1
+    spread: bool = False  # one rank per node (placement = "spread"), else all on one
 
     @classmethod
     def of_preset(cls, preset_ref: str, label: str = "A", *, gpus: bool = False) -> Resources:
@@ -57,9 +58,10 @@ class Resources:
             cfg = get_preset(preset_ref).config_for(label, cuda=gpus)
         except (PresetError, ValueError):
             return cls(1, 0)
+        spread = cfg.placement == "spread"
         if cfg.device == "cuda" or (gpus and cfg.device == "auto"):
-            return cls(1, 1, cfg.ranks)
-        return cls(max(1, cfg.threads), 0, cfg.ranks)
+            return cls(1, 1, cfg.ranks, spread)
+        return cls(max(1, cfg.threads), 0, cfg.ranks, spread)
 
     @classmethod
     def of_launch(cls, launch: Launch, *, gpus: bool = False) -> Resources:
@@ -70,13 +72,30 @@ class Resources:
         return need.with_ranks(ranks) if ranks is not None else need
 
     def with_ranks(self, ranks: int) -> Resources:
-        return Resources(self.num_cpus, self.num_gpus, ranks)
+        return Resources(self.num_cpus, self.num_gpus, ranks, self.spread)
+
+    @property
+    def nodes(self) -> int:
+        """How many nodes the group takes: one per rank when spread, else one."""
+        return self.ranks if self.spread and self.ranks > 1 else 1
+
+    @property
+    def strategy(self) -> str:
+        """Ray's placement strategy for the group: each bundle on a node of its own, or all
+        on one."""
+        return "STRICT_SPREAD" if self.nodes > 1 else "STRICT_PACK"
+
+    @property
+    def per_node(self) -> int:
+        """Ranks on each node of the group."""
+        return self.ranks // self.nodes
 
     def fits(self, free: dict[str, float]) -> bool:
-        """A node with `free` resources takes the whole group (it is packed on one)."""
+        """A node with `free` resources takes its share of the group (the whole group when
+        it is packed on one; one rank when spread)."""
         return (
-            free.get("CPU", 0) >= self.num_cpus * self.ranks
-            and free.get("GPU", 0) >= self.num_gpus * self.ranks
+            free.get("CPU", 0) >= self.num_cpus * self.per_node
+            and free.get("GPU", 0) >= self.num_gpus * self.per_node
         )
 
     def bundles(self) -> list[dict[str, float]]:
@@ -94,6 +113,8 @@ class Resources:
         one = self.num_gpus or self.num_cpus
         if self.ranks == 1:
             return amount(one)
+        if self.nodes > 1:
+            return f"{amount(one)} on each of {self.nodes} nodes (one rank a node)"
         return f"{amount(one * self.ranks)} ({self.ranks} ranks of {amount(one)})"
 
 
@@ -154,13 +175,21 @@ def nodes_with_room(
     return out
 
 
+def has_room(
+    need: Resources, avoid: str | None = None, own: dict[str, dict[str, float]] | None = None
+) -> bool:
+    """The live nodes (not `avoid`) have room free now for the whole group: one node for a
+    packed group, a node per rank for a spread one."""
+    return len(nodes_with_room(need, avoid, own)) >= need.nodes
+
+
 def most_ranks_with_room(
     need: Resources, avoid: str | None = None, own: dict[str, dict[str, float]] | None = None
 ) -> int:
-    """The largest world size up to need.ranks whose group a live node (not `avoid`)
-    has free room for now; 0: none, not even one rank."""
+    """The largest world size up to need.ranks whose group the live nodes (not `avoid`)
+    have free room for now; 0: none, not even one rank."""
     for ranks in range(need.ranks, 0, -1):
-        if nodes_with_room(need.with_ranks(ranks), avoid, own):
+        if has_room(need.with_ranks(ranks), avoid, own):
             return ranks
     return 0
 
@@ -174,10 +203,7 @@ def alive_nodes(need: Resources | None = None) -> list[str]:
         if not node.get("Alive"):
             continue
         res = node.get("Resources", {})
-        if need is not None and (  # a packed group: every rank on this node
-            res.get("CPU", 0) < need.num_cpus * need.ranks
-            or res.get("GPU", 0) < need.num_gpus * need.ranks
-        ):
+        if need is not None and not need.fits(res):  # its share of the group in total
             continue
         out.append(str(node["NodeID"]))
     return out

@@ -1,0 +1,130 @@
+"""A run of two ranks spread over two nodes of a Ray cluster on 127.0.0.1 (issue #35 §1):
+its placement group STRICT_SPREADs one bundle per node, each node's launcher starts its
+rank and the process group is wired across the nodes. A lost node restarts the group on
+the nodes left at the same world size, from the mirror, bit-identically; with one node
+left, on one rank (lesson 1.18's A: a DCP checkpoint of global data positions reshards).
+A cluster of its own: a head that takes no runs and three worker nodes of 2 CPUs."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from crashdrill.trainer.presets import dump_preset, get_preset
+from tests.support import ray_cluster
+from tests.support.extras import require_extra
+from tests.support.lab import serving, wait_for_pair
+
+require_extra("ray", module=True)
+import ray  # noqa: E402 (after the skip: without the ray extra there is none)
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(420)]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    with ray_cluster.running_cluster(nodes=3) as c:
+        yield c
+
+
+def group_table(run_dir: Path) -> dict[str, Any]:
+    from ray.util.placement_group import get_placement_group, placement_group_table
+
+    name = json.loads((run_dir / "ray.json").read_text())["placement_group"]
+    return dict(placement_group_table(get_placement_group(name)))
+
+
+def _first_check(client: httpx.Client, run: str) -> dict[str, Any]:
+    """The run's first resume check, once it is complete (the recomputed steps reached the
+    step the group was lost at)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        checks = client.get(f"/api/runs/{run}/resume-checks").json()["checks"]
+        if checks and checks[0]["complete"]:
+            return dict(checks[0])
+        time.sleep(0.5)
+    events = client.get(f"/api/runs/{run}/events").json()["events"]
+    said = [(e["code"], e["text"][:160]) for e in events if e["code"] not in ("evaluated",)]
+    brief = [{k: c[k] for k in ("segment", "from_step", "points", "expected_points")}
+             for c in checks]  # fmt: skip
+    raise AssertionError(f"no complete resume check of {run}: {brief}; events {said}")
+
+
+def test_a_spread_group_survives_a_lost_node_then_restarts_on_one_rank_when_one_is_left(
+    tmp_path: Path, cluster: Any
+) -> None:
+    from tests.integration.test_ray_lab import lab_on
+
+    settings = lab_on(cluster, tmp_path)
+    lesson = get_preset("lesson-1.18")  # its A: DCP of global data positions, which reshards
+    run = {**lesson.run, "placement": "spread", "steps": 3000}  # minutes, not seconds
+    spread = replace(lesson, id="spread-1.18", run=run)
+    settings.instructor_presets_dir.mkdir(parents=True)
+    (settings.instructor_presets_dir / "spread-1.18.toml").write_text(dump_preset(spread))
+    with serving(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
+        if not ray.is_initialized():  # the lab's driver is in another process: this one looks
+            ray.init(
+                address=cluster.address,
+                namespace="crashdrill",
+                _node_ip_address="127.0.0.1",
+                log_to_driver=False,
+            )
+        created = client.post(
+            "/api/pairs",
+            json={"preset": "spread-1.18"},
+        ).json()
+        assert "pair" in created, created
+        pair = created["pair"]
+        run_a, run_b = (r["id"] for r in created["runs"])
+        client.post(f"/api/runs/{run_b}/stop")  # one group on the cluster: A's
+        run_dir = settings.data_dir / "runs" / run_a
+        mirrored = tmp_path / "mirror" / run_a
+        wait_for_pair(
+            client,
+            pair,
+            lambda rs: (rs[0]["step"] or 0) >= 110 and any(mirrored.glob("step-*/MANIFEST.json")),
+            "A past its mirrored checkpoint at step 100",
+        )
+        table = group_table(run_dir)
+        nodes = [table["bundles_to_node_id"][k] for k in range(2)]
+        assert table["strategy"] == "STRICT_SPREAD" and len(set(nodes)) == 2, table
+        placed = json.loads((run_dir / "ray.json").read_text())
+        assert len(placed["peers"]) == 1  # rank 1's node has an actor of the run too
+        # Rank 1's node is lost: not the node whose launcher writes the run's records.
+        cluster.remove_node(ray_cluster.node_of(cluster, nodes[1]))
+        moved = wait_for_pair(
+            client,
+            pair,
+            lambda rs: rs[0]["segment"] == 1 and rs[0]["state"] == "running",
+            "A training again on two nodes",
+        )
+        again = [group_table(run_dir)["bundles_to_node_id"][k] for k in range(2)]
+        assert nodes[1] not in again and len(set(again)) == 2, again
+        wait_for_pair(client, pair, lambda rs: (rs[0]["step"] or 0) >= 160, "A past step 160")
+        events = client.get(f"/api/runs/{run_a}/events").json()["events"]
+        lost = next(e for e in events if e["code"] == "lost_host")
+        assert "; restarting its 2 ranks on host" in lost["text"], lost["text"]
+        assert lost["fields"].get("from_ranks") in (None, 2), lost
+        check = _first_check(client, run_a)
+        assert check["bit_identical"] is True, check
+        compared = {f["field"] for f in check["fields"] if f["equal"]}
+        assert {"step.rank_loss_bits.0", "step.rank_loss_bits.1"} <= compared
+        # Down to one node: the group restarts on one rank there, resharded.
+        cluster.remove_node(ray_cluster.node_of(cluster, again[1]))
+        runs = wait_for_pair(
+            client, pair, lambda rs: rs[0]["state"] in ("finished", "failed"), "A's end"
+        )
+        assert runs[0]["state"] == "finished" and runs[0]["segment"] == 2, runs[0]
+        assert runs[0]["host"]["node_id"] == moved[0]["host"]["node_id"]  # rank 0's node
+        events = client.get(f"/api/runs/{run_a}/events").json()["events"]
+        fewer = [e for e in events if e["code"] == "lost_host"][-1]
+        assert (fewer["fields"]["from_ranks"], fewer["fields"]["ranks"]) == (2, 1), fewer
+        checks = client.get(f"/api/runs/{run_a}/resume-checks").json()["checks"]
+        assert checks[-1]["resharded"]["within_tolerance"] is True, checks[-1]
