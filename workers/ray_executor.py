@@ -597,8 +597,8 @@ class RayExecutor:
         only to an actor placed in the bundle). Its `where`, with the actor's name."""
         taken = None if need.num_gpus else self._standbys.take(node, run_dir.name)
         if taken is not None:
-            actor, taken_name, where = taken
-            return actor, {**where, "actor": taken_name}
+            spare, taken_name, where = taken
+            return spare, {**where, "actor": taken_name}
         actor: Any = self._remote.options(  # a Ray actor handle: its .remote is not typed
             name=name,
             namespace=NAMESPACE,
