@@ -5,6 +5,8 @@
     python benchmarks/ray_cluster.py --smoke         # CI size: 1 pair, local executor only
     python benchmarks/ray_cluster.py --smoke --executors ray    # the Ray part: 2 nodes
     python benchmarks/ray_cluster.py --executors ray --pairs 1 --preset lesson-1.16  # 2 ranks
+    python benchmarks/ray_cluster.py --executors ray --pairs 1 --preset lesson-1.16 \
+        --placement spread                           # 2 ranks on 2 nodes, rank 0's node lost
 
 For each executor a fresh server subprocess (`python -m crashdrill.server`, telemetry off,
 `--max-concurrent` = 2 × pairs) and the same load: `--pairs` pairs of `quick` (or
@@ -34,6 +36,9 @@ is well past its first checkpoint (step 150) when the benchmark turns to it: on 
 machine at step ~290, in a loaded full test suite at 538-566, which is why runs have 1200
 steps (a student's most for quick) and not 600. Each wait prints where its run was when it
 began and when that checkpoint reached the API (about 0.1-0.2 s after it was written).
+`--placement spread` trains the preset's ranks one per node (an instructor preset, the
+lesson with placement = "spread", written into the lab's presets dir): the host lost is
+run B's rank 0's node, the one whose launcher writes the run's records.
 `--smoke` stops the runs once they are measured instead of training them to the end, and
 runs the local executor only unless `--executors` names Ray: the cluster's start and a host
 loss took 60-65 s of a smoke on the 2-core machine (the ray tier runs it).
@@ -273,6 +278,16 @@ def measure(executor: str, args: argparse.Namespace, work: Path, cluster: Any) -
     }
     if cluster is not None:
         env["CRASHDRILL_RAY_ADDRESS"] = cluster.address
+    if args.placement != "pack":  # the lesson with its ranks placed otherwise
+        from dataclasses import replace
+
+        from crashdrill.trainer.presets import dump_preset, get_preset
+
+        lesson = get_preset(args.lesson)
+        placed = replace(lesson, id=args.preset, run={**lesson.run, "placement": args.placement})
+        presets = work / executor / "lab" / "presets"
+        presets.mkdir(parents=True, exist_ok=True)
+        (presets / f"{args.preset}.toml").write_text(dump_preset(placed))
     log = work / f"{executor}.log"
     server = spawn_server(port, env, log, start_timeout=120)
     out: dict[str, Any] = {"executor": executor, "why": {}}
@@ -383,6 +398,12 @@ def main() -> int:
         default="quick",
         help="the pairs' lesson: quick (1 rank), lesson-1.16 (2 ranks, crash mode kill)",
     )
+    p.add_argument(
+        "--placement",
+        choices=["pack", "spread"],
+        default="pack",
+        help="a run's ranks on one node (pack) or one per node (spread)",
+    )
     p.add_argument("--steps", type=int, default=1200, help="steps of each run (quick: 300)")
     p.add_argument(
         "--margin", type=int, default=100, help="steps a run must have left when it is crashed"
@@ -407,8 +428,19 @@ def main() -> int:
     from crashdrill.trainer.presets import get_preset
 
     args.ranks = get_preset(args.preset).config_for("A").ranks
-    runs_per_node = NODE_CPUS // args.ranks  # a quick rank takes one CPU, a run packs its ranks
-    if "ray" in args.executors and args.nodes * runs_per_node < 2 * args.pairs:
+    args.lesson = args.preset
+    spread = args.placement == "spread" and args.ranks > 1
+    if args.placement != "pack":
+        args.preset = f"{args.preset}-{args.placement}"
+    # A quick rank takes one CPU; a packed run takes its ranks' on one node, a spread one
+    # one CPU on each of `ranks` nodes.
+    runs_per_node = NODE_CPUS if spread else NODE_CPUS // args.ranks
+    if spread and args.nodes < args.ranks + 1:
+        p.error(
+            f"--placement spread: --nodes ≥ {args.ranks + 1} (one to lose, the rest to move to)"
+        )
+    runs_on_cluster = args.nodes * runs_per_node // (args.ranks if spread else 1)
+    if "ray" in args.executors and runs_on_cluster < 2 * args.pairs:
         p.error(  # else the runs beyond the cluster's CPUs queue and the CPU window never opens
             f"--nodes {args.nodes} x {NODE_CPUS} CPUs cannot train --pairs {args.pairs}"
             f" ({2 * args.pairs} runs of {args.ranks} ranks) at once:"
