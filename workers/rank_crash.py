@@ -74,6 +74,10 @@ class RankTarget:
             time.sleep(0.002)
 
 
+class RankElsewhere(RankCrashRefused):
+    """The rank to kill is started by another node's launcher of the same group."""
+
+
 def rank_target(run_dir: RunDir, launcher: int) -> RankTarget:
     """The rank a rank crash kills in the group that `launcher` (the run's trainer
     process) started."""
@@ -87,6 +91,8 @@ def rank_target(run_dir: RunDir, launcher: int) -> RankTarget:
             )
         raise RankCrashRefused("its ranks are not started yet; press again in a moment")
     rank = int(said["crash_rank"])
+    if str(rank) not in said["pids"]:  # a group spread over nodes: another node's launcher
+        raise RankElsewhere(f"rank {rank} is not one of this node's ranks")
     pid = int(said["pids"][str(rank)])
     try:
         proc = psutil.Process(pid)

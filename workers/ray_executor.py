@@ -249,12 +249,24 @@ class RayRunFiles:
         return data
 
     def stderr_tail(self, since: int) -> str:
-        return str(self._executor.call(self._run_dir, "stderr_tail", since))
+        """Rank 0's node's, then each other node's of a spread group, since its start."""
+        tail = str(self._executor.call(self._run_dir, "stderr_tail", since))
+        for k, (actor, host) in enumerate(self._executor.peers_with_hosts(self._run_dir), 1):
+            peer_since = self._executor.peer_stderr_since(self._run_dir, k)
+            with contextlib.suppress(RayActorError, GetTimeoutError, ActorUnavailableError):
+                more = str(self._executor._call(actor, "stderr_tail", peer_since)).strip()
+                if more:
+                    tail += f"\n[node {k}, {host.name}]\n{more}"
+        return tail
 
     def kill_rank(self, launcher: int) -> RankTarget:
         """On the node, by its actor (which knows its trainer: `launcher` is its pid)."""
         try:
             answer: dict[str, Any] = self._executor.call(self._run_dir, "kill_rank")
+            for peer in self._executor.peers(self._run_dir):  # the node that has the rank
+                if not answer.get("elsewhere"):
+                    break
+                answer = self._executor._call(peer, "kill_rank")
         except (RayActorError, GetTimeoutError):
             raise RankCrashRefused("the run's node does not answer") from None
         if "refused" in answer:
@@ -281,6 +293,7 @@ class RayExecutor:
         # in node rank order, and the host whose loss a trainer saw (relocate avoids it).
         self._peers: dict[Path, list[tuple[Any, Host]]] = {}
         self._lost: dict[Path, Host] = {}
+        self._peer_stderr: dict[Path, list[int]] = {}  # each peer's stderr size at start
         self._remote = ray.remote(NodeRun)
         self._standbys = NodeStandbys(self._remote, NAMESPACE)
 
@@ -348,9 +361,10 @@ class RayExecutor:
             return {**env, "PET_NNODES": str(nodes), "PET_NODE_RANK": str(k),
                     "PET_MASTER_ADDR": str(where0["ip"]), "PET_MASTER_PORT": str(port)}  # fmt: skip
 
-        refs = []
+        refs, since = [], []
         for k, (peer, _) in enumerate(peers, start=1):
             node_dir = Path(self._call(peer, "where")["run_dir"])
+            since.append(int(self._call(peer, "stderr_size")))
             peer_argv: list[str | None] = [
                 *launch.argv(require_checkpoint=require_checkpoint, run_dir=node_dir)
             ]
@@ -360,7 +374,15 @@ class RayExecutor:
         where = self._call(actor, "start", [*argv, "--mirror", self.mirror], node_env(0),
                            timeout=START_CALL_S)  # fmt: skip
         ray.get(refs, timeout=START_CALL_S)
+        with self._lock:  # where each node's error output of this start begins
+            self._peer_stderr[launch.run_dir] = since
         return dict(where)
+
+    def peer_stderr_since(self, run_dir: Path, k: int) -> int:
+        """The size of node k's stderr (k ≥ 1) when the group's trainer started there."""
+        with self._lock:
+            sizes = self._peer_stderr.get(run_dir, [])
+        return sizes[k - 1] if k - 1 < len(sizes) else 0
 
     def peers(self, run_dir: Path) -> list[Any]:
         """The actors of a spread group's other nodes (none for a packed run)."""

@@ -55,7 +55,7 @@ from crashdrill.trainer.run_files import (
 from crashdrill.workers.executor import Host
 from crashdrill.workers.mirror_restore import MirrorPull, pull_for_restart
 from crashdrill.workers.node_telemetry import NodeTelemetry
-from crashdrill.workers.rank_crash import RankCrashRefused, kill_rank
+from crashdrill.workers.rank_crash import RankCrashRefused, RankElsewhere, kill_rank
 from crashdrill.workers.run_dir import RunDir
 from crashdrill.workers.trainer_env import GCS_ENV_NAMES, writes_gcs_mirror
 from crashdrill.workers.trainer_process import TrainerProcess
@@ -206,6 +206,8 @@ class NodeRun:
             return {"refused": "the trainer is not running"}
         try:
             return kill_rank(self.run_dir, self.proc.pid).to_dict()
+        except RankElsewhere as e:  # a spread group's: the executor asks the next node
+            return {"refused": str(e), "elsewhere": True}
         except RankCrashRefused as e:
             return {"refused": str(e)}
 

@@ -1,6 +1,7 @@
 """A run of two ranks spread over two nodes of a Ray cluster on 127.0.0.1 (issue #35 §1):
 its placement group STRICT_SPREADs one bundle per node, each node's launcher starts its
-rank and the process group is wired across the nodes. A lost node restarts the group on
+rank and the process group is wired across the nodes. A rank crash kills rank 1 on its
+node and the group resumes on the same nodes bit-identically. A lost node restarts the group on
 the nodes left at the same world size, from the mirror, bit-identically; with one node
 left, on one rank (lesson 1.18's A: a DCP checkpoint of global data positions reshards).
 A cluster of its own: a head that takes no runs and three worker nodes of 2 CPUs."""
@@ -41,17 +42,21 @@ def group_table(run_dir: Path) -> dict[str, Any]:
     return dict(placement_group_table(get_placement_group(name)))
 
 
-def _first_check(client: httpx.Client, run: str) -> dict[str, Any]:
-    """The run's first resume check, once it is complete (the recomputed steps reached the
-    step the group was lost at)."""
+def _events(client: httpx.Client, run: str) -> list[dict[str, Any]]:
+    return list(client.get(f"/api/runs/{run}/events").json()["events"])
+
+
+def _check(client: httpx.Client, run: str, index: int) -> dict[str, Any]:
+    """The run's resume check `index`, once it is complete (the recomputed steps reached
+    the step the group was lost at)."""
     deadline = time.monotonic() + 120
+    checks: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
         checks = client.get(f"/api/runs/{run}/resume-checks").json()["checks"]
-        if checks and checks[0]["complete"]:
-            return dict(checks[0])
+        if len(checks) > index and checks[index]["complete"]:
+            return dict(checks[index])
         time.sleep(0.5)
-    events = client.get(f"/api/runs/{run}/events").json()["events"]
-    said = [(e["code"], e["text"][:160]) for e in events if e["code"] not in ("evaluated",)]
+    said = [(e["code"], e["text"][:160]) for e in _events(client, run) if e["code"] != "evaluated"]
     brief = [{k: c[k] for k in ("segment", "from_step", "points", "expected_points")}
              for c in checks]  # fmt: skip
     raise AssertionError(f"no complete resume check of {run}: {brief}; events {said}")
@@ -65,7 +70,8 @@ def test_a_spread_group_survives_a_lost_node_then_restarts_on_one_rank_when_one_
     settings = lab_on(cluster, tmp_path)
     lesson = get_preset("lesson-1.18")  # its A: DCP of global data positions, which reshards
     run = {**lesson.run, "placement": "spread", "steps": 3000}  # minutes, not seconds
-    spread = replace(lesson, id="spread-1.18", run=run)
+    crash = replace(lesson.crash, mode="rank", restart_ranks=0, window={})  # rank 1: the seed's
+    spread = replace(lesson, id="spread-1.18", run=run, crash=crash)
     settings.instructor_presets_dir.mkdir(parents=True)
     (settings.instructor_presets_dir / "spread-1.18.toml").write_text(dump_preset(spread))
     with serving(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
@@ -97,22 +103,35 @@ def test_a_spread_group_survives_a_lost_node_then_restarts_on_one_rank_when_one_
         assert table["strategy"] == "STRICT_SPREAD" and len(set(nodes)) == 2, table
         placed = json.loads((run_dir / "ray.json").read_text())
         assert len(placed["peers"]) == 1  # rank 1's node has an actor of the run too
+        # A rank crash kills rank 1 on its node (the peer's actor kills it there); the
+        # group ends and restarts on the same nodes, from their own disks.
+        r = client.post(f"/api/runs/{run_a}/crash", json={"crash_mode": "rank"})
+        assert r.status_code == 202, r.text
+        wait_for_pair(
+            client,
+            pair,
+            lambda rs: rs[0]["segment"] == 1 and (rs[0]["step"] or 0) >= 220,
+            "A past step 220 after its rank crash",
+        )
+        crashed = next(e for e in _events(client, run_a) if e["code"] == "crash")
+        assert crashed["fields"]["lost_rank"] == 1, crashed
+        assert "Crash test: killed rank 1 of 2 (pid " in crashed["text"], crashed["text"]
+        assert _check(client, run_a, 0)["bit_identical"] is True
+        assert group_table(run_dir)["bundles_to_node_id"][1] == nodes[1]  # not moved
         # Rank 1's node is lost: not the node whose launcher writes the run's records.
         cluster.remove_node(ray_cluster.node_of(cluster, nodes[1]))
         moved = wait_for_pair(
             client,
             pair,
-            lambda rs: rs[0]["segment"] == 1 and rs[0]["state"] == "running",
+            lambda rs: rs[0]["segment"] == 2 and rs[0]["state"] == "running",
             "A training again on two nodes",
         )
         again = [group_table(run_dir)["bundles_to_node_id"][k] for k in range(2)]
         assert nodes[1] not in again and len(set(again)) == 2, again
-        wait_for_pair(client, pair, lambda rs: (rs[0]["step"] or 0) >= 160, "A past step 160")
-        events = client.get(f"/api/runs/{run_a}/events").json()["events"]
-        lost = next(e for e in events if e["code"] == "lost_host")
+        lost = next(e for e in _events(client, run_a) if e["code"] == "lost_host")
         assert "; restarting its 2 ranks on host" in lost["text"], lost["text"]
         assert lost["fields"].get("from_ranks") in (None, 2), lost
-        check = _first_check(client, run_a)
+        check = _check(client, run_a, 1)
         assert check["bit_identical"] is True, check
         compared = {f["field"] for f in check["fields"] if f["equal"]}
         assert {"step.rank_loss_bits.0", "step.rank_loss_bits.1"} <= compared
@@ -121,10 +140,9 @@ def test_a_spread_group_survives_a_lost_node_then_restarts_on_one_rank_when_one_
         runs = wait_for_pair(
             client, pair, lambda rs: rs[0]["state"] in ("finished", "failed"), "A's end"
         )
-        assert runs[0]["state"] == "finished" and runs[0]["segment"] == 2, runs[0]
+        assert runs[0]["state"] == "finished" and runs[0]["segment"] == 3, runs[0]
         assert runs[0]["host"]["node_id"] == moved[0]["host"]["node_id"]  # rank 0's node
-        events = client.get(f"/api/runs/{run_a}/events").json()["events"]
-        fewer = [e for e in events if e["code"] == "lost_host"][-1]
+        fewer = [e for e in _events(client, run_a) if e["code"] == "lost_host"][-1]
         assert (fewer["fields"]["from_ranks"], fewer["fields"]["ranks"]) == (2, 1), fewer
         checks = client.get(f"/api/runs/{run_a}/resume-checks").json()["checks"]
         assert checks[-1]["resharded"]["within_tolerance"] is True, checks[-1]
