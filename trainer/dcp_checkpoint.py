@@ -17,7 +17,11 @@ The write: rank 0 makes `step-N.tmp/`; every rank writes its shard (dcp.save, a
 collective: it returns when every shard and the index are written); rank 0 fsyncs each
 file, hashes it, writes the manifest into the temp dir, renames it to `step-N/`, fsyncs
 the root and prunes to `keep`; a barrier, and the step is saved for every rank. A kill at
-any point before the rename leaves a `.tmp` dir, which never counts.
+any point before the rename leaves a `.tmp` dir, which never counts. A group spread over
+nodes (RankGroup.spread: each node a disk of its own) does the same on every node: each
+node's leader makes the temp dir there, the nodes exchange the files their ranks wrote
+(`_share_files`), rank 0 hashes the whole set and broadcasts the manifest, and each node
+commits it on its own disk, so every node holds each whole checkpoint.
 
 The state of each rank is a dict under fixed keys: "model", "optimizer", "train_state"
 (the same on every rank) and "rank<r>" (this rank's own "rng" and "data"). Loading asks
