@@ -4,11 +4,15 @@ rank and the process group is wired across the nodes. A rank crash kills rank 1 
 node and the group resumes on the same nodes bit-identically. A lost node restarts the group on
 the nodes left at the same world size, from the mirror, bit-identically; with one node
 left, on one rank (lesson 1.18's A: a DCP checkpoint of global data positions reshards).
-A cluster of its own: a head that takes no runs and three worker nodes of 2 CPUs."""
+A server SIGKILLed under a spread run re-attaches to every node's actor. A cluster of its
+own: a head that takes no runs and three worker nodes of 2 CPUs (the node losses last)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -21,7 +25,7 @@ import pytest
 from crashdrill.trainer.presets import dump_preset, get_preset
 from tests.support import ray_cluster
 from tests.support.extras import require_extra
-from tests.support.lab import serving, wait_for_pair
+from tests.support.lab import free_port, serving, spawn_server, wait_for_pair
 
 require_extra("ray", module=True)
 import ray  # noqa: E402 (after the skip: without the ray extra there is none)
@@ -62,18 +66,82 @@ def _check(client: httpx.Client, run: str, index: int) -> dict[str, Any]:
     raise AssertionError(f"no complete resume check of {run}: {brief}; events {said}")
 
 
+def _spread_preset(presets: Path, steps: int, mode: str = "rank") -> str:
+    """Lesson 1.18 with its ranks spread (its A: DCP of global data positions, which
+    reshards), a crash test of `mode` on the same world size, `steps` steps."""
+    lesson = get_preset("lesson-1.18")
+    run = {**lesson.run, "placement": "spread", "steps": steps}
+    crash = replace(lesson.crash, mode=mode, restart_ranks=0, window={})  # rank 1: the seed's
+    spread = replace(lesson, id="spread-1.18", run=run, crash=crash)
+    presets.mkdir(parents=True, exist_ok=True)
+    (presets / "spread-1.18.toml").write_text(dump_preset(spread))
+    return spread.id
+
+
+def test_a_server_killed_under_a_spread_run_re_attaches_to_every_node_s_actor(
+    tmp_path: Path, cluster: Any
+) -> None:
+    """The server SIGKILLed while a spread group trains: the restarted server finds rank
+    0's actor and the other node's (ray.json's `peers`), the run goes on in its segment,
+    every step stored once, and its end releases both actors."""
+    data_dir, port, log = tmp_path / "lab", free_port(), tmp_path / "server.log"
+    preset = _spread_preset(data_dir / "presets", 600)
+    env = {
+        **os.environ,
+        "CRASHDRILL_DATA_DIR": str(data_dir),
+        "CRASHDRILL_TELEMETRY": "0",
+        "CRASHDRILL_RAY_ADDRESS": cluster.address,
+        "CRASHDRILL_MIRROR": str(tmp_path / "mirror"),
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    }
+    server = spawn_server(port, env, log, start_timeout=120)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=url, timeout=30) as client:
+            created = client.post("/api/pairs", json={"preset": preset}).json()
+            cookies = dict(client.cookies)
+            pair, run_a = created["pair"], created["runs"][0]["id"]
+            client.post(f"/api/runs/{created['runs'][1]['id']}/stop")
+            wait_for_pair(client, pair, lambda rs: (rs[0]["step"] or 0) >= 80, "A at step 80")
+        placed = json.loads((data_dir / "runs" / run_a / "ray.json").read_text())
+        assert len(placed["peers"]) == 1
+        server.send_signal(signal.SIGKILL)
+        server.wait()
+        time.sleep(2)  # the group goes on training on its nodes meanwhile
+        server = spawn_server(port, env, log, start_timeout=120)
+        with httpx.Client(base_url=url, timeout=30, cookies=cookies) as client:
+            runs = wait_for_pair(client, pair, lambda rs: rs[0]["state"] == "finished", "A's end")
+            assert (runs[0]["segment"], runs[0]["step"]) == (0, 600)  # re-attached
+            stored = client.get(f"/api/runs/{run_a}/records", params={"limit": 20000}).json()
+            steps = [r["step"] for r in stored["records"] if r["kind"] == "step"]
+            assert sorted(steps) == list(range(1, 601)), "a step lost or repeated"
+        if not ray.is_initialized():
+            ray.init(address=cluster.address, namespace="crashdrill",
+                     _node_ip_address="127.0.0.1", log_to_driver=False)  # fmt: skip
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # released: both actors gone
+            try:
+                ray.get_actor(placed["peers"][0], namespace="crashdrill")
+            except ValueError:
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"the peer actor {placed['peers'][0]} outlived its run")
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
 def test_a_spread_group_survives_a_lost_node_then_restarts_on_one_rank_when_one_is_left(
     tmp_path: Path, cluster: Any
 ) -> None:
     from tests.integration.test_ray_lab import lab_on
 
     settings = lab_on(cluster, tmp_path)
-    lesson = get_preset("lesson-1.18")  # its A: DCP of global data positions, which reshards
-    run = {**lesson.run, "placement": "spread", "steps": 3000}  # minutes, not seconds
-    crash = replace(lesson.crash, mode="rank", restart_ranks=0, window={})  # rank 1: the seed's
-    spread = replace(lesson, id="spread-1.18", run=run, crash=crash)
-    settings.instructor_presets_dir.mkdir(parents=True)
-    (settings.instructor_presets_dir / "spread-1.18.toml").write_text(dump_preset(spread))
+    _spread_preset(settings.instructor_presets_dir, 3000)  # minutes, not seconds
     with serving(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
         if not ray.is_initialized():  # the lab's driver is in another process: this one looks
             ray.init(
