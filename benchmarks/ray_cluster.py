@@ -19,8 +19,10 @@ worker nodes of 2 CPUs) and a mirror directory. It measures, for one run each:
   record the time it was first seen minus the `t` the trainer wrote (p50/p99);
 - crash → first recomputed step: from POST …/crash to the `t` of the first step record
   of the next segment;
-- host lost → first recomputed step on the new node (Ray only): from remove_node of the
-  run's node to the `t` of its next segment's first step, and its parts (HOST_LOSS_PARTS:
+- host lost → first recomputed step on the new node (Ray only), once every node's standby
+  is warm (what a node lost minutes into a run finds; the wait is printed): from
+  remove_node of the run's node to the `t` of its next segment's first step, and its
+  parts (HOST_LOSS_PARTS:
   until the head declares the node dead, seen by this process as a Ray driver; until the
   supervisor noticed and until the new placement was up, the `lost_host` event's
   `noticed_t` and `placed_t`; until that event, the new trainer's `resumed` event and its
@@ -240,6 +242,38 @@ HOST_LOSS_PARTS = (  # (name, from, to): each a point of the timeline host_loss_
 )
 
 
+def wait_standbys_warm(timeout: float = 120) -> None:
+    """Until every node's standby (workers/ray_standby.py) has imported torch: a node lost
+    minutes into a run finds them warm, and that is what the figure is for. The lab starts
+    them all at once with its first runs, so a loss in the first seconds finds them still
+    importing on 2 cores (the restart then waits for the rest: printed here)."""
+    import ray
+
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        names = [
+            a["name"]
+            for a in ray.util.list_named_actors(all_namespaces=True)
+            if a.get("namespace") == "crashdrill" and a["name"].startswith("crashdrill-standby-")
+        ]
+        spares: dict[str, bool] = {}  # node -> its spare is warm (a taken one is a run's)
+        for name in names:
+            try:
+                actor = ray.get_actor(name, namespace="crashdrill")
+                node = ray.get(actor.spare_on.remote(), timeout=10)
+                if node is not None:
+                    spares[node] = bool(ray.get(actor.warm_ready.remote(), timeout=10))
+            except Exception:
+                continue
+        alive = {n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU")}
+        if alive and alive <= set(spares) and all(spares.values()):
+            print(f"a warm standby on each of {len(alive)} nodes: waited"
+                  f" {time.monotonic() - t0:.1f} s before the host loss", flush=True)  # fmt: skip
+            return
+        time.sleep(0.5)
+    raise NotMeasured(f"the nodes' standbys were not warm within {timeout:.0f} s")
+
+
 def host_loss_latency(
     client: httpx.Client, pair: str, cluster: Any, watch: RecordWatch, parts: dict[str, float]
 ) -> float:
@@ -336,6 +370,7 @@ def measure(executor: str, args: argparse.Namespace, work: Path, cluster: Any) -
 
             def host_lost() -> float:
                 wait_crash_moment(client, first["pair"], 1, watch_b, args.steps, args.margin)
+                wait_standbys_warm()
                 parts: dict[str, float] = {}
                 out["host_lost_parts"] = parts
                 return host_loss_latency(client, first["pair"], cluster, watch_b, parts)
