@@ -55,7 +55,7 @@ import socket
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -138,7 +138,7 @@ class NodeSpec:
     master_port: int
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | os._Environ[str], world: int) -> NodeSpec | None:
+    def from_env(cls, env: Mapping[str, str], world: int) -> NodeSpec | None:
         """The node's place from torchrun's PET_* names (None: one machine, no PET_NNODES
         or 1); ValueError naming the variable and what is allowed."""
         raw = env.get(PET_NNODES)

@@ -56,6 +56,7 @@ from ray.util.scheduling_strategies import (
     PlacementGroupSchedulingStrategy,
 )
 
+from crashdrill.trainer.ranks import PET_MASTER_ADDR, PET_MASTER_PORT, PET_NNODES, PET_NODE_RANK
 from crashdrill.trainer.run_files import RANKS_FILE, RUN_JSON
 from crashdrill.workers.cluster_health import ClusterNodes
 from crashdrill.workers.executor import (
@@ -324,25 +325,35 @@ class RayExecutor:
     def start(self, launch: Launch, env: Mapping[str, str], *, require_checkpoint: bool) -> Trainer:
         self._launches[launch.run_dir] = launch
         actor = self._actor(launch.run_dir)
-        node_dir = Path(self._call(actor, "where")["run_dir"])
-        argv: list[str | None] = list(
-            launch.argv(require_checkpoint=require_checkpoint, run_dir=node_dir)
-        )
-        if tuple(launch.command[:1]) == (sys.executable,):
-            argv[0] = None  # the node's own Python
+        argv, where = self._node_argv(actor, launch, require_checkpoint)
         env = {**env, "PYTHONUNBUFFERED": "1"}
         peers = self.peers_with_hosts(launch.run_dir)
         if not peers:
             argv += ["--mirror", self.mirror]
             where = self._call(actor, "start", argv, env, timeout=START_CALL_S)
         else:
-            where = self._start_spread(actor, peers, launch, argv, env, require_checkpoint)
+            where = self._start_spread(actor, where, peers, launch, argv, env, require_checkpoint)
         self._standbys.top_up()  # the node's next spare warms once this trainer has started
         return RayTrainer(self, launch.run_dir, actor, where, peers)
+
+    def _node_argv(
+        self, actor: Any, launch: Launch, require_checkpoint: bool
+    ) -> tuple[list[str | None], dict[str, Any]]:
+        """The trainer's command on `actor`'s node (its run dir there; argv[0] None: the
+        node's own Python), and the actor's where()."""
+        where: dict[str, Any] = self._call(actor, "where")
+        run_dir = Path(where["run_dir"])
+        argv: list[str | None] = list(
+            launch.argv(require_checkpoint=require_checkpoint, run_dir=run_dir)
+        )
+        if tuple(launch.command[:1]) == (sys.executable,):
+            argv[0] = None
+        return argv, where
 
     def _start_spread(
         self,
         actor: Any,
+        where0: dict[str, Any],
         peers: list[tuple[Any, Host]],
         launch: Launch,
         argv: list[str | None],
@@ -353,23 +364,17 @@ class RayExecutor:
         PET_* names (trainer/ranks.py NodeSpec), all started at once. Rank 0's node (this
         run's actor) copies the checkpoints to the mirror; every node's disk holds each
         whole checkpoint (dcp_checkpoint._share_files), so one copy is the group's."""
-        where0 = self._call(actor, "where")
         port = int(self._call(actor, "free_port"))
         nodes = 1 + len(peers)
 
         def node_env(k: int) -> dict[str, str]:
-            return {**env, "PET_NNODES": str(nodes), "PET_NODE_RANK": str(k),
-                    "PET_MASTER_ADDR": str(where0["ip"]), "PET_MASTER_PORT": str(port)}  # fmt: skip
+            return {**env, PET_NNODES: str(nodes), PET_NODE_RANK: str(k),
+                    PET_MASTER_ADDR: str(where0["ip"]), PET_MASTER_PORT: str(port)}  # fmt: skip
 
         refs, since = [], []
         for k, (peer, _) in enumerate(peers, start=1):
-            node_dir = Path(self._call(peer, "where")["run_dir"])
             since.append(int(self._call(peer, "stderr_size")))
-            peer_argv: list[str | None] = [
-                *launch.argv(require_checkpoint=require_checkpoint, run_dir=node_dir)
-            ]
-            if argv[0] is None:
-                peer_argv[0] = None
+            peer_argv, _ = self._node_argv(peer, launch, require_checkpoint)
             refs.append(peer.start.remote(peer_argv, node_env(k)))
         where = self._call(actor, "start", [*argv, "--mirror", self.mirror], node_env(0),
                            timeout=START_CALL_S)  # fmt: skip

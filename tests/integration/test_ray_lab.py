@@ -165,18 +165,24 @@ def file_records(run_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
-def test_a_server_killed_mid_run_re_attaches_to_the_actors_and_loses_no_record(
-    tmp_path: Path, cluster: Any
-) -> None:
-    data_dir, port, log = tmp_path / "lab", free_port(), tmp_path / "server.log"
-    env = {
+def lab_env(cluster: Any, tmp_path: Path) -> dict[str, str]:
+    """The environment of a lab server subprocess whose runs go to `cluster` (what
+    `lab_on` is for one started in this process): data dir tmp_path/lab, a shared mirror."""
+    return {
         **os.environ,
-        "CRASHDRILL_DATA_DIR": str(data_dir),
+        "CRASHDRILL_DATA_DIR": str(tmp_path / "lab"),
         "CRASHDRILL_TELEMETRY": "0",
         "CRASHDRILL_RAY_ADDRESS": cluster.address,
         "CRASHDRILL_MIRROR": str(tmp_path / "mirror"),
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     }
+
+
+def test_a_server_killed_mid_run_re_attaches_to_the_actors_and_loses_no_record(
+    tmp_path: Path, cluster: Any
+) -> None:
+    data_dir, port, log = tmp_path / "lab", free_port(), tmp_path / "server.log"
+    env = lab_env(cluster, tmp_path)
     server = spawn_server(port, env, log, start_timeout=120)
     url = f"http://127.0.0.1:{port}"
     try:

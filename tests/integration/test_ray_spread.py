@@ -10,9 +10,7 @@ own: a head that takes no runs and three worker nodes of 2 CPUs (the node losses
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -25,7 +23,7 @@ import pytest
 from crashdrill.trainer.presets import dump_preset, get_preset
 from tests.support import ray_cluster
 from tests.support.extras import require_extra
-from tests.support.lab import free_port, serving, spawn_server, wait_for_pair
+from tests.support.lab import free_port, serving, spawn_server, stop_server, wait_for_pair
 
 require_extra("ray", module=True)
 import ray  # noqa: E402 (after the skip: without the ray extra there is none)
@@ -84,16 +82,11 @@ def test_a_server_killed_under_a_spread_run_re_attaches_to_every_node_s_actor(
     """The server SIGKILLed while a spread group trains: the restarted server finds rank
     0's actor and the other node's (ray.json's `peers`), the run goes on in its segment,
     every step stored once, and its end releases both actors."""
+    from tests.integration.test_ray_lab import lab_env
+
     data_dir, port, log = tmp_path / "lab", free_port(), tmp_path / "server.log"
     preset = _spread_preset(data_dir / "presets", 600)
-    env = {
-        **os.environ,
-        "CRASHDRILL_DATA_DIR": str(data_dir),
-        "CRASHDRILL_TELEMETRY": "0",
-        "CRASHDRILL_RAY_ADDRESS": cluster.address,
-        "CRASHDRILL_MIRROR": str(tmp_path / "mirror"),
-        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    }
+    env = lab_env(cluster, tmp_path)
     server = spawn_server(port, env, log, start_timeout=120)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -128,11 +121,7 @@ def test_a_server_killed_under_a_spread_run_re_attaches_to_every_node_s_actor(
         else:
             raise AssertionError(f"the peer actor {placed['peers'][0]} outlived its run")
     finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_server(server)
 
 
 def test_a_spread_group_survives_a_lost_node_then_restarts_on_one_rank_when_one_is_left(

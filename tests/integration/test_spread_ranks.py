@@ -16,17 +16,10 @@ import pytest
 
 from crashdrill.trainer.checkpoint_layout import checkpoints
 from crashdrill.trainer.exit_codes import EXIT_USAGE
-from crashdrill.trainer.records import read_records
 from tests.conftest import crashdrill_cmd, run_cli
+from tests.integration.test_ranks import TWO_RANKS, _steps  # the same group, packed there
 
 pytestmark = pytest.mark.slow
-SETTINGS = ["--set", "steps=30", "--set", "ckpt_every=10", "--set", "eval_every=10"]
-TWO_RANKS = ["run", "quick", "--quiet", "--set", "ranks=2", *SETTINGS]
-
-
-def _steps(run_dir: Path) -> dict[tuple[int, int], dict]:
-    recs, _ = read_records(run_dir / "records.jsonl")
-    return {(r["segment"], r["step"]): r for r in recs if r["kind"] == "step"}
 
 
 def _free_port() -> int:
