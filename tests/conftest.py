@@ -3,7 +3,9 @@ helper that runs the real `crashdrill` CLI in a subprocess."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -15,6 +17,12 @@ from tests.support.postgres import postgres_server, postgres_url  # noqa: F401 (
 
 _CACHE = tempfile.mkdtemp(prefix="crashdrill-test-cache-")
 os.environ.setdefault("CRASHDRILL_CACHE_DIR", _CACHE)
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)  # a session's own, gone with it
+# Ray connects on first use unless told not to: a thread of a stopped lab calling Ray after
+# a test module shut its cluster down would join another module's cluster (found by pgrep)
+# or start one, and a driver whose cluster goes away ends this whole process with exit 1 a
+# minute later, mid-suite, with no report. Every test connects explicitly (ray.init).
+os.environ.setdefault("RAY_ENABLE_AUTO_CONNECT", "0")
 # The stand-in trainer's knobs reach it through the allowlist of workers/trainer_env.py.
 os.environ.setdefault("CRASHDRILL_TRAINER_ENV_PASS", "CRASHDRILL_STANDIN_*")
 # Starlette's TestClient sends `Host: testserver`; the lab answers only to its own names

@@ -43,6 +43,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+# The lab connects once, to the cluster it was given (RayExecutor.connect). Ray's API would
+# otherwise connect on first use: a call after that connection closed would join whatever
+# cluster pgrep finds on this machine, or start one, and a driver whose cluster goes away
+# ends the whole process (exit 1) a minute later. Read when ray is first imported.
+os.environ.setdefault("RAY_ENABLE_AUTO_CONNECT", "0")
+
 import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 from ray.util.placement_group import (

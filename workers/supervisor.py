@@ -159,6 +159,7 @@ class Supervisor:
         self._crash_rank: RankTarget | None = None  # the rank a rank crash killed
         self._stop_requested: str | None = None
         self._preempt: Preemption | None = None
+        self._stop_kill: threading.Timer | None = None  # a Stop's SIGKILL after its grace
         self._stops = StopHistory()
         self.grace_s = grace_s  # a preemption's, between its SIGTERM and its SIGKILL
         self._wall = wall  # a lesson's session wall: preempted once past its step
@@ -329,11 +330,16 @@ class Supervisor:
         self._hold.close()  # a held trainer hears the SIGTERM once it runs again; no new hold
 
         def _kill() -> None:
+            with self._lock:  # only the trainer still watched: a pid may be reused, and an
+                if self._proc is not proc:  # ended lab's executor may be closed
+                    return
             with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
                 proc.signal(signal.SIGKILL)
 
         timer = threading.Timer(STOP_GRACE_S, _kill)
         timer.daemon = True
+        with self._lock:
+            self._stop_kill = timer
         timer.start()
 
     def detach(self) -> None:
@@ -391,10 +397,13 @@ class Supervisor:
             mode, save_step = self._crash_mode, self._crash_save_step
             lost_rank, self._crash_rank = self._crash_rank, None
             preempt, self._preempt = self._preempt, None
+            stop_kill, self._stop_kill = self._stop_kill, None
             self._crash_requested = False
             self._proc = None
         if preempt is not None:
             preempt.cancel()  # it ended: no SIGKILL for a pid that may be reused
+        if stop_kill is not None:
+            stop_kill.cancel()  # the same for a Stop's
         segment, step, stage = self.run_dir.last_seen()
         if code == EXIT_OK or (code is None and stage == Stage.FINISHED and not stop):
             self._notify(Change("finished", exit_code=code))

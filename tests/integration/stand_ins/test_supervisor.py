@@ -6,15 +6,18 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from crashdrill.trainer.event_record import event as make_event
-from crashdrill.workers.launch import NotRunning
+from crashdrill.workers.launch import Launch, NotRunning
 from crashdrill.workers.run_dir import RunDir
+from crashdrill.workers.supervisor import Supervisor
 from tests.support.lab import STAND_IN
-from tests.support.supervising import records, supervise, wait_for_step
+from tests.support.supervising import Changes, records, supervise, wait_for_step
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -134,6 +137,40 @@ def test_stop_ends_the_run_without_a_restart(tmp_path: Path, env: pytest.MonkeyP
     assert records(rd)[-1]["text"] == "Stopped by its owner."
     with pytest.raises(NotRunning):
         sup.crash()
+
+
+def test_a_stop_whose_trainer_ends_at_its_sigterm_sends_no_sigkill_after_the_grace(
+    tmp_path: Path, env: pytest.MonkeyPatch
+) -> None:
+    """The SIGKILL a Stop keeps for after its grace is called off when the trainer ends:
+    a pid may be reused meanwhile, and on a cluster the call would go to an actor (or a
+    closed connection) of a run that is over."""
+    from crashdrill.workers import supervisor
+    from crashdrill.workers.local_executor import LocalExecutor
+
+    env.setattr(supervisor, "STOP_GRACE_S", 0.5)
+    sent: list[int] = []
+
+    class Recording(LocalExecutor):
+        def start(self, *args: Any, **kwargs: Any) -> Any:
+            trainer = super().start(*args, **kwargs)
+            signal_ = trainer.signal
+            trainer.signal = lambda sig: (sent.append(int(sig)), signal_(sig))[1]
+            return trainer
+
+    changes = Changes()
+    sup = Supervisor(
+        Launch(tmp_path / "run", "quick", "A", command=STAND_IN),
+        changes,
+        poll_s=0.05,
+        executor=Recording(),
+    )
+    sup.start()
+    wait_for_step(RunDir(tmp_path / "run"), 3)
+    sup.stop("its owner")
+    changes.wait_for("stopped")
+    time.sleep(1.5)  # three graces
+    assert sent == [int(signal.SIGTERM)]
 
 
 def test_a_kill_nobody_asked_for_is_resumed_too(tmp_path: Path, env: pytest.MonkeyPatch) -> None:
