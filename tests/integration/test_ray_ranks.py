@@ -20,7 +20,6 @@ from tests.support.extras import require_extra
 from tests.support.lab import serving, wait_for_pair
 
 require_extra("ray", module=True)
-import ray  # noqa: E402 (after the skip: without the ray extra there is none)
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -48,13 +47,7 @@ def test_a_lost_node_moves_a_two_rank_run_to_another_at_the_same_world_size(
 
     settings = lab_on(cluster, tmp_path)
     with serving(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
-        if not ray.is_initialized():  # the lab's driver is in another process: this one looks
-            ray.init(
-                address=cluster.address,
-                namespace="crashdrill",  # the lab's: its placement groups are named there
-                _node_ip_address="127.0.0.1",
-                log_to_driver=False,
-            )
+        ray_cluster.connect(cluster)  # the lab's driver may be elsewhere: this one looks
         created = client.post(
             "/api/pairs", json={"preset": "lesson-1.17", "overrides": {"steps": 600}}
         ).json()

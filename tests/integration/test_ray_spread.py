@@ -108,9 +108,7 @@ def test_a_server_killed_under_a_spread_run_re_attaches_to_every_node_s_actor(
             stored = client.get(f"/api/runs/{run_a}/records", params={"limit": 20000}).json()
             steps = [r["step"] for r in stored["records"] if r["kind"] == "step"]
             assert sorted(steps) == list(range(1, 601)), "a step lost or repeated"
-        if not ray.is_initialized():
-            ray.init(address=cluster.address, namespace="crashdrill",
-                     _node_ip_address="127.0.0.1", log_to_driver=False)  # fmt: skip
+        ray_cluster.connect(cluster)  # the lab's driver may be elsewhere: this one looks
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # released: both actors gone
             try:
@@ -132,13 +130,7 @@ def test_a_spread_group_survives_a_lost_node_then_restarts_on_one_rank_when_one_
     settings = lab_on(cluster, tmp_path)
     _spread_preset(settings.instructor_presets_dir, 3000)  # minutes, not seconds
     with serving(settings) as url, httpx.Client(base_url=url, timeout=30) as client:
-        if not ray.is_initialized():  # the lab's driver is in another process: this one looks
-            ray.init(
-                address=cluster.address,
-                namespace="crashdrill",
-                _node_ip_address="127.0.0.1",
-                log_to_driver=False,
-            )
+        ray_cluster.connect(cluster)  # the lab's driver may be elsewhere: this one looks
         created = client.post(
             "/api/pairs",
             json={"preset": "spread-1.18"},

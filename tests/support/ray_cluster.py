@@ -67,6 +67,24 @@ def running_cluster(nodes: int = 2) -> Iterator[Any]:
         cluster.shutdown()
 
 
+def connect(cluster: Any) -> None:
+    """This process's driver on `cluster`, in the lab's namespace (where its placement
+    groups and actors are named): connected once, and again if it is connected to another
+    cluster (a test checking actors in the wrong one would find none, and pass)."""
+    import ray
+
+    if ray.is_initialized():
+        if ray.get_runtime_context().gcs_address == cluster.address:
+            return
+        ray.shutdown()
+    ray.init(
+        address=cluster.address,
+        namespace="crashdrill",
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+    )
+
+
 def worker_nodes(cluster: Any) -> list[Any]:
     return list(cluster.worker_nodes)
 

@@ -154,8 +154,13 @@ def test_a_stop_whose_trainer_ends_at_its_sigterm_sends_no_sigkill_after_the_gra
     class Recording(LocalExecutor):
         def start(self, *args: Any, **kwargs: Any) -> Any:
             trainer = super().start(*args, **kwargs)
-            signal_ = trainer.signal
-            trainer.signal = lambda sig: (sent.append(int(sig)), signal_(sig))[1]
+            send = trainer.signal
+
+            def signal_(sig: int) -> None:
+                sent.append(int(sig))
+                send(sig)
+
+            env.setattr(trainer, "signal", signal_)
             return trainer
 
     changes = Changes()
