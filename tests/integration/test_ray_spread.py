@@ -184,7 +184,16 @@ def test_a_spread_group_survives_a_lost_node_then_restarts_on_one_rank_when_one_
         assert check["bit_identical"] is True, check
         compared = {f["field"] for f in check["fields"] if f["equal"]}
         assert {"step.rank_loss_bits.0", "step.rank_loss_bits.1"} <= compared
-        # Down to one node: the group restarts on one rank there, resharded.
+        # Down to one node: the group restarts on one rank there, resharded. Removed a few
+        # steps past a checkpoint, so that steps are lost and the resharded resume has
+        # losses to compare (a loss right at a checkpoint leaves nothing: seen in CI).
+        every = int(get_preset("lesson-1.18").run["ckpt_every"])
+        wait_for_pair(
+            client,
+            pair,
+            lambda rs: 5 <= (rs[0]["step"] or 0) % every <= every // 2,
+            "A a few steps past a checkpoint",
+        )
         cluster.remove_node(ray_cluster.node_of(cluster, again[1]))
         runs = wait_for_pair(
             client, pair, lambda rs: rs[0]["state"] in ("finished", "failed"), "A's end"
@@ -193,5 +202,9 @@ def test_a_spread_group_survives_a_lost_node_then_restarts_on_one_rank_when_one_
         assert runs[0]["host"]["node_id"] == moved[0]["host"]["node_id"]  # rank 0's node
         fewer = [e for e in _events(client, run_a) if e["code"] == "lost_host"][-1]
         assert (fewer["fields"]["from_ranks"], fewer["fields"]["ranks"]) == (2, 1), fewer
-        checks = client.get(f"/api/runs/{run_a}/resume-checks").json()["checks"]
-        assert checks[-1]["resharded"]["within_tolerance"] is True, checks[-1]
+        last = client.get(f"/api/runs/{run_a}/resume-checks").json()["checks"][-1]
+        assert (last["resharded"]["from_ranks"], last["resharded"]["ranks"]) == (2, 1), last
+        if last["expected_points"]:  # steps were lost: recomputed on one rank, compared
+            assert last["resharded"]["within_tolerance"] is True, last
+        else:  # the loss landed on a checkpoint step after all (a very slow machine)
+            assert last["outcome"] == "nothing_left", last
