@@ -128,6 +128,36 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
         raise ExecutorError(f"cannot reach the Ray cluster at {address}: {e}") from None
 
 
+def same_endpoint(a: tuple[str, int], b: tuple[str, int]) -> bool:
+    """Two (host, port) pairs that name the same listener (loopback names are one)."""
+    same_host = a[0] == b[0] or (a[0] in LOOPBACK and b[0] in LOOPBACK)
+    return same_host and a[1] == b[1]
+
+
+def check_connected_to(address: str) -> None:
+    """This process's Ray driver, connected before the lab was, must be on the cluster at
+    `address` and in the lab's namespace: on another, the lab's actors and placement groups
+    would go to a cluster nobody named, and a lookup in another namespace finds none of
+    them. Raises ExecutorError naming both; "auto" and ray:// addresses (the client's
+    server is not the cluster's GCS) are taken as given."""
+    context = ray.get_runtime_context()
+    if context.namespace != NAMESPACE:
+        raise ExecutorError(
+            f"this process is already connected to Ray in namespace {context.namespace!r};"
+            f" the lab needs namespace {NAMESPACE!r}: connect it there, or let the lab connect"
+        )
+    wanted = host_and_port(address)
+    if wanted is None or address.startswith("ray://"):
+        return
+    current = context.gcs_address
+    have = host_and_port(current or "")
+    if have is None or not same_endpoint(have, wanted):
+        raise ExecutorError(
+            f"this process is already connected to the Ray cluster at {current},"
+            f" not {address}: shut that connection down, or give the lab its address"
+        )
+
+
 class RayTrainer:
     """A trainer on a node, seen through its actor; `wait` also ships its records. A group
     spread over nodes is one trainer too: rank 0's node's launcher (whose records are the
@@ -316,9 +346,11 @@ class RayExecutor:
         kwargs: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": False}
         if loopback and not address.startswith("ray://"):
             kwargs["_node_ip_address"] = "127.0.0.1"
+        if ray.is_initialized():
+            check_connected_to(address)
+            return cls(mirror, address)
         try:
-            if not ray.is_initialized():
-                ray.init(address=address, **kwargs)
+            ray.init(address=address, **kwargs)
         except Exception as e:
             raise ExecutorError(f"cannot connect to the Ray cluster at {address}: {e}") from None
         return cls(mirror, address)

@@ -85,3 +85,46 @@ def test_the_reachability_check_tries_the_address_s_host_and_port(
     from crashdrill.workers import ray_executor
 
     assert ray_executor.host_and_port(address) == target
+
+
+class _Context:
+    """What ray.get_runtime_context() answers, for a driver connected before the lab."""
+
+    def __init__(self, gcs_address: str, namespace: str) -> None:
+        self.gcs_address = gcs_address
+        self.namespace = namespace
+
+
+@pytest.mark.parametrize(
+    ("connected", "namespace", "address", "refusal"),
+    [
+        ("127.0.0.1:6379", "crashdrill", "127.0.0.1:6379", None),
+        ("127.0.0.1:6379", "crashdrill", "localhost:6379", None),  # one loopback
+        ("127.0.0.1:6379", "crashdrill", "auto", None),
+        ("127.0.0.1:6379", "crashdrill", "ray://head.example:10001", None),
+        ("127.0.0.1:6379", "crashdrill", "127.0.0.1:6380", "at 127.0.0.1:6379, not 127.0.0.1:6380"),
+        ("10.0.0.5:6379", "crashdrill", "10.0.0.6:6379", "at 10.0.0.5:6379, not 10.0.0.6:6379"),
+        ("127.0.0.1:6379", "other", "127.0.0.1:6379", "namespace 'other'"),
+    ],
+)
+def test_a_driver_connected_before_the_lab_must_be_on_the_named_cluster_and_namespace(
+    monkeypatch: pytest.MonkeyPatch,
+    connected: str,
+    namespace: str,
+    address: str,
+    refusal: str | None,
+) -> None:
+    """The lab keeps a connection it finds only when it is to the cluster it was given,
+    in its namespace: else its actors would go to a cluster nobody named, or be looked
+    for where they are not."""
+    require_extra("ray")
+    from crashdrill.workers import ray_executor
+    from crashdrill.workers.executor import ExecutorError
+
+    context = _Context(connected, namespace)
+    monkeypatch.setattr(ray_executor.ray, "get_runtime_context", lambda: context)
+    if refusal is None:
+        ray_executor.check_connected_to(address)
+        return
+    with pytest.raises(ExecutorError, match=refusal.replace(".", r"\.")):
+        ray_executor.check_connected_to(address)
