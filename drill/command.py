@@ -26,6 +26,7 @@ from pathlib import Path
 
 from crashdrill.drill.checkpoint_files import CheckpointFiles
 from crashdrill.drill.plan import KillPoint
+from crashdrill.drill.rank_kill import stale_store_hint
 from crashdrill.drill.snapshot import Snapshot, final_names
 from crashdrill.drill.target import Segment, Target, WriteWatch
 from crashdrill.drill.trace import LossParser
@@ -156,6 +157,9 @@ class CommandTarget(Target):
         return self.resume_world_size is not None and refused(segment) is not None
 
     def failure_hint(self, segment: Segment) -> str | None:
+        if segment.launcher_restart:
+            lines = segment.stderr_head + segment.stderr_tail
+            return stale_store_hint(lines, os.environ)
         return interpreter_hint(segment.argv, os.environ.get("PATH"), segment.stderr_tail)
 
     def describe(self) -> dict[str, object]:

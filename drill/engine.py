@@ -310,6 +310,7 @@ def split_restarted_group(seg: Segment) -> Segment | None:
     if t is None or seg.rank_kill is None:
         return None
     after = Segment(seg.index + 1, seg.argv, None, started=t, resume_args=seg.resume_args)
+    after.launcher_restart = True
     after.points = [p for p in seg.points if p.t >= t]
     seg.points = [p for p in seg.points if p.t < t]
     for r, pts in seg.rank_points.items():

@@ -395,6 +395,11 @@ class _ResumeJudge:
         self.outcome = ResumeOutcome.DIFFERENT
         return f"beyond {tol:g} from step {beyond.step}"
 
+    def likely_cause(self) -> str:
+        """The target's likely cause of this restart's failure, as a line of its own."""
+        hint = self.target.failure_hint(self.seg)
+        return f"\n  likely cause: {hint}" if hint else ""
+
     def how_it_ended(self, torn_note: str) -> str:
         """The verdict of a restart that hung, diverged by itself or crashed ("" when it
         did none of these), with the finding that says so."""
@@ -404,7 +409,7 @@ class _ResumeJudge:
                 HUNG,
                 f"the restarted script did not finish within {target.timeout:g} s (last "
                 f"step printed: {step_text(seg.last_step)}).{torn_note} stderr tail:"
-                f"{stderr_tail(seg)}",
+                f"{stderr_tail(seg)}{self.likely_cause()}",
             )
             self.outcome = ResumeOutcome.TORN if torn_note else ResumeOutcome.HUNG
             return "hung"
@@ -424,7 +429,11 @@ class _ResumeJudge:
                     f"the restarted script {what}.{torn_note} stderr tail:{stderr_tail(seg)}",
                 )
             else:
-                self.add(CRASHED, f"the restarted script {what}. stderr tail:{stderr_tail(seg)}")
+                self.add(
+                    CRASHED,
+                    f"the restarted script {what}. stderr tail:{stderr_tail(seg)}"
+                    f"{self.likely_cause()}",
+                )
             if torn_note:
                 self.outcome = ResumeOutcome.TORN
             else:

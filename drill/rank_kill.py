@@ -26,11 +26,33 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import psutil
 
 POLL_SECONDS = 0.1  # how often the launcher's tree is walked for a restarted rank
+# torchrun shares its rendezvous TCP store with the workers and keeps it across the group's
+# restarts: a restarted rank can read the killed group's addresses there and dial ports
+# nobody listens on (pytorch/pytorch#135712). This opts out: each restart gets a store.
+OWN_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+PEER_UNREACHABLE = ("connectFullMesh failed", "Connection refused")  # gloo's words for it
+
+
+def stale_store_hint(lines: Iterable[str], environ: Mapping[str, str]) -> str | None:
+    """Why a group the launcher restarted failed to connect its ranks, when its stderr
+    says a rank dialed a peer nobody listened for and the store was shared; else None."""
+    if environ.get(OWN_STORE_ENV) == "1":
+        return None
+    said = next((ln.strip() for ln in lines if any(p in ln for p in PEER_UNREACHABLE)), None)
+    if said is None:
+        return None
+    return (
+        f"the launcher's restarted group could not connect its ranks ({said[:160]}): "
+        "torchrun keeps its rendezvous store across the group's restarts and a restarted "
+        "rank can read the killed group's addresses there (pytorch/pytorch#135712); run the "
+        f"launcher with {OWN_STORE_ENV}=1 to give each restart a store of its own"
+    )
 
 
 def rank_pid(root: int, rank: int) -> int | None:

@@ -250,6 +250,7 @@ class Segment:
     # The launcher restarted the group after the rank kill (time.monotonic()): the lines
     # read from then on are the restarted group's, a resume of its own (engine.py splits)
     group_restart_t: float | None = None
+    launcher_restart: bool = False  # this segment is a group the launcher restarted itself
     # Why the drill started no restart after this segment although the run had not
     # finished: "no-progress", "same-failure", "restart-cap N", "deadline" (engine.py).
     chain_end: str | None = None

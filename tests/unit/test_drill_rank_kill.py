@@ -10,9 +10,19 @@ import sys
 import time
 
 import psutil
+import pytest
 
+from crashdrill.drill.command import CommandTarget
 from crashdrill.drill.plan import KillPoint, rank_kill_point
-from crashdrill.drill.rank_kill import RankKill, kill_rank, rank_pid
+from crashdrill.drill.rank_kill import (
+    OWN_STORE_ENV,
+    RankKill,
+    kill_rank,
+    rank_pid,
+    stale_store_hint,
+)
+from crashdrill.drill.target import Segment
+from crashdrill.drill.trace import LossParser
 
 # A launcher: starts rank 0 and rank 1 (RANK in their environment); rank 1 starts a
 # child of its own (a DataLoader worker, say) that inherits RANK=1.
@@ -74,3 +84,35 @@ def test_the_report_says_what_the_launcher_did_and_how_long_it_took() -> None:
     hung.ended(None, 160.0, hung=True)
     assert hung.launcher == "hung" and "hung 60.00 s" in hung.words()
     assert hung.to_json()["launcher"] == "hung"
+
+
+# What gloo printed when torchrun's restarted group dialed the killed group's ports (a
+# 2-rank torchrun --max-restarts 1 on this machine, torch 2.13).
+MESH = (
+    "[default1]:RuntimeError: Gloo connectFullMesh failed with [/__w/pytorch/pytorch/third_party"
+    "/gloo/gloo/transport/tcp/pair.cc:152] timed out connecting: SO_ERROR: Connection refused,"
+    " remote=[127.0.0.1]:42369$1"
+)
+
+
+def test_a_restarted_group_that_cannot_reach_its_peers_is_told_about_the_shared_store() -> None:
+    lines = ["[default0]:step 9 | loss 0.1", MESH, "ChildFailedError:"]
+    hint = stale_store_hint(lines, {})
+    assert hint is not None
+    assert "pytorch/pytorch#135712" in hint and f"{OWN_STORE_ENV}=1" in hint
+    assert "Gloo connectFullMesh failed" in hint  # the line that showed it
+    # Already opted out, or another failure: no such hint.
+    assert stale_store_hint(lines, {OWN_STORE_ENV: "1"}) is None
+    assert stale_store_hint(["ValueError: bad shape"], {}) is None
+
+
+def test_only_a_group_the_launcher_restarted_gets_the_shared_store_hint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(OWN_STORE_ENV, raising=False)
+    target = CommandTarget(["torchrun", "train.py"], parser=LossParser())
+    seg = Segment(1, ["torchrun", "train.py"], None, started=0.0, stderr_tail=[MESH])
+    assert target.failure_hint(seg) is None  # a launcher the drill restarted: a new store
+    seg.launcher_restart = True
+    hint = target.failure_hint(seg)
+    assert hint is not None and OWN_STORE_ENV in hint
