@@ -158,7 +158,7 @@ class CommandTarget(Target):
 
     def failure_hint(self, segment: Segment) -> str | None:
         if segment.launcher_restart:
-            lines = segment.stderr_head + segment.stderr_tail
+            lines = segment.peer_errors + segment.stderr_tail
             return stale_store_hint(lines, os.environ)
         return interpreter_hint(segment.argv, os.environ.get("PATH"), segment.stderr_tail)
 

@@ -30,8 +30,8 @@ from pathlib import Path
 from crashdrill.drill.drill_end import restart_cap, same_failure
 from crashdrill.drill.interrupt import DrillInterrupted
 from crashdrill.drill.plan import KillPoint
+from crashdrill.drill.rank_kill import PEER_UNREACHABLE, RankKill, kill_rank
 from crashdrill.drill.rank_kill import POLL_SECONDS as POLL_SECONDS_RANK
-from crashdrill.drill.rank_kill import RankKill, kill_rank
 from crashdrill.drill.rank_output import line_of_rank, split_rank
 from crashdrill.drill.snapshot import Snapshot, appeared_incomplete, modified_in_place
 from crashdrill.drill.target import Child, Segment, Target
@@ -183,6 +183,8 @@ def _follow(
             seg.stderr_lines += 1
             if len(seg.stderr_head) < STDERR_HEAD_LINES:
                 seg.stderr_head.append(line)
+            if len(seg.peer_errors) < 4 and any(p in line for p in PEER_UNREACHABLE):
+                seg.peer_errors.append(line)
             if watch and not seg.killed and watch.on_stderr(line):
                 do_kill(True)
             return
@@ -319,6 +321,7 @@ def split_restarted_group(seg: Segment) -> Segment | None:
     after.ended, after.exit_code, after.cpu_s = seg.ended, seg.exit_code, seg.cpu_s
     after.hung, after.out_of_drill_time = seg.hung, seg.out_of_drill_time
     after.stderr_tail, after.stderr_lines = seg.stderr_tail, seg.stderr_lines
+    after.peer_errors = seg.peer_errors  # read from the one process: the restarted group's
     after.snapshot_start = after.snapshot_first_step = seg.snapshot_after_kill
     seg.ended, seg.exit_code, seg.hung, seg.out_of_drill_time = t, None, False, False
     seg.killed, seg.kill_time = True, seg.rank_kill.t

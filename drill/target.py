@@ -251,6 +251,9 @@ class Segment:
     # read from then on are the restarted group's, a resume of its own (engine.py splits)
     group_restart_t: float | None = None
     launcher_restart: bool = False  # this segment is a group the launcher restarted itself
+    # stderr lines that say a rank could not reach a peer (rank_kill.PEER_UNREACHABLE),
+    # kept wherever they fall: a launcher's failure summary pushes them out of the tail
+    peer_errors: list[str] = field(default_factory=list)
     # Why the drill started no restart after this segment although the run had not
     # finished: "no-progress", "same-failure", "restart-cap N", "deadline" (engine.py).
     chain_end: str | None = None

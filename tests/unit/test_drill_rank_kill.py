@@ -111,7 +111,7 @@ def test_only_a_group_the_launcher_restarted_gets_the_shared_store_hint(
 ) -> None:
     monkeypatch.delenv(OWN_STORE_ENV, raising=False)
     target = CommandTarget(["torchrun", "train.py"], parser=LossParser())
-    seg = Segment(1, ["torchrun", "train.py"], None, started=0.0, stderr_tail=[MESH])
+    seg = Segment(1, ["torchrun", "train.py"], None, started=0.0, peer_errors=[MESH])
     assert target.failure_hint(seg) is None  # a launcher the drill restarted: a new store
     seg.launcher_restart = True
     hint = target.failure_hint(seg)
